@@ -1,0 +1,291 @@
+package v1alpha1
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Names other tooling relies on; see SPEC.md "Fixed names".
+const (
+	// CompletionIndexLabel is the pod label (and annotation) holding the pod's completion index.
+	CompletionIndexLabel = "batch.indexedjob.dev/completion-index"
+	// JobNameLabel is the pod label holding the owning IndexedBatchJob's name.
+	JobNameLabel = "batch.indexedjob.dev/job-name"
+	// ControllerUIDLabel is the pod label holding the owning IndexedBatchJob's UID.
+	ControllerUIDLabel = "batch.indexedjob.dev/controller-uid"
+	// IndexFailureCountAnnotation carries, on every pod, how many earlier pods of
+	// its index failed. It is what makes per-index failure counts survive a
+	// controller restart, as upstream's batch.kubernetes.io/job-index-failure-count.
+	IndexFailureCountAnnotation = "batch.indexedjob.dev/job-index-failure-count"
+	// IndexIgnoredFailureCountAnnotation carries, on every pod, how many earlier
+	// pods of its index failed in a way a podFailurePolicy Ignore rule matched.
+	// The backoff delay still counts them, the limits do not.
+	IndexIgnoredFailureCountAnnotation = "batch.indexedjob.dev/job-index-ignored-failure-count"
+	// TrackingFinalizer keeps a finished pod until its result is in the job's status.
+	TrackingFinalizer = "batch.indexedjob.dev/tracking"
+	// CompletionIndexEnvName is set in every container and init container.
+	CompletionIndexEnvName = "JOB_COMPLETION_INDEX"
+	// ControllerName is this operator's name as spec.managedBy spells it. A job
+	// whose managedBy is set to anything else is left alone.
+	ControllerName = "batch.indexedjob.dev/indexedbatchjob-controller"
+)
+
+// Condition types. They are those of batch/v1 Job.
+const (
+	// ConditionSuspended is True while the job is suspended.
+	ConditionSuspended = string(batchv1.JobSuspended)
+	// ConditionComplete is True once the job succeeded and every pod is accounted for.
+	ConditionComplete = string(batchv1.JobComplete)
+	// ConditionFailed is True once the job failed and every pod is accounted for.
+	ConditionFailed = string(batchv1.JobFailed)
+	// ConditionFailureTarget is True as soon as the job is known to fail, while
+	// its pods may still be terminating.
+	ConditionFailureTarget = string(batchv1.JobFailureTarget)
+	// ConditionSuccessCriteriaMet is True as soon as the job is known to
+	// succeed, while its pods may still be terminating.
+	ConditionSuccessCriteriaMet = string(batchv1.JobSuccessCriteriaMet)
+)
+
+// Condition reasons. They are those of batch/v1 Job.
+const (
+	ReasonBackoffLimitExceeded     = batchv1.JobReasonBackoffLimitExceeded
+	ReasonDeadlineExceeded         = batchv1.JobReasonDeadlineExceeded
+	ReasonFailedIndexes            = batchv1.JobReasonFailedIndexes
+	ReasonMaxFailedIndexesExceeded = batchv1.JobReasonMaxFailedIndexesExceeded
+	ReasonPodFailurePolicy         = batchv1.JobReasonPodFailurePolicy
+	ReasonSuccessPolicy            = batchv1.JobReasonSuccessPolicy
+	ReasonCompletionsReached       = batchv1.JobReasonCompletionsReached
+	ReasonJobSuspended             = "JobSuspended"
+	ReasonJobResumed               = "JobResumed"
+)
+
+// Phase is a one-word summary of the conditions, for `kubectl get ibj`.
+// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed
+type Phase string
+
+// Phases of an IndexedBatchJob.
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSuspended Phase = "Suspended"
+	PhaseComplete  Phase = "Complete"
+	PhaseFailed    Phase = "Failed"
+)
+
+// IndexedBatchJobSpec describes the pods to run, one per completion index, and
+// how their failures are handled. Field names and meanings are those of
+// batch/v1 JobSpec with completionMode Indexed.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || has(self.backoffLimitPerIndex)",message="maxFailedIndexes can only be set together with backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxFailedIndexes) || self.maxFailedIndexes <= self.completions",message="maxFailedIndexes must be less than or equal to completions"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completions <= 100000 || (has(self.maxFailedIndexes) && self.maxFailedIndexes <= 10000)",message="when completions is greater than 100000 and backoffLimitPerIndex is set, maxFailedIndexes must be set and at most 10000"
+// +kubebuilder:validation:XValidation:rule="!has(self.backoffLimitPerIndex) || self.completions <= 100000 || (has(self.parallelism) && self.parallelism <= 10000)",message="when completions is greater than 100000 and backoffLimitPerIndex is set, parallelism must be set and at most 10000"
+// +kubebuilder:validation:XValidation:rule="has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="template.spec.restartPolicy must be Never when podFailurePolicy is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || !has(self.podReplacementPolicy) || self.podReplacementPolicy == 'Failed'",message="podReplacementPolicy must be Failed when podFailurePolicy is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || self.template.spec.containers.exists(c, c.name == r.onExitCodes.containerName) || (has(self.template.spec.initContainers) && self.template.spec.initContainers.exists(c, c.name == r.onExitCodes.containerName)))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
+// +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="successPolicy rules' succeededCount must be less than or equal to completions"
+// +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions",message="completions is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.podFailurePolicy) == has(oldSelf.podFailurePolicy) && (!has(self.podFailurePolicy) || self.podFailurePolicy == oldSelf.podFailurePolicy)",message="podFailurePolicy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.successPolicy) == has(oldSelf.successPolicy) && (!has(self.successPolicy) || self.successPolicy == oldSelf.successPolicy)",message="successPolicy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.backoffLimitPerIndex) == has(oldSelf.backoffLimitPerIndex) && (!has(self.backoffLimitPerIndex) || self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex)",message="backoffLimitPerIndex is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.podReplacementPolicy) == has(oldSelf.podReplacementPolicy) && (!has(self.podReplacementPolicy) || self.podReplacementPolicy == oldSelf.podReplacementPolicy)",message="podReplacementPolicy is immutable"
+type IndexedBatchJobSpec struct {
+	// parallelism is the most pods that run at once. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	Parallelism *int32 `json:"parallelism,omitempty"`
+
+	// completions is the number of indexes, 0 to completions-1; each must
+	// succeed once. Immutable.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Completions int32 `json:"completions"`
+
+	// activeDeadlineSeconds bounds, from status.startTime, how long the job may
+	// run before it fails with reason DeadlineExceeded.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// backoffLimit is the number of failed pods beyond which the job fails with
+	// reason BackoffLimitExceeded. Defaults to 6, or to unlimited when
+	// backoffLimitPerIndex is set. The default is applied by the controller,
+	// since a CRD default cannot depend on another field.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// backoffLimitPerIndex is the number of retries of each index; an index
+	// whose failures exceed it is marked failed and never retried. Immutable.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	BackoffLimitPerIndex *int32 `json:"backoffLimitPerIndex,omitempty"`
+
+	// maxFailedIndexes is the number of failed indexes beyond which the job
+	// fails at once with reason MaxFailedIndexesExceeded. Needs
+	// backoffLimitPerIndex.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxFailedIndexes *int32 `json:"maxFailedIndexes,omitempty"`
+
+	// podFailurePolicy decides, by ordered rules matching exit codes or pod
+	// conditions, how a failed pod is handled. Immutable.
+	// +optional
+	PodFailurePolicy *batchv1.PodFailurePolicy `json:"podFailurePolicy,omitempty"`
+
+	// successPolicy lets the job succeed before every index has. Immutable.
+	// +optional
+	SuccessPolicy *batchv1.SuccessPolicy `json:"successPolicy,omitempty"`
+
+	// podReplacementPolicy says when a replacement pod is created:
+	// TerminatingOrFailed (as soon as the old pod is terminating) or Failed
+	// (only once it reached phase Failed). Defaults to TerminatingOrFailed,
+	// or to Failed when podFailurePolicy is set. Immutable.
+	// +optional
+	// +kubebuilder:validation:Enum=TerminatingOrFailed;Failed
+	PodReplacementPolicy *batchv1.PodReplacementPolicy `json:"podReplacementPolicy,omitempty"`
+
+	// ttlSecondsAfterFinished deletes the job and its pods that many seconds
+	// after it completed or failed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// suspend deletes the active pods and stops creating new ones while true.
+	// +optional
+	// +kubebuilder:default=false
+	Suspend *bool `json:"suspend,omitempty"`
+
+	// template is the pod to run for each index. Immutable, except for its
+	// scheduling directives (labels, annotations, node selector, affinity,
+	// tolerations, scheduling gates) while the job is suspended.
+	// +required
+	Template corev1.PodTemplateSpec `json:"template"`
+
+	// managedBy names the controller that reconciles this job. Left empty or
+	// set to "batch.indexedjob.dev/indexedbatchjob-controller", this operator
+	// does; any other value (for example Kueue's MultiKueue) makes it leave the
+	// job alone. Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="managedBy must be a domain-prefixed path such as example.com/my-controller"
+	ManagedBy *string `json:"managedBy,omitempty"`
+}
+
+// IndexedBatchJobStatus is the observed state of an IndexedBatchJob. Field
+// names and meanings are those of batch/v1 JobStatus.
+type IndexedBatchJobStatus struct {
+	// observedGeneration is the spec generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase summarises the conditions for `kubectl get`: Pending, Running,
+	// Suspended, Complete or Failed. Tools should read the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete, Failed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// startTime is when the job started running (reset on resume).
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the job completed; set only with condition Complete.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// active is the number of pending or running pods that are not terminating.
+	// +optional
+	Active int32 `json:"active,omitempty"`
+
+	// ready is the number of active pods with condition Ready.
+	// +optional
+	Ready *int32 `json:"ready,omitempty"`
+
+	// terminating is the number of pods that are terminating (have a deletion
+	// timestamp) and have not yet reached phase Failed or Succeeded.
+	// +optional
+	Terminating *int32 `json:"terminating,omitempty"`
+
+	// succeeded is the number of pods that reached phase Succeeded.
+	// +optional
+	Succeeded int32 `json:"succeeded,omitempty"`
+
+	// failed is the number of pods that reached phase Failed, or were deleted
+	// before finishing, and counted as failures.
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+
+	// completedIndexes lists the succeeded indexes as sorted, compressed
+	// intervals, such as "0,3-7".
+	// +optional
+	CompletedIndexes string `json:"completedIndexes,omitempty"`
+
+	// failedIndexes lists, when backoffLimitPerIndex is set, the indexes that
+	// failed for good, as sorted, compressed intervals. Empty when none has.
+	// +optional
+	FailedIndexes *string `json:"failedIndexes,omitempty"`
+
+	// uncountedTerminatedPods lists the UIDs of finished pods whose result is
+	// already in succeeded/failed but whose tracking finalizer may not have
+	// been removed yet. It is the durable record that keeps the counts exact
+	// across controller restarts.
+	// +optional
+	UncountedTerminatedPods *batchv1.UncountedTerminatedPods `json:"uncountedTerminatedPods,omitempty"`
+}
+
+// IndexedBatchJob runs a fixed number of indexed pods to completion, with
+// batch/v1 Job's failure handling: pod replacement policy, backoff limit per
+// index, pod failure policy and success policy.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ibj,categories=all
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`,description="Pending, Running, Suspended, Complete or Failed"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Failed")].reason`,description="Why the job failed"
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`,description="Succeeded pods"
+// +kubebuilder:printcolumn:name="Completions",type=integer,JSONPath=`.spec.completions`,description="Indexes to complete"
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`,description="Running or pending pods"
+// +kubebuilder:printcolumn:name="Failed-Indexes",type=string,JSONPath=`.status.failedIndexes`,description="Indexes that failed for good"
+// +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`,description="Time since the job started"
+// +kubebuilder:printcolumn:name="Finished",type=date,JSONPath=`.status.completionTime`,description="Time since the job completed",priority=1
+// +kubebuilder:printcolumn:name="Completed-Indexes",type=string,JSONPath=`.status.completedIndexes`,description="Indexes that succeeded",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lowercase letters, digits and '-'), since it prefixes the pods' hostnames"
+// +kubebuilder:validation:XValidation:rule="self.spec.completions == 0 || size(self.metadata.name) + 1 + size(string(self.spec.completions - 1)) <= 63",message="metadata.name is too long: the pod hostname <name>-<completions-1> must be at most 63 characters"
+type IndexedBatchJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired behaviour of the job.
+	// +required
+	Spec IndexedBatchJobSpec `json:"spec"`
+
+	// status is the observed state of the job.
+	// +optional
+	Status IndexedBatchJobStatus `json:"status,omitempty"`
+}
+
+// IndexedBatchJobList is a list of IndexedBatchJob.
+//
+// +kubebuilder:object:root=true
+type IndexedBatchJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IndexedBatchJob `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&IndexedBatchJob{}, &IndexedBatchJobList{})
+}

@@ -1,0 +1,203 @@
+// Command crdpatch adds to the generated IndexedBatchJob CRD the validation
+// that controller-gen cannot place, because it belongs on batch/v1 types this
+// API reuses (SPEC.md asks for reuse rather than copies) and markers can only
+// be written on our own types: list bounds, enums and per-item CEL rules of
+// podFailurePolicy and successPolicy, and the template immutability rule,
+// which is generated from the PodSpec schema so that every field but the
+// scheduling directives stays immutable. `make manifests` runs it after
+// controller-gen; running it twice gives the same file.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+type obj = map[string]any
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: crdpatch <crd.yaml>")
+		os.Exit(2)
+	}
+	if err := patchFile(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "crdpatch:", err)
+		os.Exit(1)
+	}
+}
+
+func patchFile(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var crd obj
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		return err
+	}
+	versions, _ := get(crd, "spec", "versions").([]any)
+	if len(versions) == 0 {
+		return fmt.Errorf("%s: no versions", path)
+	}
+	for _, v := range versions {
+		spec, ok := get(v.(obj), "schema", "openAPIV3Schema", "properties", "spec").(obj)
+		if !ok {
+			return fmt.Errorf("%s: no spec schema", path)
+		}
+		if err := patchSpec(spec); err != nil {
+			return err
+		}
+	}
+	out, err := yaml.Marshal(crd)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte("---\n"), bytes.TrimPrefix(out, []byte("---\n"))...), 0o644)
+}
+
+// get walks nested maps; it returns nil when a key is missing.
+func get(o obj, keys ...string) any {
+	var cur any = o
+	for _, k := range keys {
+		m, ok := cur.(obj)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
+}
+
+func mustObj(o obj, keys ...string) obj {
+	m, ok := get(o, keys...).(obj)
+	if !ok {
+		panic(fmt.Sprintf("schema has no object at %s", strings.Join(keys, ".")))
+	}
+	return m
+}
+
+type rule struct{ rule, message string }
+
+func validations(rules ...rule) []any {
+	out := make([]any, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, obj{"rule": r.rule, "message": r.message})
+	}
+	return out
+}
+
+func patchSpec(spec obj) error {
+	props := mustObj(spec, "properties")
+
+	// podFailurePolicy: bounds and rules of upstream's ValidateJobSpec.
+	pfpRules := mustObj(props, "podFailurePolicy", "properties", "rules")
+	pfpRules["maxItems"] = 20
+	pfpRule := mustObj(pfpRules, "items")
+	pfpRule["x-kubernetes-validations"] = validations(
+		rule{"has(self.onExitCodes) != has(self.onPodConditions)", "each podFailurePolicy rule must set exactly one of onExitCodes and onPodConditions"},
+	)
+	ruleProps := mustObj(pfpRule, "properties")
+	mustObj(ruleProps, "action")["enum"] = []any{"FailJob", "FailIndex", "Ignore", "Count"}
+	onExit := mustObj(ruleProps, "onExitCodes")
+	exitProps := mustObj(onExit, "properties")
+	mustObj(exitProps, "operator")["enum"] = []any{"In", "NotIn"}
+	mustObj(exitProps, "containerName")["maxLength"] = 63
+	values := mustObj(exitProps, "values")
+	values["minItems"] = 1
+	values["maxItems"] = 255
+	onExit["x-kubernetes-validations"] = validations(
+		rule{"self.values.isSorted()", "onExitCodes.values must be sorted in ascending order"},
+		rule{"self.operator != 'In' || !(0 in self.values)", "onExitCodes.values must not contain 0 with operator In: a zero exit code never counts as a failure"},
+	)
+	onCond := mustObj(ruleProps, "onPodConditions")
+	onCond["maxItems"] = 20
+	condProps := mustObj(onCond, "items", "properties")
+	mustObj(condProps, "status")["enum"] = []any{"True", "False", "Unknown"}
+	mustObj(condProps, "type")["maxLength"] = 316
+	mustObj(condProps, "type")["minLength"] = 1
+
+	// successPolicy: bounds and formats of upstream's validateSuccessPolicy.
+	spRules := mustObj(props, "successPolicy", "properties", "rules")
+	spRules["minItems"] = 1
+	spRules["maxItems"] = 20
+	spRule := mustObj(spRules, "items")
+	spRule["x-kubernetes-validations"] = validations(
+		rule{"has(self.succeededIndexes) || has(self.succeededCount)", "each successPolicy rule must set succeededIndexes, succeededCount or both"},
+	)
+	spProps := mustObj(spRule, "properties")
+	mustObj(spProps, "succeededCount")["minimum"] = 0
+	indexes := mustObj(spProps, "succeededIndexes")
+	indexes["maxLength"] = 65536
+	indexes["x-kubernetes-validations"] = validations(
+		rule{`self.matches('^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$')`, `succeededIndexes must be comma-separated indexes or ranges such as "0,2-5"`},
+	)
+
+	// Rules across fields, which must live on spec.
+	spec["x-kubernetes-validations"] = append(existing(spec),
+		validations(
+			rule{"!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededIndexes) || !r.succeededIndexes.matches('^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$') || r.succeededIndexes.split(',').all(p, p.split('-').all(n, int(n) < self.completions)))",
+				"successPolicy rules' succeededIndexes must be within 0 and completions-1"},
+			rule{"!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededIndexes) || !r.succeededIndexes.matches('^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$') || r.succeededIndexes.split(',').all(p, p.split('-').size() == 1 || int(p.split('-')[0]) < int(p.split('-')[1])))",
+				"successPolicy rules' succeededIndexes ranges must go from the lower index to the higher"},
+			templateRule(props),
+		)...)
+	return nil
+}
+
+func existing(o obj) []any {
+	v, _ := o["x-kubernetes-validations"].([]any)
+	// Drop rules this program added before, so that it is idempotent.
+	var out []any
+	for _, r := range v {
+		m := r.(obj)
+		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "successPolicy rules' succeededIndexes") || strings.HasPrefix(msg, "template is immutable") {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// mutableWhileSuspended lists the template fields upstream lets a suspended
+// Job change (its "mutable scheduling directives").
+var mutableWhileSuspended = map[string]bool{
+	"metadata.labels":      true,
+	"metadata.annotations": true,
+	"spec.nodeSelector":    true,
+	"spec.affinity":        true,
+	"spec.tolerations":     true,
+	"spec.schedulingGates": true,
+}
+
+// templateRule builds a transition rule: the template may change only while
+// the job is suspended, and then only in its scheduling directives. It
+// compares every other field of the template's metadata and spec one by one,
+// the only way CEL can express "equal except these fields".
+func templateRule(specProps obj) rule {
+	tmpl := mustObj(specProps, "template", "properties")
+	var terms []string
+	for _, part := range []string{"metadata", "spec"} {
+		fields := mustObj(tmpl, part, "properties")
+		names := make([]string, 0, len(fields))
+		for name := range fields {
+			if !mutableWhileSuspended[part+"."+name] {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			p := "template." + part + "." + name
+			terms = append(terms, fmt.Sprintf("(has(self.%[1]s) ? has(oldSelf.%[1]s) && self.%[1]s == oldSelf.%[1]s : !has(oldSelf.%[1]s))", p))
+		}
+	}
+	return rule{
+		rule: "self.template == oldSelf.template || (has(oldSelf.suspend) && oldSelf.suspend && " +
+			"(has(self.template.metadata) == has(oldSelf.template.metadata)) && " + strings.Join(terms, " && ") + ")",
+		message: "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended",
+	}
+}

@@ -1,0 +1,156 @@
+package indexset
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestStringCompressesThreeOrMoreConsecutiveIndexes(t *testing.T) {
+	cases := []struct {
+		in   []int32
+		want string
+	}{
+		{nil, ""},
+		{[]int32{0}, "0"},
+		{[]int32{1, 2}, "1,2"},
+		{[]int32{0, 3, 4, 5, 6, 7}, "0,3-7"},
+		{[]int32{7, 6, 5, 4, 3, 0, 3}, "0,3-7"},
+		{[]int32{0, 1, 2, 4, 5, 9}, "0-2,4,5,9"},
+		{[]int32{2147483646, 2147483647}, "2147483646,2147483647"},
+	}
+	for _, c := range cases {
+		if got := Of(c.in...).String(); got != c.want {
+			t.Errorf("Of(%v).String() = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestParseAcceptsUserOrderAndMerges(t *testing.T) {
+	cases := map[string]string{
+		"":            "",
+		"0,3-7":       "0,3-7",
+		"1,2":         "1,2",
+		"1-2":         "1,2",
+		"5,0-3,4":     "0-5",
+		"3-7,5-9,1":   "1,3-9",
+		"0-0":         "0",
+		"10,8,9,8":    "8-10",
+		"0-999":       "0-999",
+		"99999-99999": "99999",
+	}
+	for in, want := range cases {
+		s, err := Parse(in, 0)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", in, err)
+		}
+		if got := s.String(); got != want {
+			t.Errorf("Parse(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseRejectsMalformedInput(t *testing.T) {
+	for _, in := range []string{",", "1,", ",1", "a", "1-", "-1", "3-1", "1--2", " 1", "1 ", "+1", "1-2-3", "99999999999", "1,,2"} {
+		if _, err := Parse(in, 0); err == nil {
+			t.Errorf("Parse(%q) succeeded, want an error", in)
+		}
+	}
+}
+
+func TestParseRejectsIndexesAtOrAboveLimit(t *testing.T) {
+	if _, err := Parse("0-7", 8); err != nil {
+		t.Fatalf("Parse within limit: %v", err)
+	}
+	for _, in := range []string{"8", "0-8", "1,9"} {
+		if _, err := Parse(in, 8); err == nil || !strings.Contains(err.Error(), "less than 8") {
+			t.Errorf("Parse(%q, 8) = %v, want a limit error", in, err)
+		}
+	}
+}
+
+func TestSetOperations(t *testing.T) {
+	s := Of(0, 3, 4, 5, 6, 7)
+	if s.Len() != 6 {
+		t.Errorf("Len = %d, want 6", s.Len())
+	}
+	for i, want := range map[int32]bool{-1: false, 0: true, 1: false, 2: false, 3: true, 7: true, 8: false} {
+		if s.Has(i) != want {
+			t.Errorf("Has(%d) = %v, want %v", i, !want, want)
+		}
+	}
+	if got := s.Union(Of(1, 2, 9)).String(); got != "0-7,9" {
+		t.Errorf("Union = %q", got)
+	}
+	if got := s.Add(8).String(); got != "0,3-8" {
+		t.Errorf("Add = %q", got)
+	}
+	if n := s.CountIn(Of(0, 1, 2, 3)); n != 2 {
+		t.Errorf("CountIn = %d, want 2", n)
+	}
+	if !s.Contains(Of(4, 5)) || s.Contains(Of(1)) {
+		t.Errorf("Contains is wrong")
+	}
+	var got []int32
+	s.Each(func(i int32) bool { got = append(got, i); return i < 4 })
+	if len(got) != 3 || got[2] != 4 {
+		t.Errorf("Each visited %v", got)
+	}
+}
+
+// TestRandomSetsRoundTrip checks, on random sets, that formatting then
+// parsing gives the same set and that Has agrees with the input.
+func TestRandomSetsRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		n := r.IntN(40)
+		in := map[int32]bool{}
+		var xs []int32
+		for range n {
+			x := int32(r.IntN(60))
+			in[x] = true
+			xs = append(xs, x)
+		}
+		s := Of(xs...)
+		p, err := Parse(s.String(), 0)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", s.String(), err)
+		}
+		if p.String() != s.String() || p.Len() != len(in) {
+			t.Fatalf("round trip of %v: %q -> %q", xs, s.String(), p.String())
+		}
+		for i := int32(-1); i < 61; i++ {
+			if s.Has(i) != in[i] {
+				t.Fatalf("Has(%d) wrong for %v", i, xs)
+			}
+		}
+	}
+}
+
+// FuzzParse checks that Parse never panics and that whatever it accepts
+// formats to a canonical string that parses back to itself.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "0", "0,3-7", "1,2", "5,0-3,4", "3-1", "a", "1,,2", "2147483647", "0-2147483647"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		s, err := Parse(in, 0)
+		if err != nil {
+			return
+		}
+		out := s.String()
+		p, err := Parse(out, 0)
+		if err != nil {
+			t.Fatalf("canonical %q of %q does not parse: %v", out, in, err)
+		}
+		if p.String() != out {
+			t.Fatalf("canonical form unstable: %q -> %q", out, p.String())
+		}
+		ivs := s.Intervals()
+		for k := 1; k < len(ivs); k++ {
+			if int64(ivs[k].First) <= int64(ivs[k-1].Last)+1 {
+				t.Fatalf("intervals of %q not disjoint and sorted: %v", in, ivs)
+			}
+		}
+	})
+}
