@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// expectationTimeout bounds how long a create that the cache never shows
+// blocks further creates for its job, as upstream's ExpectationsTimeout.
+const expectationTimeout = 5 * time.Minute
+
+// expectations remembers, per job, what this process wrote and its cache
+// has not shown yet: the pods it created, and the resourceVersion of its
+// last status write. A sync acts on a cache that is current with its own
+// writes, or not at all; this is what keeps one pod per index when the
+// cache lags. After a restart the store is empty, and rightly so: the new
+// cache was listed after every write of the old process.
+type expectations struct {
+	mu   sync.Mutex
+	jobs map[types.UID]*jobExpectations
+}
+
+type jobExpectations struct {
+	creates       map[string]time.Time
+	statusVersion string
+}
+
+func newExpectations() *expectations {
+	return &expectations{jobs: map[types.UID]*jobExpectations{}}
+}
+
+func (e *expectations) get(uid types.UID) *jobExpectations {
+	j := e.jobs[uid]
+	if j == nil {
+		j = &jobExpectations{creates: map[string]time.Time{}}
+		e.jobs[uid] = j
+	}
+	return j
+}
+
+// expectCreate is called before creating a pod.
+func (e *expectations) expectCreate(uid types.UID, name string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(uid).creates[name] = now
+}
+
+// createFailed forgets a create the API server refused.
+func (e *expectations) createFailed(uid types.UID, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.get(uid).creates, name)
+}
+
+// wroteStatus remembers the resourceVersion the status write returned.
+func (e *expectations) wroteStatus(uid types.UID, resourceVersion string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(uid).statusVersion = resourceVersion
+}
+
+// forget drops everything about a job that is gone.
+func (e *expectations) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.jobs, uid)
+}
+
+// podsSeen reports whether the cache shows every pod this process created
+// for the job (or the wait timed out); seen creates are forgotten.
+func (e *expectations) podsSeen(uid types.UID, pods []*corev1.Pod, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.jobs[uid]
+	if j == nil || len(j.creates) == 0 {
+		return true
+	}
+	names := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		names[p.Name] = true
+	}
+	for name, at := range j.creates {
+		if names[name] || now.Sub(at) > expectationTimeout {
+			delete(j.creates, name)
+		}
+	}
+	return len(j.creates) == 0
+}
+
+// jobStale reports whether the cached job is older than this process's last
+// status write. resourceVersions are etcd revisions, compared as numbers;
+// one that is not a number is taken as current.
+func (e *expectations) jobStale(uid types.UID, cachedVersion string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.jobs[uid]
+	if j == nil || j.statusVersion == "" {
+		return false
+	}
+	written, err1 := parseVersion(j.statusVersion)
+	cached, err2 := parseVersion(cachedVersion)
+	if err1 != nil || err2 != nil || cached >= written {
+		j.statusVersion = ""
+		return false
+	}
+	return true
+}

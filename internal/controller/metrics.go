@@ -1,0 +1,46 @@
+package controller
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics modelled on the built-in Job controller's (job_sync_duration_seconds,
+// job_pods_creation_total, job_pods_finished_total, jobs_finished_total,
+// job_finished_indexes_total), registered in controller-runtime's registry so
+// the manager's metrics endpoint serves them.
+var (
+	syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "indexedbatchjob_sync_duration_seconds",
+		Help:    "Time taken to sync an IndexedBatchJob, by result (success, error).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	}, []string{"result"})
+	podsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "indexedbatchjob_pods_creation_total",
+		Help: "Pods created, by reason (new: first pod of an index; retry: replacement of a failed pod) and status (succeeded, failed).",
+	}, []string{"reason", "status"})
+	podsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "indexedbatchjob_pods_finished_total",
+		Help: "Finished pods recorded in job status, by result (succeeded, failed).",
+	}, []string{"result"})
+	jobsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "indexedbatchjob_jobs_finished_total",
+		Help: "Jobs that reached Complete or Failed, by condition and reason.",
+	}, []string{"condition", "reason"})
+	finishedIndexes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "indexedbatchjob_finished_indexes_total",
+		Help: "Indexes that finished, by status (succeeded, failed) and whether backoffLimitPerIndex is set.",
+	}, []string{"status", "backoff_limit_per_index"})
+	podsDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "indexedbatchjob_pods_deleted_total",
+		Help: "Pods deleted by the controller, by reason.",
+	}, []string{"reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted)
+}
+
+func boolLabel(b bool) string { return strconv.FormatBool(b) }

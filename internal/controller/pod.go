@@ -1,0 +1,192 @@
+package controller
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// attemptAnnotation numbers the pods of one index 0, 1, 2…; it is the last
+// part of the pod's deterministic name (see newPod).
+const attemptAnnotation = "batch.indexedjob.dev/attempt"
+
+// podToCreate is one pod the decision core asks the reconciler to create.
+type podToCreate struct {
+	index        int32
+	attempt      int32
+	failures     int32 // earlier failures of the index that counted
+	ignored      int32 // earlier failures of the index an Ignore rule matched
+}
+
+// podName is deterministic per (job, index, attempt). Together with the
+// expectations store it guarantees one pod per index: the store stops a
+// reconcile from acting on a cache that has not seen its own creates yet, and
+// should anything slip past it (a second operator process, an expired
+// expectation), the repeated create of the same name fails with AlreadyExists
+// instead of starting a second pod.
+func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
+	return fmt.Sprintf("%s-%d-%d", job.Name, index, attempt)
+}
+
+// newPod builds the pod for one index from the job's template: the fixed
+// labels and annotations of SPEC.md, JOB_COMPLETION_INDEX in every container,
+// hostname <job>-<index>, the owner reference and the tracking finalizer.
+func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
+	tmpl := job.Spec.Template.DeepCopy()
+	index := strconv.Itoa(int(p.index))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        podName(job, p.index, p.attempt),
+			Namespace:   job.Namespace,
+			Labels:      tmpl.Labels,
+			Annotations: tmpl.Annotations,
+			Finalizers:  []string{ibjv1.TrackingFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         ibjv1.GroupVersion.String(),
+				Kind:               "IndexedBatchJob",
+				Name:               job.Name,
+				UID:                job.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: tmpl.Spec,
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Labels[ibjv1.JobNameLabel] = job.Name
+	pod.Labels[ibjv1.ControllerUIDLabel] = string(job.UID)
+	pod.Labels[ibjv1.CompletionIndexLabel] = index
+	pod.Annotations[ibjv1.CompletionIndexLabel] = index
+	pod.Annotations[attemptAnnotation] = strconv.Itoa(int(p.attempt))
+	if job.Spec.BackoffLimitPerIndex != nil {
+		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(int(p.failures))
+		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.ignored))
+	}
+	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.index)
+	pod.Spec.Subdomain = tmpl.Spec.Subdomain
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Env = withIndexEnv(pod.Spec.InitContainers[i].Env, index)
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Env = withIndexEnv(pod.Spec.Containers[i].Env, index)
+	}
+	return pod
+}
+
+// withIndexEnv puts JOB_COMPLETION_INDEX first, so that later variables of
+// the template may refer to it with $(JOB_COMPLETION_INDEX).
+func withIndexEnv(env []corev1.EnvVar, index string) []corev1.EnvVar {
+	out := make([]corev1.EnvVar, 0, len(env)+1)
+	out = append(out, corev1.EnvVar{Name: ibjv1.CompletionIndexEnvName, Value: index})
+	for _, e := range env {
+		if e.Name != ibjv1.CompletionIndexEnvName {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// podIndex reads the completion index of a pod from its label (falling back
+// to the annotation). ok is false for a missing, malformed or negative index.
+func podIndex(pod *corev1.Pod) (int32, bool) {
+	v, found := pod.Labels[ibjv1.CompletionIndexLabel]
+	if !found {
+		v, found = pod.Annotations[ibjv1.CompletionIndexLabel]
+	}
+	if !found {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || i < 0 || strconv.FormatInt(i, 10) != v {
+		return 0, false
+	}
+	return int32(i), true
+}
+
+// annotationInt reads a non-negative integer annotation, 0 when absent or malformed.
+func annotationInt(pod *corev1.Pod, key string) int32 {
+	i, err := strconv.ParseInt(pod.Annotations[key], 10, 32)
+	if err != nil || i < 0 {
+		return 0
+	}
+	return int32(i)
+}
+
+func hasTrackingFinalizer(pod *corev1.Pod) bool {
+	for _, f := range pod.Finalizers {
+		if f == ibjv1.TrackingFinalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func isFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func isTerminating(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil && !isFinished(pod)
+}
+
+// isActive: pending or running, not terminating.
+func isActive(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && !isFinished(pod)
+}
+
+func isReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// finishTime is when a pod finished, for backoff: the latest container
+// termination, else its Ready condition's last change, else its deletion,
+// else its creation. Pods from a kubelet always have the first.
+func finishTime(pod *corev1.Pod) time.Time {
+	var t time.Time
+	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range lists {
+			if term := cs.State.Terminated; term != nil && term.FinishedAt.After(t) {
+				t = term.FinishedAt.Time
+			}
+		}
+	}
+	if !t.IsZero() {
+		return t
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	if pod.DeletionTimestamp != nil {
+		return pod.DeletionTimestamp.Time
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// discardedAnnotation marks a pod whose tracking finalizer the controller
+// removed without counting its end (suspend, excess, success reached). It is
+// set in the same patch that removes the finalizer, so a later sync never
+// takes the pod's end for a failure of its index.
+const discardedAnnotation = "batch.indexedjob.dev/discarded"
+
+func isDiscarded(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[discardedAnnotation]
+	return ok
+}

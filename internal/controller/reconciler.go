@@ -1,0 +1,393 @@
+// Package controller reconciles IndexedBatchJobs: a thin reconciler (this
+// file) around a pure decision core (sync.go and its helpers).
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+)
+
+// PodJobNameIndex indexes the cached pods by their job-name label, so a sync
+// finds its pods, and pods left behind by a deleted job of the same name,
+// without scanning the namespace.
+const PodJobNameIndex = "batch.indexedjob.dev/job-name"
+
+// apiParallelism bounds the pod creates, deletes and patches one sync sends
+// at once.
+const apiParallelism = 16
+
+// Reconciler runs IndexedBatchJobs.
+type Reconciler struct {
+	Client   client.Client
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	Backoff  Backoff
+
+	once sync.Once
+	exp  *expectations
+}
+
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/status,verbs=get;update
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile reads the job and its pods from the cache, lets syncJob decide,
+// then applies the plan: pod deletes and creates, the status in one write,
+// finalizer removals (only after the status holding their results is
+// written), events and metrics.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	r.init()
+	start := time.Now()
+	defer func() {
+		result := "success"
+		if err != nil {
+			result = "error"
+		}
+		syncDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	}()
+	logger := log.FromContext(ctx)
+
+	job := &ibjv1.IndexedBatchJob{}
+	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.releaseOrphans(ctx, req.Namespace, req.Name, "")
+		}
+		return ctrl.Result{}, err
+	}
+	if m := job.Spec.ManagedBy; m != nil && *m != ibjv1.ControllerName {
+		logger.V(4).Info("Skipped job managed by another controller", "managedBy", *m)
+		return ctrl.Result{}, nil
+	}
+	if job.DeletionTimestamp != nil {
+		r.exp.forget(job.UID)
+		return ctrl.Result{}, r.releaseOrphans(ctx, job.Namespace, job.Name, "")
+	}
+	if r.exp.jobStale(job.UID, job.ResourceVersion) {
+		// Our own last status write is not in the cache yet; its update
+		// event will bring the job back. Deciding now could retry an index
+		// that write marked failed.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingFields{PodJobNameIndex: job.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	var strangers []*corev1.Pod
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == job.UID {
+			pods = append(pods, pod)
+		} else if hasTrackingFinalizer(pod) {
+			strangers = append(strangers, pod)
+		}
+	}
+	if err := r.patchAll(ctx, strangers, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) }); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	now := r.Clock.Now()
+	p := syncJob(syncInput{
+		job:                   job,
+		pods:                  pods,
+		now:                   now,
+		backoff:               r.Backoff,
+		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
+	})
+	return r.apply(ctx, job, p)
+}
+
+func (r *Reconciler) init() {
+	r.once.Do(func() {
+		r.exp = newExpectations()
+		if r.Clock == nil {
+			r.Clock = clock.RealClock{}
+		}
+		if r.Backoff.Base == 0 {
+			r.Backoff = DefaultBackoff
+		}
+	})
+}
+
+func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	var errs []error
+
+	if p.deleteJob {
+		return ctrl.Result{}, r.deleteFinishedJob(ctx, job, p)
+	}
+
+	errs = append(errs, r.patchAll(ctx, podsOf(p.delete), func(pod *corev1.Pod) error {
+		d := deletionOf(p.delete, pod)
+		if d.stripFinalizer && hasTrackingFinalizer(pod) {
+			if err := r.removeFinalizer(ctx, pod, true); err != nil {
+				return err
+			}
+		}
+		if err := r.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting pod %s: %w", pod.Name, err)
+		}
+		podsDeleted.WithLabelValues(d.reason).Inc()
+		logger.V(2).Info("Deleted pod", "pod", klog.KObj(pod), "reason", d.reason)
+		return nil
+	}))
+	deleted := len(p.delete)
+
+	failedCreates := 0
+	var mu sync.Mutex
+	workqueue.ParallelizeUntil(ctx, apiParallelism, len(p.create), func(i int) {
+		c := p.create[i]
+		pod := newPod(job, c)
+		r.exp.expectCreate(job.UID, pod.Name, r.Clock.Now())
+		reason := "new"
+		if c.attempt > 0 {
+			reason = "retry"
+		}
+		err := r.Client.Create(ctx, pod)
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			r.exp.createFailed(job.UID, pod.Name)
+			podsCreated.WithLabelValues(reason, "failed").Inc()
+			mu.Lock()
+			failedCreates++
+			errs = append(errs, fmt.Errorf("creating pod %s: %w", pod.Name, err))
+			mu.Unlock()
+			r.event(job, true, "FailedCreate", "Error creating pod %s: %v", pod.Name, err)
+			return
+		}
+		if err == nil {
+			podsCreated.WithLabelValues(reason, "succeeded").Inc()
+			logger.V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
+		}
+	})
+	p.status.Active -= int32(failedCreates)
+
+	if !equality.Semantic.DeepEqual(job.Status, p.status) {
+		updated := job.DeepCopy()
+		updated.Status = p.status
+		if err := r.Client.Status().Update(ctx, updated); err != nil {
+			// Nothing recorded in this status may lose its finalizer.
+			return ctrl.Result{}, errors.Join(append(errs, fmt.Errorf("updating status: %w", err))...)
+		}
+		r.exp.wroteStatus(job.UID, updated.ResourceVersion)
+	}
+
+	// The status now holds every result recorded in this sync.
+	errs = append(errs,
+		r.patchAll(ctx, p.removeFinalizer, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) }),
+		r.patchAll(ctx, p.discard, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, true) }),
+	)
+
+	created := len(p.create) - failedCreates
+	if created > 0 {
+		r.event(job, false, "SuccessfulCreate", "Created %d pod(s)", created)
+	}
+	if deleted > 0 {
+		r.event(job, false, "SuccessfulDelete", "Deleted %d pod(s)", deleted)
+	}
+	for _, e := range p.events {
+		r.event(job, e.warning, e.reason, "%s", e.message)
+	}
+	perIndex := boolLabel(job.Spec.BackoffLimitPerIndex != nil)
+	for _, f := range p.recorded {
+		if f.succeeded {
+			podsFinished.WithLabelValues("succeeded").Inc()
+		} else {
+			podsFinished.WithLabelValues("failed").Inc()
+		}
+	}
+	countIndexes(job, p.status, perIndex)
+	if c := p.newlyFinished; c != nil {
+		jobsFinished.WithLabelValues(c.Type, c.Reason).Inc()
+		logger.Info("Job finished", "condition", c.Type, "reason", c.Reason)
+	}
+
+	if err := errors.Join(errs...); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+}
+
+// countIndexes adds to the finished-indexes metric what this sync added to
+// completedIndexes and failedIndexes.
+func countIndexes(job *ibjv1.IndexedBatchJob, st ibjv1.IndexedBatchJobStatus, perIndex string) {
+	before, after := indexCount(job.Status.CompletedIndexes, job.Spec.Completions), indexCount(st.CompletedIndexes, job.Spec.Completions)
+	if after > before {
+		finishedIndexes.WithLabelValues("succeeded", perIndex).Add(float64(after - before))
+	}
+	before, after = indexCount(ptr.Deref(job.Status.FailedIndexes, ""), job.Spec.Completions), indexCount(ptr.Deref(st.FailedIndexes, ""), job.Spec.Completions)
+	if after > before {
+		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(after - before))
+	}
+}
+
+// deleteFinishedJob deletes the pods of a job whose ttlSecondsAfterFinished
+// passed, then the job. The pods go first so that nothing is left even on a
+// cluster without a garbage collector.
+func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) error {
+	if err := r.releaseOrphans(ctx, job.Namespace, job.Name, job.UID); err != nil {
+		return err
+	}
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingFields{PodJobNameIndex: job.Name}); err != nil {
+		return err
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == job.UID {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	if err := r.patchAll(ctx, pods, func(pod *corev1.Pod) error {
+		return client.IgnoreNotFound(r.Client.Delete(ctx, pod))
+	}); err != nil {
+		return err
+	}
+	err := r.Client.Delete(ctx, job, client.PropagationPolicy("Background"), client.Preconditions{UID: &job.UID})
+	if err = client.IgnoreNotFound(err); err == nil {
+		r.exp.forget(job.UID)
+		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
+	}
+	return err
+}
+
+// releaseOrphans removes the tracking finalizer from pods named after the
+// job that it does not own (its UID is not keep): pods of a deleted job,
+// or of an earlier job of the same name, must not stay stuck.
+func (r *Reconciler) releaseOrphans(ctx context.Context, namespace, name string, keep types.UID) error {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{PodJobNameIndex: name}); err != nil {
+		return err
+	}
+	var orphans []*corev1.Pod
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if ref := metav1.GetControllerOf(pod); hasTrackingFinalizer(pod) && (keep == "" || ref == nil || ref.UID != keep) {
+			orphans = append(orphans, pod)
+		}
+	}
+	return r.patchAll(ctx, orphans, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) })
+}
+
+// removeFinalizer removes only this controller's finalizer, with a strategic
+// merge patch that leaves other finalizers alone and needs no
+// resourceVersion. discard also marks the pod so its end is never counted.
+func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod, discard bool) error {
+	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
+	if discard {
+		meta["annotations"] = map[string]string{discardedAnnotation: "true"}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch))
+	if err = client.IgnoreNotFound(err); err != nil {
+		return fmt.Errorf("removing tracking finalizer of pod %s: %w", pod.Name, err)
+	}
+	log.FromContext(ctx).V(3).Info("Removed tracking finalizer", "pod", klog.KObj(pod))
+	return nil
+}
+
+// patchAll runs f over the pods, apiParallelism at a time, and joins errors.
+func (r *Reconciler) patchAll(ctx context.Context, pods []*corev1.Pod, f func(*corev1.Pod) error) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	errs := make([]error, len(pods))
+	workqueue.ParallelizeUntil(ctx, apiParallelism, len(pods), func(i int) { errs[i] = f(pods[i]) })
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) event(job *ibjv1.IndexedBatchJob, warning bool, reason, format string, args ...any) {
+	if r.Recorder == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(job, nil, typ, reason, "Sync", format, args...)
+}
+
+func podsOf(ds []podDeletion) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(ds))
+	for i := range ds {
+		out[i] = ds[i].pod
+	}
+	return out
+}
+
+func deletionOf(ds []podDeletion, pod *corev1.Pod) podDeletion {
+	for _, d := range ds {
+		if d.pod == pod {
+			return d
+		}
+	}
+	return podDeletion{pod: pod}
+}
+
+func indexCount(s string, completions int32) int {
+	set, err := indexset.Parse(s, completions)
+	if err != nil {
+		return 0
+	}
+	return set.Len()
+}
+
+func parseVersion(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }
+
+// SetupWithManager registers the pod index and the controller: jobs, and
+// pods mapped to their job by the job-name label (so that pods left by a
+// deleted job still reach a sync that releases them).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, PodJobNameIndex, func(o client.Object) []string {
+		if name, ok := o.GetLabels()[ibjv1.JobNameLabel]; ok {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&ibjv1.IndexedBatchJob{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			name, ok := o.GetLabels()[ibjv1.JobNameLabel]
+			if !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		Named("indexedbatchjob").
+		Complete(r)
+}
