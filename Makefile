@@ -47,12 +47,14 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (on
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kubectl; fi
 
 .PHONY: test
-test: manifests generate vet controlplane ## Run unit, fuzz-corpus and envtest integration tests.
-	go test ./... -race -count=1 -timeout 30m
+test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
+	go test -race -count=1 ./api/... ./internal/... ./cmd/...
+	go test -count=1 -timeout 40m ./test/integration/...
 
 .PHONY: verify
 verify: manifests generate ## Fail if generated files are out of date.
 	@git diff --exit-code -- api config || { echo "generated files changed: run make manifests generate and commit"; exit 1; }
+	@test -z "$$(gofmt -l api cmd internal test hack)" || { echo "gofmt needed:"; gofmt -l api cmd internal test hack; exit 1; }
 
 ##@ Build
 

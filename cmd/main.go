@@ -8,17 +8,12 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -41,7 +36,7 @@ func init() {
 
 func main() {
 	var (
-		metricsAddr, probeAddr, pprofAddr, namespaces string
+		metricsAddr, probeAddr, pprofAddr, namespaces    string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		qps                                              float64
 		burst, maxConcurrent                             int
@@ -83,23 +78,10 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	// Cache only this operator's pods, without managedFields: memory follows
-	// the operator's pods, not the cluster's.
-	ours, err := labels.NewRequirement(ibjv1.ControllerUIDLabel, selection.Exists, nil)
-	if err != nil {
-		setupLog.Error(err, "Unable to build the pod selector")
-		os.Exit(1)
-	}
-	cacheOpts := cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*ours)},
-		},
-	}
-	if namespaces != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range strings.Split(namespaces, ",") {
-			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
+	var watched []string
+	for _, ns := range strings.Split(namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			watched = append(watched, ns)
 		}
 	}
 
@@ -117,7 +99,7 @@ func main() {
 		// The process exits right after it stops leading, so releasing the
 		// lease at once is safe and lets a standby take over without waiting.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOpts,
+		Cache:                         controller.CacheOptions(watched),
 	})
 	if err != nil {
 		setupLog.Error(err, "Unable to start manager")

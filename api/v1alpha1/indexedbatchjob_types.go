@@ -85,7 +85,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="template.spec.restartPolicy must be Never when podFailurePolicy is set"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || !has(self.podReplacementPolicy) || self.podReplacementPolicy == 'Failed'",message="podReplacementPolicy must be Failed when podFailurePolicy is set"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
-// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || self.template.spec.containers.exists(c, c.name == r.onExitCodes.containerName) || (has(self.template.spec.initContainers) && self.template.spec.initContainers.exists(c, c.name == r.onExitCodes.containerName)))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
+// +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || [self.template.spec.containers.map(c, c.name) + (has(self.template.spec.initContainers) ? self.template.spec.initContainers.map(c, c.name) : [])].all(names, self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || r.onExitCodes.containerName in names))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="successPolicy rules' succeededCount must be less than or equal to completions"
 // +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions",message="completions is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable"
@@ -175,7 +175,7 @@ type IndexedBatchJobSpec struct {
 	// job alone. Immutable.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="managedBy must be a domain-prefixed path such as example.com/my-controller"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="managedBy must be a domain-prefixed path such as example.com/my-controller"
 	ManagedBy *string `json:"managedBy,omitempty"`
 }
 

@@ -18,10 +18,10 @@ const attemptAnnotation = "batch.indexedjob.dev/attempt"
 
 // podToCreate is one pod the decision core asks the reconciler to create.
 type podToCreate struct {
-	index        int32
-	attempt      int32
-	failures     int32 // earlier failures of the index that counted
-	ignored      int32 // earlier failures of the index an Ignore rule matched
+	index    int32
+	attempt  int32
+	failures int32 // earlier failures of the index that counted
+	ignored  int32 // earlier failures of the index an Ignore rule matched
 }
 
 // podName is deterministic per (job, index, attempt). Together with the
@@ -155,8 +155,10 @@ func isReady(pod *corev1.Pod) bool {
 }
 
 // finishTime is when a pod finished, for backoff: the latest container
-// termination, else its Ready condition's last change, else its deletion,
-// else its creation. Pods from a kubelet always have the first.
+// termination, else when it stopped being Ready, else its deletion, else its
+// creation. Pods from a kubelet always have the first. As upstream's
+// getFinishedTime, a Ready condition that is still True says when the pod
+// started, not when it ended.
 func finishTime(pod *corev1.Pod) time.Time {
 	var t time.Time
 	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
@@ -170,7 +172,7 @@ func finishTime(pod *corev1.Pod) time.Time {
 		return t
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && !c.LastTransitionTime.IsZero() {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
 			return c.LastTransitionTime.Time
 		}
 	}

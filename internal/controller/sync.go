@@ -52,9 +52,9 @@ type plan struct {
 	delete          []podDeletion
 	removeFinalizer []*corev1.Pod
 	// discard are pods whose finalizer goes without their end being counted.
-	discard []*corev1.Pod
-	events          []event
-	recorded        []finishedPod
+	discard  []*corev1.Pod
+	events   []event
+	recorded []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	deleteJob     bool
@@ -150,13 +150,18 @@ func syncJob(in syncInput) plan {
 		}
 	}
 
-	// Group pods by index; pods without a valid index are removed.
+	// Group pods by index; pods without a valid index are removed. Until
+	// they are gone they count as terminating, as every pod of the job does.
 	indexes := map[int32]*indexState{}
+	strays := 0
 	for _, pod := range in.pods {
 		ix, ok := podIndex(pod)
 		if !ok || ix >= completions {
 			if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
 				p.delete = append(p.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "invalid completion index"})
+			}
+			if !isFinished(pod) {
+				strays++
 			}
 			continue
 		}
@@ -225,6 +230,13 @@ func syncJob(in syncInput) plan {
 		}
 	}
 
+	// As upstream, a job that is not suspended has started, whatever this
+	// sync decides: a job that finishes in the sync that starts or resumes
+	// it (completions 0, a failure seen on resume) still gets a startTime.
+	if st.StartTime == nil && !ptr.Deref(job.Spec.Suspend, false) {
+		st.StartTime = &metav1.Time{Time: in.now}
+	}
+
 	// Decide whether the job reached its end, in upstream's order.
 	target := currentTarget(st)
 	if target == nil {
@@ -266,16 +278,23 @@ func syncJob(in syncInput) plan {
 			}
 		}
 	} else {
-		active, ready, terminating = manage(in, &p, indexes, order, completed, failedIdx)
+		active, ready, terminating = manage(in, &p, indexes, order, completed, failedIdx, uFail)
 	}
 
 	// Everything recorded keeps its finalizer until the status is written.
+	held := heldForRetry(job, target, indexes, completed, failedIdx, uFail)
 	for _, pod := range in.pods {
-		if hasTrackingFinalizer(pod) && (uSucc.Has(pod.UID) || uFail.Has(pod.UID)) {
+		if hasTrackingFinalizer(pod) && (uSucc.Has(pod.UID) || uFail.Has(pod.UID)) && !held.Has(pod.UID) {
 			p.removeFinalizer = append(p.removeFinalizer, pod)
 		}
 	}
-	p.removeFinalizer = append(p.removeFinalizer, ignoredFailures...)
+	for _, pod := range ignoredFailures {
+		if !held.Has(pod.UID) {
+			p.removeFinalizer = append(p.removeFinalizer, pod)
+		}
+	}
+
+	terminating += strays
 
 	// The second phase: Complete or Failed once nothing is left running or
 	// terminating, every finished pod is counted, and the cache is current.
@@ -305,6 +324,29 @@ func syncJob(in syncInput) plan {
 	st.UncountedTerminatedPods = uncountedOf(uSucc, uFail)
 	st.Phase = phaseOf(st)
 	return p
+}
+
+// heldForRetry are the failed pods whose tracking finalizer stays although
+// their result is recorded: with backoffLimitPerIndex, the latest pod of an
+// index still to be retried carries the index's failure counts and the time
+// its backoff runs from. A deleted pod (evicted, or removed by a user) goes
+// from the API server as soon as its finalizer does; without it the next
+// pod of the index would start at attempt 0 with no failures and no delay.
+// The finalizer goes once the replacement exists (it is then the latest),
+// the index finished, or the job reached its end, as upstream's
+// podsWithDelayedDeletionPerIndex.
+func heldForRetry(job *ibjv1.IndexedBatchJob, target *metav1.Condition, indexes map[int32]*indexState, completed, failedIdx indexset.Set, recordedFailed sets.Set[types.UID]) sets.Set[types.UID] {
+	held := sets.New[types.UID]()
+	if job.Spec.BackoffLimitPerIndex == nil || target != nil {
+		return held
+	}
+	onlyFailed := onlyReplaceFailed(job)
+	for ix, s := range indexes {
+		if last := s.latest; !completed.Has(ix) && !failedIdx.Has(ix) && endedInFailure(last, onlyFailed, recordedFailed) {
+			held.Insert(last.UID)
+		}
+	}
+	return held
 }
 
 func finishedEventReason(final, reason string) string {
@@ -431,7 +473,7 @@ func deadlineLeft(job *ibjv1.IndexedBatchJob, now time.Time) *time.Duration {
 // pods to create (within parallelism, after backoff, never a second pod for
 // an index) and the pods to remove. It returns the active, ready and
 // terminating counts the status should show once the plan is applied.
-func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32, completed, failedIdx indexset.Set) (active, ready, terminating int) {
+func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32, completed, failedIdx indexset.Set, recordedFailed sets.Set[types.UID]) (active, ready, terminating int) {
 	job := in.job
 	st := &p.status
 	remove := func(pod *corev1.Pod, reason string) {
@@ -533,8 +575,8 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 			if len(s.active) > 0 || (onlyFailed && s.terminating > 0) {
 				continue
 			}
-			next = nextAttempt(job, s, onlyFailed)
-			if perIndex && s.latest != nil && countsAsFailed(s.latest, onlyFailed) {
+			next = nextAttempt(job, s, onlyFailed, recordedFailed)
+			if perIndex && s.latest != nil && endedInFailure(s.latest, onlyFailed, recordedFailed) {
 				wait := finishTime(s.latest).Add(in.backoff.Delay(next.failures + next.ignored)).Sub(in.now)
 				if wait > 0 {
 					p.requeue(wait)
@@ -552,7 +594,7 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 // nextAttempt numbers the index's next pod and carries its failure counts
 // forward from the latest pod's annotations, so that they survive restarts
 // the way upstream's job-index-failure-count annotation does.
-func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool) podToCreate {
+func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool, recordedFailed sets.Set[types.UID]) podToCreate {
 	next := podToCreate{}
 	if s.latest == nil {
 		return next
@@ -562,7 +604,10 @@ func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool) pod
 	next.attempt = attemptOf(last) + 1
 	next.failures = annotationInt(last, ibjv1.IndexFailureCountAnnotation)
 	next.ignored = annotationInt(last, ibjv1.IndexIgnoredFailureCountAnnotation)
-	if countsAsFailed(last, onlyFailed) {
+	switch {
+	case recordedFailed.Has(last.UID):
+		next.failures++
+	case countsAsFailed(last, onlyFailed):
 		if matchFailurePolicy(job.Spec.PodFailurePolicy, last).action == batchv1.PodFailurePolicyActionIgnore {
 			next.ignored++
 		} else {
@@ -570,6 +615,13 @@ func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool) pod
 		}
 	}
 	return next
+}
+
+// endedInFailure: the pod failed, or was recorded as failed. A pod deleted
+// under TerminatingOrFailed is recorded as failed at once and may still exit
+// 0 afterwards; its index has lost that attempt all the same.
+func endedInFailure(pod *corev1.Pod, onlyFailed bool, recordedFailed sets.Set[types.UID]) bool {
+	return recordedFailed.Has(pod.UID) || countsAsFailed(pod, onlyFailed)
 }
 
 // globalBackoffLeft is the replacement delay of a job without per-index

@@ -1,0 +1,122 @@
+// Package controller_test runs the operator's reconciler against a real
+// kube-apiserver (envtest). The tests play the kubelet: they bind pods and
+// write pod status, and watch the IndexedBatchJob's status react.
+package controller_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+)
+
+// testBackoff keeps the replacement delay short so the suite runs fast; the
+// 10 s default is covered by unit tests.
+var testBackoff = controller.Backoff{Base: 200 * time.Millisecond, Max: 2 * time.Second}
+
+var (
+	cfg       *rest.Config
+	k8sClient client.Client
+	testEnv   *envtest.Environment
+	scheme    = runtime.NewScheme()
+)
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "IndexedBatchJob controller integration suite")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
+		"KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned control plane into bin/")
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(ibjv1.AddToScheme(scheme)).To(Succeed())
+	testEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	cfg, err = testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if testEnv != nil {
+		Expect(testEnv.Stop()).To(Succeed())
+	}
+})
+
+// operator is one running manager with the reconciler, as one operator
+// process would be.
+type operator struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startOperator starts a manager like cmd/main.go does (same cache options,
+// same reconciler) and returns a handle to stop it, as a crash would.
+func startOperator() *operator {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  controller.CacheOptions(nil),
+		// Tests run several operators in one process, one after the other
+		// or side by side, each registering the same controller name.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	r := &controller.Reconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("indexedbatchjob-controller"),
+		Clock:    clock.RealClock{},
+		Backoff:  testBackoff,
+	}
+	Expect(r.SetupWithManager(mgr, 4)).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	op := &operator{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(op.done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	return op
+}
+
+// stop stops the manager and waits until it has.
+func (o *operator) stop() {
+	o.cancel()
+	Eventually(o.done, 30*time.Second).Should(BeClosed())
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(ctx context.Context) string {
+	ns := &corev1.Namespace{}
+	ns.GenerateName = "ibj-"
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}

@@ -1,0 +1,411 @@
+package validation
+
+import (
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+// Messages of the CRD's own rules, as a user reads them. Each is asserted
+// verbatim (as a substring of the API server's answer), so a rule that fires
+// with the wrong message, or another rule that fires instead, fails the test.
+const (
+	msgMaxFailedNeedsPerIndex   = "maxFailedIndexes can only be set together with backoffLimitPerIndex"
+	msgMaxFailedAboveCompletion = "maxFailedIndexes must be less than or equal to completions"
+	msgHugeJobMaxFailed         = "when completions is greater than 100000 and backoffLimitPerIndex is set, maxFailedIndexes must be set and at most 10000"
+	msgHugeJobParallelism       = "when completions is greater than 100000 and backoffLimitPerIndex is set, parallelism must be set and at most 10000"
+	msgRestartPolicy            = "template.spec.restartPolicy must be Never or OnFailure"
+	msgRestartPolicyWithPFP     = "template.spec.restartPolicy must be Never when podFailurePolicy is set"
+	msgReplacementWithPFP       = "podReplacementPolicy must be Failed when podFailurePolicy is set"
+	msgFailIndexNeedsPerIndex   = "podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
+	msgUnknownContainer         = "podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
+	msgExactlyOneRequirement    = "each podFailurePolicy rule must set exactly one of onExitCodes and onPodConditions"
+	msgExitCodesSorted          = "onExitCodes.values must be sorted in ascending order"
+	msgZeroExitCodeWithIn       = "onExitCodes.values must not contain 0 with operator In"
+	msgSuccessRuleEmpty         = "each successPolicy rule must set succeededIndexes, succeededCount or both"
+	msgSucceededCountTooLarge   = "successPolicy rules' succeededCount must be less than or equal to completions"
+	msgSucceededIndexesFormat   = `succeededIndexes must be comma-separated indexes or ranges such as "0,2-5"`
+	msgSucceededIndexesRange    = "successPolicy rules' succeededIndexes must be within 0 and completions-1"
+	msgSucceededIndexesOrder    = "succeededIndexes must be in increasing order, without repeated indexes or overlapping ranges, and each range must go from the lower index to the higher"
+	msgNameNotDNSLabel          = "metadata.name must be a DNS label"
+	msgHostnameTooLong          = "metadata.name is too long: the pod hostname <name>-<completions-1> must be at most 63 characters"
+	msgManagedByFormat          = "managedBy must be a domain-prefixed path such as example.com/my-controller"
+	msgTemplateImmutable        = "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended"
+)
+
+// Messages the API server writes for the OpenAPI schema's own bounds.
+const (
+	msgNotNegative    = "should be greater than or equal to 0"
+	msgAtMost100000   = "should be less than or equal to 100000"
+	msgAtLeastOneItem = "should have at least 1 items"
+	msgAtMost20Items  = "must have at most 20 items"
+	msgAtMost255Items = "must have at most 255 items"
+	msgAtMost63Bytes  = "may not be more than 63 bytes"
+	msgUnsupported    = "Unsupported value"
+)
+
+const (
+	failJob   = batchv1.PodFailurePolicyActionFailJob
+	failIndex = batchv1.PodFailurePolicyActionFailIndex
+	ignore    = batchv1.PodFailurePolicyActionIgnore
+	count     = batchv1.PodFailurePolicyActionCount
+	in        = batchv1.PodFailurePolicyOnExitCodesOpIn
+	notIn     = batchv1.PodFailurePolicyOnExitCodesOpNotIn
+)
+
+// job is the valid base every entry starts from: four indexes, one
+// container named "main", restartPolicy Never.
+func job() *utils.JobWrapper {
+	return utils.MakeIndexedBatchJob("job", namespace).Completions(4)
+}
+
+// suspendedJob is job() created suspended, the only state in which the
+// template's scheduling directives may change.
+func suspendedJob() *utils.JobWrapper {
+	return job().Suspend(true)
+}
+
+// exitCodes returns from, from+1, ..., to.
+func exitCodes(from, to int32) []int32 {
+	var out []int32
+	for v := from; v <= to; v++ {
+		out = append(out, v)
+	}
+	return out
+}
+
+// nameOfLength is a valid DNS label of exactly n characters.
+func nameOfLength(n int) string {
+	return "j" + strings.Repeat("a", n-1)
+}
+
+func failurePolicyRules(n int) []batchv1.PodFailurePolicyRule {
+	out := make([]batchv1.PodFailurePolicyRule, n)
+	for i := range out {
+		out[i] = utils.OnExitCodes(failJob, "", in, int32(i+1))
+	}
+	return out
+}
+
+func successPolicyRules(n int) []batchv1.SuccessPolicyRule {
+	out := make([]batchv1.SuccessPolicyRule, n)
+	for i := range out {
+		out[i] = utils.SucceededCount(1)
+	}
+	return out
+}
+
+// expectRejected asserts that the API server refused the object as Invalid,
+// saying message.
+func expectRejected(err error, message string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "the API server accepted the object; want it rejected with %q", message)
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want an Invalid error, got: %v", err)
+	Expect(err.Error()).To(ContainSubstring(message))
+}
+
+// create submits job and, should it be accepted, deletes it after the entry,
+// so that one wrongly accepted object does not make the next entries fail on
+// a name clash.
+func create(job *v1alpha1.IndexedBatchJob) error {
+	GinkgoHelper()
+	err := k8sClient.Create(ctx, job)
+	if err == nil {
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, job))).To(Succeed())
+		})
+	}
+	return err
+}
+
+// update creates base, then applies change to the stored object and
+// submits it; it returns the update's error.
+func update(base *v1alpha1.IndexedBatchJob, change func(*v1alpha1.IndexedBatchJob)) error {
+	GinkgoHelper()
+	Expect(create(base)).To(Succeed(), "the base object of an update must be valid")
+	stored := &v1alpha1.IndexedBatchJob{}
+	Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(base), stored)).To(Succeed())
+	change(stored)
+	return k8sClient.Update(ctx, stored)
+}
+
+var _ = Describe("IndexedBatchJob admission", func() {
+	DescribeTable("rejects an invalid job at creation",
+		func(job *v1alpha1.IndexedBatchJob, message string) {
+			expectRejected(create(job), message)
+		},
+
+		// Bounds of the OpenAPI schema.
+		Entry("negative parallelism", job().Parallelism(-1).Obj(), msgNotNegative),
+		Entry("parallelism above 100000", job().Parallelism(100001).Obj(), msgAtMost100000),
+		Entry("negative completions", job().Completions(-1).Obj(), msgNotNegative),
+		Entry("negative backoffLimit", job().BackoffLimit(-1).Obj(), msgNotNegative),
+		Entry("negative backoffLimitPerIndex", job().BackoffLimitPerIndex(-1).Obj(), msgNotNegative),
+		Entry("negative maxFailedIndexes", job().BackoffLimitPerIndex(1).MaxFailedIndexes(-1).Obj(), msgNotNegative),
+		Entry("maxFailedIndexes above 100000",
+			job().Completions(200000).Parallelism(1).BackoffLimitPerIndex(1).MaxFailedIndexes(100001).Obj(), msgAtMost100000),
+		Entry("negative ttlSecondsAfterFinished", job().TTLSecondsAfterFinished(-1).Obj(), msgNotNegative),
+		Entry("negative activeDeadlineSeconds", job().ActiveDeadlineSeconds(-1).Obj(), msgNotNegative),
+
+		// Backoff limit per index and max failed indexes.
+		Entry("maxFailedIndexes without backoffLimitPerIndex", job().MaxFailedIndexes(1).Obj(), msgMaxFailedNeedsPerIndex),
+		Entry("maxFailedIndexes above completions",
+			job().Completions(4).BackoffLimitPerIndex(1).MaxFailedIndexes(5).Obj(), msgMaxFailedAboveCompletion),
+		Entry("more than 100000 completions with backoffLimitPerIndex but no maxFailedIndexes",
+			job().Completions(100001).Parallelism(10000).BackoffLimitPerIndex(1).Obj(), msgHugeJobMaxFailed),
+		Entry("more than 100000 completions with backoffLimitPerIndex and maxFailedIndexes above 10000",
+			job().Completions(100001).Parallelism(10000).BackoffLimitPerIndex(1).MaxFailedIndexes(10001).Obj(), msgHugeJobMaxFailed),
+		Entry("more than 100000 completions with backoffLimitPerIndex and parallelism above 10000",
+			job().Completions(100001).Parallelism(10001).BackoffLimitPerIndex(1).MaxFailedIndexes(10000).Obj(), msgHugeJobParallelism),
+
+		// Restart policy.
+		Entry("restartPolicy Always", job().RestartPolicy(corev1.RestartPolicyAlways).Obj(), msgRestartPolicy),
+		Entry("restartPolicy missing", job().RestartPolicy("").Obj(), msgRestartPolicy),
+		Entry("restartPolicy OnFailure with a podFailurePolicy",
+			job().RestartPolicy(corev1.RestartPolicyOnFailure).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+			msgRestartPolicyWithPFP),
+
+		// Pod failure policy.
+		Entry("21 podFailurePolicy rules", job().PodFailurePolicy(failurePolicyRules(21)...).Obj(), msgAtMost20Items),
+		Entry("a podFailurePolicy rule with both onExitCodes and onPodConditions",
+			job().PodFailurePolicy(batchv1.PodFailurePolicyRule{
+				Action:          failJob,
+				OnExitCodes:     utils.OnExitCodes(failJob, "", in, 1).OnExitCodes,
+				OnPodConditions: utils.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionTrue).OnPodConditions,
+			}).Obj(), msgExactlyOneRequirement),
+		Entry("a podFailurePolicy rule with neither onExitCodes nor onPodConditions",
+			job().PodFailurePolicy(batchv1.PodFailurePolicyRule{Action: failJob}).Obj(), msgExactlyOneRequirement),
+		Entry("unsorted exit codes", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 3, 1, 2)).Obj(), msgExitCodesSorted),
+		Entry("duplicate exit codes", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1, 1, 2)).Obj(), "Duplicate value: 1"),
+		Entry("exit code 0 with operator In", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 0, 1)).Obj(), msgZeroExitCodeWithIn),
+		Entry("no exit code values", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn)).Obj(), msgAtLeastOneItem),
+		Entry("256 exit code values", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn, exitCodes(0, 255)...)).Obj(), msgAtMost255Items),
+		Entry("action FailIndex without backoffLimitPerIndex",
+			job().PodFailurePolicy(utils.OnExitCodes(failIndex, "", in, 1)).Obj(), msgFailIndexNeedsPerIndex),
+		Entry("an unknown action", job().PodFailurePolicy(utils.OnExitCodes("Retry", "", in, 1)).Obj(), msgUnsupported+`: "Retry"`),
+		Entry("an unknown exit code operator", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", "Between", 1)).Obj(), msgUnsupported+`: "Between"`),
+		Entry("onExitCodes naming a container the template does not have",
+			job().PodFailurePolicy(utils.OnExitCodes(failJob, "sidecar", in, 1)).Obj(), msgUnknownContainer),
+		Entry("an onPodConditions status other than True, False or Unknown",
+			job().PodFailurePolicy(utils.OnPodCondition(ignore, corev1.DisruptionTarget, "Maybe")).Obj(), msgUnsupported+`: "Maybe"`),
+		Entry("an onPodConditions pattern without a type",
+			job().PodFailurePolicy(utils.OnPodCondition(ignore, "", corev1.ConditionTrue)).Obj(), "should be at least 1 chars long"),
+
+		// Pod replacement policy.
+		Entry("podReplacementPolicy TerminatingOrFailed with a podFailurePolicy",
+			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+			msgReplacementWithPFP),
+		Entry("an unknown podReplacementPolicy", job().PodReplacementPolicy("Never").Obj(), msgUnsupported+`: "Never"`),
+
+		// Success policy.
+		Entry("a successPolicy without rules", job().SuccessPolicy().Obj(), msgAtLeastOneItem),
+		Entry("21 successPolicy rules", job().SuccessPolicy(successPolicyRules(21)...).Obj(), msgAtMost20Items),
+		Entry("a successPolicy rule with neither succeededIndexes nor succeededCount",
+			job().SuccessPolicy(batchv1.SuccessPolicyRule{}).Obj(), msgSuccessRuleEmpty),
+		Entry("succeededCount above completions", job().Completions(4).SuccessPolicy(utils.SucceededCount(5)).Obj(), msgSucceededCountTooLarge),
+		Entry("negative succeededCount", job().SuccessPolicy(utils.SucceededCount(-1)).Obj(), msgNotNegative),
+		Entry("malformed succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("1-")).Obj(), msgSucceededIndexesFormat),
+		Entry("succeededIndexes that are not numbers", job().SuccessPolicy(utils.SucceededIndexes("a,b")).Obj(), msgSucceededIndexesFormat),
+		Entry("succeededIndexes beyond completions-1", job().Completions(4).SuccessPolicy(utils.SucceededIndexes("0,2-4")).Obj(), msgSucceededIndexesRange),
+		Entry("a descending succeededIndexes range", job().SuccessPolicy(utils.SucceededIndexes("3-1")).Obj(), msgSucceededIndexesOrder),
+		Entry("a succeededIndexes range from an index to itself", job().SuccessPolicy(utils.SucceededIndexes("2-2")).Obj(), msgSucceededIndexesOrder),
+		Entry("unsorted succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("3,1")).Obj(), msgSucceededIndexesOrder),
+		Entry("a repeated succeededIndexes index", job().SuccessPolicy(utils.SucceededIndexes("1,1")).Obj(), msgSucceededIndexesOrder),
+		Entry("overlapping succeededIndexes ranges", job().SuccessPolicy(utils.SucceededIndexes("0-2,2-3")).Obj(), msgSucceededIndexesOrder),
+		Entry("a succeededIndexes index too large for an integer",
+			job().SuccessPolicy(utils.SucceededIndexes("0,99999999999999999999")).Obj(), msgSucceededIndexesRange),
+		Entry("succeededIndexes longer than 4096 characters",
+			job().Completions(100000).SuccessPolicy(utils.SucceededIndexes(strings.Repeat("1", 4097))).Obj(), "may not be more than 4096 bytes"),
+
+		// Names.
+		Entry("a name with a dot, which is no DNS label", job().Name("my.job").Obj(), msgNameNotDNSLabel),
+		Entry("a name whose last pod hostname is 64 characters",
+			job().Name(nameOfLength(61)).Completions(100).Obj(), msgHostnameTooLong), // 61 + "-99"
+		Entry("a 63-character name, whose hostname for index 0 is too long",
+			job().Name(nameOfLength(63)).Completions(1).Obj(), msgHostnameTooLong),
+		Entry("managedBy that is not a domain-prefixed path", job().ManagedBy("example.com/my controller").Obj(), msgManagedByFormat),
+		Entry("managedBy without a domain prefix", job().ManagedBy("my-controller").Obj(), msgManagedByFormat),
+		Entry("managedBy longer than 63 characters",
+			job().ManagedBy("example.com/"+strings.Repeat("c", 52)).Obj(), msgAtMost63Bytes),
+	)
+
+	DescribeTable("accepts a valid job at creation",
+		func(job *v1alpha1.IndexedBatchJob) {
+			Expect(create(job)).To(Succeed())
+		},
+
+		Entry("the base job", job().Obj()),
+		Entry("zero completions", job().Completions(0).Obj()),
+		Entry("100000 completions and parallelism 100000 without backoffLimitPerIndex",
+			job().Completions(100000).Parallelism(100000).Obj()),
+		Entry("more than 100000 completions without backoffLimitPerIndex",
+			job().Completions(1000000).Parallelism(100000).Obj()),
+		Entry("100001 completions with backoffLimitPerIndex, maxFailedIndexes 10000 and parallelism 10000",
+			job().Completions(100001).Parallelism(10000).BackoffLimitPerIndex(1).MaxFailedIndexes(10000).Obj()),
+		Entry("maxFailedIndexes equal to completions", job().Completions(4).BackoffLimitPerIndex(0).MaxFailedIndexes(4).Obj()),
+		Entry("zero for every non-negative count",
+			job().Parallelism(0).BackoffLimit(0).BackoffLimitPerIndex(0).MaxFailedIndexes(0).TTLSecondsAfterFinished(0).ActiveDeadlineSeconds(0).Obj()),
+		Entry("restartPolicy OnFailure without a podFailurePolicy", job().RestartPolicy(corev1.RestartPolicyOnFailure).Obj()),
+		Entry("the 255 exit codes 1 to 255", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, exitCodes(1, 255)...)).Obj()),
+		Entry("20 podFailurePolicy rules", job().PodFailurePolicy(failurePolicyRules(20)...).Obj()),
+		Entry("exit code 0 with operator NotIn", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn, 0)).Obj()),
+		Entry("onExitCodes naming the template's container", job().PodFailurePolicy(utils.OnExitCodes(failJob, "main", in, 42)).Obj()),
+		Entry("onExitCodes naming an init container", job().InitContainer("setup").PodFailurePolicy(utils.OnExitCodes(failJob, "setup", in, 42)).Obj()),
+		Entry("an Ignore rule on the DisruptionTarget condition",
+			job().PodFailurePolicy(utils.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()),
+		Entry("every action, FailIndex together with backoffLimitPerIndex",
+			job().BackoffLimitPerIndex(1).PodFailurePolicy(
+				utils.OnExitCodes(failIndex, "", in, 1),
+				utils.OnExitCodes(failJob, "", in, 2),
+				utils.OnExitCodes(count, "", in, 3),
+				utils.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionUnknown),
+			).Obj()),
+		Entry("podReplacementPolicy Failed with a podFailurePolicy",
+			job().PodReplacementPolicy(batchv1.Failed).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj()),
+		Entry("podReplacementPolicy TerminatingOrFailed without a podFailurePolicy", job().PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()),
+		Entry("20 successPolicy rules", job().SuccessPolicy(successPolicyRules(20)...).Obj()),
+		Entry("succeededCount equal to completions", job().Completions(4).SuccessPolicy(utils.SucceededCount(4)).Obj()),
+		Entry("succeededIndexes up to completions-1 with a succeededCount",
+			job().Completions(4).SuccessPolicy(batchv1.SuccessPolicyRule{SucceededIndexes: ptr.To("0,2-3"), SucceededCount: ptr.To[int32](2)}).Obj()),
+		Entry("a name whose last pod hostname is exactly 63 characters",
+			job().Name(nameOfLength(60)).Completions(100).Obj()), // 60 + "-99"
+		Entry("a 63-character name with zero completions, which has no pods", job().Name(nameOfLength(63)).Completions(0).Obj()),
+		Entry("managedBy naming this operator", job().ManagedBy(v1alpha1.ControllerName).Obj()),
+		Entry("managedBy naming MultiKueue", job().ManagedBy("kueue.x-k8s.io/multikueue").Obj()),
+		Entry("managedBy of exactly 63 characters", job().ManagedBy("example.com/"+strings.Repeat("c", 51)).Obj()),
+	)
+
+	DescribeTable("rejects an update",
+		func(base *v1alpha1.IndexedBatchJob, change func(*v1alpha1.IndexedBatchJob), message string) {
+			expectRejected(update(base, change), message)
+		},
+
+		Entry("of completions", job().Completions(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, "completions is immutable"),
+		Entry("of completions while suspended", suspendedJob().Completions(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, "completions is immutable"),
+		Entry("of managedBy", job().ManagedBy("example.com/a").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
+		Entry("setting managedBy", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
+		Entry("clearing managedBy", job().ManagedBy("example.com/a").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = nil }, "managedBy is immutable"),
+		Entry("adding a podFailurePolicy", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{utils.OnExitCodes(failJob, "", in, 1)}}
+			}, "podFailurePolicy is immutable"),
+		Entry("of a podFailurePolicy rule", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodFailurePolicy.Rules[0].Action = ignore }, "podFailurePolicy is immutable"),
+		Entry("adding a successPolicy", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{utils.SucceededCount(1)}}
+			}, "successPolicy is immutable"),
+		Entry("of a successPolicy rule", job().SuccessPolicy(utils.SucceededCount(1)).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.SuccessPolicy.Rules[0].SucceededCount = ptr.To[int32](2) }, "successPolicy is immutable"),
+		Entry("of backoffLimitPerIndex", job().BackoffLimitPerIndex(1).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.BackoffLimitPerIndex = ptr.To[int32](2) }, "backoffLimitPerIndex is immutable"),
+		Entry("setting backoffLimitPerIndex", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.BackoffLimitPerIndex = ptr.To[int32](2) }, "backoffLimitPerIndex is immutable"),
+		Entry("of podReplacementPolicy", job().PodReplacementPolicy(batchv1.Failed).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodReplacementPolicy = ptr.To(batchv1.TerminatingOrFailed) },
+			"podReplacementPolicy is immutable"),
+		Entry("setting podReplacementPolicy", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodReplacementPolicy = ptr.To(batchv1.Failed) }, "podReplacementPolicy is immutable"),
+		Entry("of a container image while running", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Image = "example.com/other:1" }, msgTemplateImmutable),
+		Entry("of a container image while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Image = "example.com/other:1" }, msgTemplateImmutable),
+		Entry("adding an init container while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: utils.DefaultImage}}
+			}, msgTemplateImmutable),
+		Entry("of the template's nodeSelector while running", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }, msgTemplateImmutable),
+		Entry("of the template's labels while running", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Labels = map[string]string{"team": "b"} }, msgTemplateImmutable),
+		Entry("of the template's nodeSelector in the update that suspends the job", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Suspend = ptr.To(true)
+				j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"}
+			}, msgTemplateImmutable),
+		Entry("that makes an otherwise valid field invalid: maxFailedIndexes above completions",
+			job().BackoffLimitPerIndex(1).MaxFailedIndexes(1).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.MaxFailedIndexes = ptr.To[int32](5) }, msgMaxFailedAboveCompletion),
+	)
+
+	DescribeTable("accepts an update",
+		func(base *v1alpha1.IndexedBatchJob, change func(*v1alpha1.IndexedBatchJob)) {
+			Expect(update(base, change)).To(Succeed())
+		},
+
+		Entry("that changes nothing", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).SuccessPolicy(utils.SucceededCount(1)).Obj(),
+			func(*v1alpha1.IndexedBatchJob) {}),
+		Entry("of the template's nodeSelector while suspended", suspendedJob().NodeSelector("zone", "a").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }),
+		Entry("of the template's tolerations while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+			}),
+		Entry("of the template's labels while suspended", suspendedJob().PodLabel("team", "a").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Labels = map[string]string{"team": "b", "queue": "q"}
+			}),
+		Entry("of the template's annotations while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Annotations = map[string]string{"example.com/note": "x"}
+			}),
+		Entry("of the template's scheduling directives in the update that resumes the job", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Suspend = ptr.To(false)
+				j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"}
+				j.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
+			}),
+		Entry("of parallelism", job().Parallelism(2).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](3) }),
+		Entry("suspending the job", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Suspend = ptr.To(true) }),
+		Entry("resuming the job", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Suspend = ptr.To(false) }),
+		Entry("of backoffLimit, activeDeadlineSeconds and ttlSecondsAfterFinished", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.BackoffLimit = ptr.To[int32](2)
+				j.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+				j.Spec.TTLSecondsAfterFinished = ptr.To[int32](30)
+			}),
+		Entry("of maxFailedIndexes", job().BackoffLimitPerIndex(1).MaxFailedIndexes(1).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.MaxFailedIndexes = ptr.To[int32](2) }),
+	)
+
+	// kubectl users often leave out the template's metadata, which typed Go
+	// clients always send (as {}); adding labels later must still be allowed.
+	It("accepts labels added while suspended to a template that had no metadata", func() {
+		raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(suspendedJob().Obj())
+		Expect(err).NotTo(HaveOccurred())
+		u := &unstructured.Unstructured{Object: raw}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("IndexedBatchJob"))
+		unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata")
+		Expect(k8sClient.Create(ctx, u)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, u))).To(Succeed()) })
+
+		stored := &unstructured.Unstructured{}
+		stored.SetGroupVersionKind(u.GroupVersionKind())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(u), stored)).To(Succeed())
+		_, found, err := unstructured.NestedFieldNoCopy(stored.Object, "spec", "template", "metadata")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(found).To(BeFalse(), "precondition: the stored template has no metadata")
+
+		Expect(unstructured.SetNestedStringMap(stored.Object, map[string]string{"queue": "q"}, "spec", "template", "metadata", "labels")).To(Succeed())
+		Expect(k8sClient.Update(ctx, stored)).To(Succeed())
+	})
+})
