@@ -207,7 +207,7 @@ type IndexedBatchJobStatus struct {
 
 	// active is the number of pending or running pods that are not terminating.
 	// +optional
-	Active int32 `json:"active,omitempty"`
+	Active int32 `json:"active"`
 
 	// ready is the number of active pods with condition Ready.
 	// +optional
@@ -220,12 +220,12 @@ type IndexedBatchJobStatus struct {
 
 	// succeeded is the number of pods that reached phase Succeeded.
 	// +optional
-	Succeeded int32 `json:"succeeded,omitempty"`
+	Succeeded int32 `json:"succeeded"`
 
 	// failed is the number of pods that reached phase Failed, or were deleted
 	// before finishing, and counted as failures.
 	// +optional
-	Failed int32 `json:"failed,omitempty"`
+	Failed int32 `json:"failed"`
 
 	// completedIndexes lists the succeeded indexes as sorted, compressed
 	// intervals, such as "0,3-7".

@@ -21,8 +21,9 @@ import (
 
 // outcome is what the fake kubelet does with a pod once it runs it.
 type outcome struct {
-	exitCode int32 // 0 succeeds, anything else fails
-	stay     bool  // keep it running
+	exitCode  int32 // 0 succeeds, anything else fails
+	stay      bool  // keep it running
+	disrupted bool  // fail it with condition DisruptionTarget, as an eviction does
 }
 
 // kubelet plays the node agent for the pods of one job: it binds new pods
@@ -113,7 +114,12 @@ func (k *kubelet) step(ctx context.Context) {
 		case p.Status.Phase == corev1.PodRunning:
 			ix, _ := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
 			attempt, _ := strconv.Atoi(p.Annotations["batch.indexedjob.dev/attempt"])
-			if o := k.decide(ix, attempt); !o.stay {
+			switch o := k.decide(ix, attempt); {
+			case o.disrupted:
+				p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+					Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.Now()})
+				finishPod(ctx, p, 137)
+			case !o.stay:
 				finishPod(ctx, p, o.exitCode)
 			}
 		}
@@ -177,7 +183,13 @@ func finishPod(ctx context.Context, p *corev1.Pod, exitCode int32) {
 	if exitCode != 0 {
 		p.Status.Phase = corev1.PodFailed
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
+	var conditions []corev1.PodCondition
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			conditions = append(conditions, c)
+		}
+	}
+	p.Status.Conditions = append(conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now})
 	for i := range p.Status.ContainerStatuses {
 		p.Status.ContainerStatuses[i].Ready = false
 		p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, FinishedAt: now}}
