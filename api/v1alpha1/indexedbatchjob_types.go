@@ -238,9 +238,10 @@ type IndexedBatchJobStatus struct {
 	FailedIndexes *string `json:"failedIndexes,omitempty"`
 
 	// uncountedTerminatedPods lists the UIDs of finished pods whose result is
-	// already in succeeded/failed but whose tracking finalizer may not have
-	// been removed yet. It is the durable record that keeps the counts exact
-	// across controller restarts.
+	// recorded (and already in completedIndexes/failedIndexes) but not yet
+	// added to succeeded/failed: that happens once their tracking finalizer
+	// is gone. It is the durable record that keeps the counts exact across
+	// controller restarts, as in batch/v1.
 	// +optional
 	UncountedTerminatedPods *batchv1.UncountedTerminatedPods `json:"uncountedTerminatedPods,omitempty"`
 }

@@ -52,6 +52,9 @@ type Reconciler struct {
 
 	once sync.Once
 	exp  *expectations
+	// uids maps a job's namespaced name to the UID its expectations are kept
+	// under, so that they are dropped when the job is found gone.
+	uids sync.Map
 }
 
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
@@ -79,6 +82,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	job := &ibjv1.IndexedBatchJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
+			if uid, ok := r.uids.LoadAndDelete(req.NamespacedName); ok {
+				r.exp.forget(uid.(types.UID))
+			}
 			return ctrl.Result{}, r.releaseOrphans(ctx, req.Namespace, req.Name, "")
 		}
 		return ctrl.Result{}, err
@@ -86,6 +92,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if m := job.Spec.ManagedBy; m != nil && *m != ibjv1.ControllerName {
 		logger.V(4).Info("Skipped job managed by another controller", "managedBy", *m)
 		return ctrl.Result{}, nil
+	}
+	if old, loaded := r.uids.Swap(req.NamespacedName, job.UID); loaded && old.(types.UID) != job.UID {
+		r.exp.forget(old.(types.UID)) // the job was deleted and created again
 	}
 	if job.DeletionTimestamp != nil {
 		r.exp.forget(job.UID)
@@ -147,8 +156,8 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job, p)
 	}
 
-	errs = append(errs, r.patchAll(ctx, podsOf(p.delete), func(pod *corev1.Pod) error {
-		d := deletionOf(p.delete, pod)
+	errs = append(errs, parallel(ctx, len(p.delete), func(i int) error {
+		d, pod := p.delete[i], p.delete[i].pod
 		if d.stripFinalizer && hasTrackingFinalizer(pod) {
 			if err := r.removeFinalizer(ctx, pod, true); err != nil {
 				return err
@@ -163,9 +172,8 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	}))
 	deleted := len(p.delete)
 
-	failedCreates := 0
-	var mu sync.Mutex
-	workqueue.ParallelizeUntil(ctx, apiParallelism, len(p.create), func(i int) {
+	createErrs := make([]error, len(p.create))
+	_ = parallel(ctx, len(p.create), func(i int) error {
 		c := p.create[i]
 		pod := newPod(job, c)
 		r.exp.expectCreate(job.UID, pod.Name, r.Clock.Now())
@@ -174,21 +182,28 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 			reason = "retry"
 		}
 		err := r.Client.Create(ctx, pod)
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			r.exp.createFailed(job.UID, pod.Name)
-			podsCreated.WithLabelValues(reason, "failed").Inc()
-			mu.Lock()
-			failedCreates++
-			errs = append(errs, fmt.Errorf("creating pod %s: %w", pod.Name, err))
-			mu.Unlock()
-			r.event(job, true, "FailedCreate", "Error creating pod %s: %v", pod.Name, err)
-			return
-		}
-		if err == nil {
+		switch {
+		case err == nil:
 			podsCreated.WithLabelValues(reason, "succeeded").Inc()
 			logger.V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
+		case apierrors.IsAlreadyExists(err):
+			// Created by an earlier sync whose create the cache has not
+			// shown yet: the deterministic name kept it from doubling.
+		default:
+			r.exp.createFailed(job.UID, pod.Name)
+			podsCreated.WithLabelValues(reason, "failed").Inc()
+			r.event(job, true, "FailedCreate", "Error creating pod %s: %v", pod.Name, err)
+			createErrs[i] = fmt.Errorf("creating pod %s: %w", pod.Name, err)
 		}
+		return nil
 	})
+	failedCreates := 0
+	for _, err := range createErrs {
+		if err != nil {
+			failedCreates++
+			errs = append(errs, err)
+		}
+	}
 	p.status.Active -= int32(failedCreates)
 
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
@@ -320,11 +335,16 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod, disca
 
 // patchAll runs f over the pods, apiParallelism at a time, and joins errors.
 func (r *Reconciler) patchAll(ctx context.Context, pods []*corev1.Pod, f func(*corev1.Pod) error) error {
-	if len(pods) == 0 {
+	return parallel(ctx, len(pods), func(i int) error { return f(pods[i]) })
+}
+
+// parallel runs f for 0…n-1, apiParallelism at a time, and joins errors.
+func parallel(ctx context.Context, n int, f func(i int) error) error {
+	if n == 0 {
 		return nil
 	}
-	errs := make([]error, len(pods))
-	workqueue.ParallelizeUntil(ctx, apiParallelism, len(pods), func(i int) { errs[i] = f(pods[i]) })
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(ctx, apiParallelism, n, func(i int) { errs[i] = f(i) })
 	return errors.Join(errs...)
 }
 
@@ -337,23 +357,6 @@ func (r *Reconciler) event(job *ibjv1.IndexedBatchJob, warning bool, reason, for
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(job, nil, typ, reason, "Sync", format, args...)
-}
-
-func podsOf(ds []podDeletion) []*corev1.Pod {
-	out := make([]*corev1.Pod, len(ds))
-	for i := range ds {
-		out[i] = ds[i].pod
-	}
-	return out
-}
-
-func deletionOf(ds []podDeletion, pod *corev1.Pod) podDeletion {
-	for _, d := range ds {
-		if d.pod == pod {
-			return d
-		}
-	}
-	return podDeletion{pod: pod}
 }
 
 func indexCount(s string, completions int32) int {

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+func TestFailurePolicyMatching(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
+	const (
+		failJob   = batchv1.PodFailurePolicyActionFailJob
+		failIndex = batchv1.PodFailurePolicyActionFailIndex
+		ignore    = batchv1.PodFailurePolicyActionIgnore
+		count     = batchv1.PodFailurePolicyActionCount
+		in        = batchv1.PodFailurePolicyOnExitCodesOpIn
+		notIn     = batchv1.PodFailurePolicyOnExitCodesOpNotIn
+	)
+	exit := func(code int32) *corev1.Pod { return makePod(job, 0).failedAt(testNow, code).obj() }
+	cases := []struct {
+		name   string
+		policy *batchv1.PodFailurePolicy
+		pod    *corev1.Pod
+		want   batchv1.PodFailurePolicyAction
+	}{
+		{"no policy counts", nil, exit(3), count},
+		{"no rule matches counts", policyOf(utils.OnExitCodes(failJob, "", in, 42)), exit(3), count},
+		{"In matches", policyOf(utils.OnExitCodes(failJob, "", in, 3, 42)), exit(42), failJob},
+		{"NotIn matches another code", policyOf(utils.OnExitCodes(ignore, "", notIn, 1, 2)), exit(3), ignore},
+		{"NotIn skips a listed code", policyOf(utils.OnExitCodes(ignore, "", notIn, 1, 3)), exit(3), count},
+		{"first match wins", policyOf(
+			utils.OnExitCodes(ignore, "", in, 42),
+			utils.OnExitCodes(failJob, "", in, 42),
+		), exit(42), ignore},
+		{"a rule that does not match lets the next one decide", policyOf(
+			utils.OnExitCodes(failJob, "", in, 1),
+			utils.OnExitCodes(failIndex, "", in, 42),
+		), exit(42), failIndex},
+		{"explicit Count stops the search", policyOf(
+			utils.OnExitCodes(count, "", in, 42),
+			utils.OnExitCodes(failJob, "", in, 42),
+		), exit(42), count},
+		{"containerName restricts the match", policyOf(utils.OnExitCodes(failJob, "sidecar", in, 42)), exit(42), count},
+		{"containerName matches its container",
+			policyOf(utils.OnExitCodes(failJob, "sidecar", in, 42)),
+			makePod(job, 0).failedAt(testNow, 0).containerExit("sidecar", 42, testNow).obj(), failJob},
+		{"init containers are matched",
+			policyOf(utils.OnExitCodes(failJob, "", in, 7)),
+			makePod(job, 0).initFailedAt(testNow, "setup", 7).obj(), failJob},
+		{"init container matched by name",
+			policyOf(utils.OnExitCodes(failIndex, "setup", in, 7)),
+			makePod(job, 0).initFailedAt(testNow, "setup", 7).obj(), failIndex},
+		{"zero exit code never matches NotIn",
+			policyOf(utils.OnExitCodes(failJob, "sidecar", notIn, 1)),
+			makePod(job, 0).failedAt(testNow, 5).containerExit("sidecar", 0, testNow).obj(), count},
+		{"zero exit code never matches In, even listed",
+			policyOf(utils.OnExitCodes(failJob, "", in, 0)), exit(0), count},
+		{"a running container does not match",
+			policyOf(utils.OnExitCodes(failJob, "", notIn, 1)),
+			makePod(job, 0).running().failedWithoutStatus().obj(), count},
+		{"pod condition with default status True",
+			policyOf(batchv1.PodFailurePolicyRule{Action: ignore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}),
+			makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj(), ignore},
+		{"pod condition with another status does not match the default",
+			policyOf(batchv1.PodFailurePolicyRule{Action: ignore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}),
+			makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionFalse).obj(), count},
+		{"pod condition with an explicit status",
+			policyOf(utils.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionFalse)),
+			makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionFalse).obj(), failJob},
+		{"unknown action is skipped", policyOf(
+			utils.OnExitCodes("FailEverything", "", in, 42),
+			utils.OnExitCodes(ignore, "", in, 42),
+		), exit(42), ignore},
+		{"rule without a requirement is skipped", policyOf(
+			batchv1.PodFailurePolicyRule{Action: failJob},
+			utils.OnExitCodes(ignore, "", in, 42),
+		), exit(42), ignore},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := matchFailurePolicy(tc.policy, tc.pod).action; got != tc.want {
+				t.Errorf("action = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	pod := makePod(job, 2).failedAt(testNow, 42).obj()
+	policy := policyOf(
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 1),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+	)
+	v := matchFailurePolicy(policy, pod)
+	want := "Container main for pod ns/a-2-0 failed with exit code 42 matching FailJob rule at index 1"
+	if v.message != want {
+		t.Errorf("message = %q, want %q", v.message, want)
+	}
+
+	pod = makePod(job, 2).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
+	v = matchFailurePolicy(policyOf(utils.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)), pod)
+	if !strings.Contains(v.message, "ns/a-2-0") || !strings.Contains(v.message, "DisruptionTarget") {
+		t.Errorf("message = %q, want it to name the pod and the condition", v.message)
+	}
+}
+
+func policyOf(rules ...batchv1.PodFailurePolicyRule) *batchv1.PodFailurePolicy {
+	return &batchv1.PodFailurePolicy{Rules: rules}
+}
