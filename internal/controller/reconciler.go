@@ -124,6 +124,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.patchAll(ctx, strangers, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) }); err != nil {
 		return ctrl.Result{}, err
 	}
+	for _, pod := range strangers {
+		r.event(job, true, "ForeignPod", "Released pod %s without counting it: it carries this job's labels but is not controlled by it", pod.Name)
+	}
 
 	now := r.Clock.Now()
 	p := syncJob(syncInput{

@@ -121,12 +121,14 @@ func syncJob(in syncInput) plan {
 			message: fmt.Sprintf("Ignored unreadable status.completedIndexes %q: %v; rebuilt it from the pods", st.CompletedIndexes, err)})
 		completed = indexset.Set{}
 	}
+	rebuildCompleted, rebuildFailed := err != nil, false
 	failedIdx := indexset.Set{}
 	if perIndex && st.FailedIndexes != nil {
 		if failedIdx, err = indexset.Parse(*st.FailedIndexes, completions); err != nil {
 			p.events = append(p.events, event{warning: true, reason: "InvalidStatus",
 				message: fmt.Sprintf("Ignored unreadable status.failedIndexes %q: %v; rebuilt it from the pods", *st.FailedIndexes, err)})
 			failedIdx = indexset.Set{}
+			rebuildFailed = true
 		}
 	}
 
@@ -160,6 +162,11 @@ func syncJob(in syncInput) plan {
 			if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
 				p.delete = append(p.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "invalid completion index"})
 			}
+			if pod.DeletionTimestamp == nil {
+				p.events = append(p.events, event{warning: true, reason: "InvalidPodIndex", message: fmt.Sprintf(
+					"Deleted pod %s without counting it: its completion index %q is not in 0..%d",
+					pod.Name, pod.Labels[ibjv1.CompletionIndexLabel], completions-1)})
+			}
 			if !isFinished(pod) {
 				strays++
 			}
@@ -180,6 +187,9 @@ func syncJob(in syncInput) plan {
 		case isTerminating(pod):
 			s.terminating++
 		}
+	}
+	if rebuildCompleted || rebuildFailed {
+		completed, failedIdx = rebuildIndexSets(job, indexes, completed, failedIdx, rebuildCompleted, rebuildFailed)
 	}
 	order := make([]int32, 0, len(indexes))
 	for ix, s := range indexes {
@@ -527,6 +537,8 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 				remove(pod, "index already finished")
 			case i > 0:
 				remove(pod, "duplicate pod for index")
+				p.events = append(p.events, event{warning: true, reason: "DuplicatePodIndex", message: fmt.Sprintf(
+					"Deleted pod %s without counting it: pod %s already runs index %d", pod.Name, s.active[0].Name, ix)})
 			default:
 				keep = append(keep, pod)
 			}
@@ -686,4 +698,35 @@ func syncFinished(in syncInput, p *plan) {
 		return
 	}
 	p.deleteJob = true
+}
+
+// rebuildIndexSets recovers completedIndexes and failedIndexes from the
+// pods when the status holding them cannot be read (someone wrote it by
+// hand): an index is completed if one of its pods succeeded, failed if its
+// latest pod's failure went over backoffLimitPerIndex or matched FailIndex.
+func rebuildIndexSets(job *ibjv1.IndexedBatchJob, indexes map[int32]*indexState, completed, failedIdx indexset.Set, doCompleted, doFailed bool) (indexset.Set, indexset.Set) {
+	if doCompleted {
+		for ix, s := range indexes {
+			for _, pod := range s.pods {
+				if pod.Status.Phase == corev1.PodSucceeded {
+					completed = completed.Add(ix)
+				}
+			}
+		}
+	}
+	if doFailed && job.Spec.BackoffLimitPerIndex != nil {
+		onlyFailed := onlyReplaceFailed(job)
+		for ix, s := range indexes {
+			last := s.latest
+			if completed.Has(ix) || !countsAsFailed(last, onlyFailed) {
+				continue
+			}
+			action := matchFailurePolicy(job.Spec.PodFailurePolicy, last).action
+			if action == batchv1.PodFailurePolicyActionFailIndex ||
+				(action != batchv1.PodFailurePolicyActionIgnore && annotationInt(last, ibjv1.IndexFailureCountAnnotation)+1 > *job.Spec.BackoffLimitPerIndex) {
+				failedIdx = failedIdx.Add(ix)
+			}
+		}
+	}
+	return completed, failedIdx
 }
