@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,22 +15,6 @@ import (
 )
 
 var _ = Describe("Hostile and odd pods", func() {
-	var (
-		ctx context.Context
-		ns  string
-		op  *operator
-	)
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newNamespace(ctx)
-		op = startOperator()
-	})
-	AfterEach(func() {
-		if CurrentSpecReport().Failed() {
-			dumpNamespace(ctx, ns)
-		}
-		op.stop()
-	})
 
 	// strayPod is a pod that looks like one of the job's, with the given
 	// index label; owned says whether it is controlled by the job.

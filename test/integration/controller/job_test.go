@@ -6,7 +6,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,24 +21,6 @@ const timeout = 60 * time.Second
 func succeedAll(int, int) outcome { return outcome{} }
 
 var _ = Describe("IndexedBatchJob controller", func() {
-	var (
-		ctx context.Context
-		ns  string
-		op  *operator
-	)
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newNamespace(ctx)
-		op = startOperator()
-	})
-	AfterEach(func() {
-		if CurrentSpecReport().Failed() {
-			dumpNamespace(ctx, ns)
-		}
-		if op != nil {
-			op.stop()
-		}
-	})
 
 	It("runs each index once and completes with exact counts", func() {
 		job := utils.MakeIndexedBatchJob("all-succeed", ns).Completions(5).Parallelism(2).Obj()
@@ -348,8 +329,6 @@ func metav1IsControlledBy(p *corev1.Pod, job *ibjv1.IndexedBatchJob) bool {
 	}
 	return false
 }
-
-var _ = batchv1.Failed
 
 // dumpNamespace prints the jobs and pods of a failed test, to see why.
 func dumpNamespace(ctx context.Context, ns string) {

@@ -1,12 +1,10 @@
 package controller_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,10 +18,6 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 	It("prints status, reason, counts and failed indexes at a glance", func() {
 		kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
 		Expect(kubectl).To(BeAnExistingFile(), "make test builds kubectl into bin/ beside the control plane")
-		ctx := context.Background()
-		ns := newNamespace(ctx)
-		op := startOperator()
-		defer op.stop()
 
 		job := utils.MakeIndexedBatchJob("columns", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -58,6 +52,5 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 		Expect(err).NotTo(HaveOccurred(), string(out))
 		Expect(string(out)).To(ContainSubstring("COMPLETED-INDEXES"))
 		Expect(string(out)).To(ContainSubstring("0,2"))
-		_ = time.Second
 	})
 })

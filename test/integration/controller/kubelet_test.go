@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -244,5 +243,3 @@ func expectNoFinalizers(ctx context.Context, ns, job string) {
 		return held
 	}, 20*time.Second, 100*time.Millisecond).Should(BeEmpty())
 }
-
-var _ = ptr.To[int32]

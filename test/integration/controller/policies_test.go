@@ -18,22 +18,6 @@ import (
 )
 
 var _ = Describe("Failure handling", func() {
-	var (
-		ctx context.Context
-		ns  string
-		op  *operator
-	)
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newNamespace(ctx)
-		op = startOperator()
-	})
-	AfterEach(func() {
-		if CurrentSpecReport().Failed() {
-			dumpNamespace(ctx, ns)
-		}
-		op.stop()
-	})
 
 	runForever := func(int, int) outcome { return outcome{stay: true} }
 

@@ -69,6 +69,29 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// Every spec gets its own namespace and a fresh operator; a failed spec
+// prints the namespace's jobs and pods. Specs run one at a time.
+var (
+	ctx context.Context
+	ns  string
+	op  *operator
+)
+
+var _ = BeforeEach(func() {
+	ctx = context.Background()
+	ns = newNamespace(ctx)
+	op = startOperator()
+})
+
+var _ = AfterEach(func() {
+	if CurrentSpecReport().Failed() {
+		dumpNamespace(ctx, ns)
+	}
+	if op != nil {
+		op.stop()
+	}
+})
+
 // operator is one running manager with the reconciler, as one operator
 // process would be.
 type operator struct {
