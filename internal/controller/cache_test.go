@@ -1,0 +1,44 @@
+package controller
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+func TestCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
+	opts := CacheOptions([]string{"team-a", "team-b"})
+	var sel labels.Selector
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Pod); ok {
+			sel = by.Label
+		}
+	}
+	if sel == nil {
+		t.Fatal("no label selector for pods: the cache would hold every pod in the cluster")
+	}
+	if !sel.Matches(labels.Set{ibjv1.ControllerUIDLabel: "123"}) {
+		t.Error("selector does not match the operator's pods")
+	}
+	if sel.Matches(labels.Set{"app": "web"}) || sel.Matches(labels.Set{ibjv1.JobNameLabel: "x"}) {
+		t.Error("selector matches pods the operator does not own")
+	}
+	if len(opts.DefaultNamespaces) != 2 {
+		t.Errorf("watched namespaces = %v, want team-a and team-b", opts.DefaultNamespaces)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := opts.DefaultTransform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.(*corev1.Pod).ManagedFields) != 0 {
+		t.Error("managedFields are kept in the cache")
+	}
+	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
+		t.Errorf("no namespaces should watch all, got %v", all.DefaultNamespaces)
+	}
+}
