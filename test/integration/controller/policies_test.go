@@ -142,6 +142,23 @@ var _ = Describe("Failure handling", func() {
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
+	It("counts a failure a Count rule matches against backoffLimit, after an Ignore rule that does not match", func() {
+		job := utils.MakeIndexedBatchJob("count", ns).Completions(1).BackoffLimit(1).
+			PodFailurePolicy(
+				utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 9),
+				utils.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
+			).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{exitCode: 5} })
+		defer k.Stop()
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
+			g.Expect(j.Status.Failed).To(Equal(int32(2)))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		Expect(k.runsOf(0)).To(Equal(2))
+	})
+
 	It("fails one index at once on a FailIndex rule while the others run on", func() {
 		job := utils.MakeIndexedBatchJob("fail-index", ns).Completions(4).Parallelism(2).BackoffLimitPerIndex(3).
 			PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 7)).Obj()

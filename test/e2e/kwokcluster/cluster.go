@@ -1,0 +1,396 @@
+// Package kwokcluster starts a throwaway Kubernetes cluster on loopback for
+// the demo and the end-to-end tests: etcd and kube-apiserver from the pinned
+// control plane (bin/k8s/<version>), the IndexedBatchJob CRD, fake nodes run
+// by kwok, and a minimal binder in place of kube-scheduler. There is no
+// kube-controller-manager: the operator under test is the only controller.
+//
+// How pods end is scripted by their annotations, which kwok's stages in
+// hack/kwok/stages/pods.yaml read: see that file.
+package kwokcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// K8sVersion is the version of the pinned control plane, as in the Makefile.
+const K8sVersion = "v1.36.3"
+
+// KwokVersion is the kwok release the Makefile installs into bin/kwok-<version>.
+const KwokVersion = "v0.8.0"
+
+// Annotations on a pod template that script the fake kubelet; see
+// hack/kwok/stages/pods.yaml.
+const (
+	// DurationAnnotation is how long the containers run (Go duration, default
+	// 1s), or "forever".
+	DurationAnnotation = "kwok.indexedjob.dev/duration"
+	// FailIndexesAnnotation lists the completion indexes whose pods fail,
+	// as an interval string such as "1,2" or "0,3-7".
+	FailIndexesAnnotation = "kwok.indexedjob.dev/fail-indexes"
+	// ExitCodeAnnotation is the exit code of failing pods (default 1).
+	ExitCodeAnnotation = "kwok.indexedjob.dev/exit-code"
+	// FailDurationAnnotation is how long failing pods run before they exit
+	// (Go duration; default the DurationAnnotation).
+	FailDurationAnnotation = "kwok.indexedjob.dev/fail-duration"
+	// ShutdownDurationAnnotation is how long a deleted pod keeps running
+	// before its containers are killed (Go duration, default 0s).
+	ShutdownDurationAnnotation = "kwok.indexedjob.dev/shutdown-duration"
+	// Forever is the DurationAnnotation value of a pod that never ends by itself.
+	Forever = "forever"
+)
+
+// Label of the fake nodes: their zone, zone-a, zone-b... in turn, so that a
+// template's nodeSelector can pick some of them.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
+// Options says where the binaries and manifests are and where to put state.
+type Options struct {
+	// Root is the repository root. Required.
+	Root string
+	// Dir receives the kubeconfig, certificates, etcd data and one log file
+	// per component. Required; created if missing.
+	Dir string
+	// Nodes is the number of fake nodes; default 2.
+	Nodes int
+	// Progress, if set, receives a line per step.
+	Progress io.Writer
+}
+
+// Cluster is a running cluster.
+type Cluster struct {
+	// Kubeconfig is the path of an admin kubeconfig (user kwok-admin, in
+	// group system:masters).
+	Kubeconfig string
+	// Config is the admin's client configuration.
+	Config *rest.Config
+	// Dir is Options.Dir.
+	Dir string
+	// NodeNames are the fake nodes, in order.
+	NodeNames []string
+
+	etcd, apiserver, kwok *Process
+	stopBinder            context.CancelFunc
+	binderDone            chan struct{}
+}
+
+// ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
+// kube-apiserver and kubectl.
+func ControlPlaneDir(root string) string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join(root, "bin", "k8s", K8sVersion)
+}
+
+// KwokBinary is where the Makefile installs kwok.
+func KwokBinary(root string) string {
+	if bin := os.Getenv("KWOK_BIN"); bin != "" {
+		return bin
+	}
+	return filepath.Join(root, "bin", "kwok-"+KwokVersion, "kwok")
+}
+
+// MissingBinaries lists the binaries Start needs that are not built yet.
+func MissingBinaries(root string) []string {
+	var missing []string
+	for _, bin := range []string{
+		filepath.Join(ControlPlaneDir(root), "etcd"),
+		filepath.Join(ControlPlaneDir(root), "kube-apiserver"),
+		filepath.Join(ControlPlaneDir(root), "kubectl"),
+		KwokBinary(root),
+	} {
+		if _, err := os.Stat(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	return missing
+}
+
+// Start starts the cluster and returns once its nodes are Ready and the
+// CRD is established. On error everything already started is stopped.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Root == "" || opts.Dir == "" {
+		return nil, errors.New("kwokcluster: Root and Dir are required")
+	}
+	if missing := MissingBinaries(opts.Root); len(missing) > 0 {
+		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e`, which build them", missing)
+	}
+	if opts.Nodes <= 0 {
+		opts.Nodes = 2
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	step := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "  "+format+"\n", args...) }
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	c = &Cluster{Dir: opts.Dir, Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+
+	bin := ControlPlaneDir(opts.Root)
+	etcdPort, err := FreePort()
+	if err != nil {
+		return c, err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return c, err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
+	step("starting etcd on %s", etcdURL)
+	c.etcd, err = StartProcess("etcd", filepath.Join(opts.Dir, "etcd.log"), nil, filepath.Join(bin, "etcd"),
+		"--data-dir="+filepath.Join(opts.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL,
+		"--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--initial-cluster=default=http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--unsafe-no-fsync=true",
+	)
+	if err != nil {
+		return c, err
+	}
+
+	certs, err := newPKI(filepath.Join(opts.Dir, "pki"))
+	if err != nil {
+		return c, err
+	}
+	apiPort, err := FreePort()
+	if err != nil {
+		return c, err
+	}
+	server := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	step("starting kube-apiserver on %s", server)
+	// The flags envtest uses, with a static token for the admin. Without
+	// kube-controller-manager no namespace gets a default service account
+	// and no node loses the not-ready taint that TaintNodesByCondition puts
+	// on a new node, so both admission plugins are off.
+	c.apiserver, err = StartProcess("kube-apiserver", filepath.Join(opts.Dir, "kube-apiserver.log"), nil, filepath.Join(bin, "kube-apiserver"),
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--cert-dir="+filepath.Join(opts.Dir, "pki"),
+		"--tls-cert-file="+certs.certFile,
+		"--tls-private-key-file="+certs.keyFile,
+		"--token-auth-file="+certs.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-account-issuer="+server,
+		"--service-account-key-file="+certs.saKeyFile,
+		"--service-account-signing-key-file="+certs.saKeyFile,
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		"--allow-privileged=true",
+	)
+	if err != nil {
+		return c, err
+	}
+	c.Config = &rest.Config{
+		Host:            server,
+		BearerToken:     certs.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: certs.caCert},
+		QPS:             100,
+		Burst:           200,
+	}
+	if err := c.writeKubeconfig(certs); err != nil {
+		return c, err
+	}
+	if err := c.waitReady(ctx, certs); err != nil {
+		return c, err
+	}
+
+	step("installing the IndexedBatchJob CRD")
+	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(opts.Root, "config", "crd", "bases")},
+		ErrorIfPathMissing: true,
+	}); err != nil {
+		return c, fmt.Errorf("installing CRDs: %w", err)
+	}
+
+	clientset, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return c, err
+	}
+	for i := range opts.Nodes {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			// kwok manages the nodes with this annotation and only them.
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Labels: map[string]string{
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+				"type":                   "kwok",
+				ZoneLabel:                "zone-" + string(rune('a'+i%26)),
+			},
+		}}
+		if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return c, fmt.Errorf("creating node %s: %w", name, err)
+		}
+		c.NodeNames = append(c.NodeNames, name)
+	}
+
+	step("starting kwok %s with %d fake nodes", KwokVersion, opts.Nodes)
+	stages := filepath.Join(opts.Root, "hack", "kwok", "stages")
+	c.kwok, err = StartProcess("kwok", filepath.Join(opts.Dir, "kwok.log"), nil, KwokBinary(opts.Root),
+		"--kubeconfig="+c.Kubeconfig,
+		"--config="+filepath.Join(stages, "nodes.yaml"),
+		"--config="+filepath.Join(stages, "pods.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40",
+		"--cidr=10.244.0.0/16",
+		"--node-ip=10.0.0.2",
+		"--server-address=",
+	)
+	if err != nil {
+		return c, err
+	}
+	if err := c.waitNodesReady(ctx, clientset); err != nil {
+		return c, err
+	}
+
+	binderLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return c, err
+	}
+	binderCtx, stop := context.WithCancel(context.Background())
+	c.stopBinder, c.binderDone = stop, make(chan struct{})
+	go func() {
+		defer close(c.binderDone)
+		defer func() { _ = binderLog.Close() }()
+		runBinder(binderCtx, clientset, log.New(binderLog, "", log.LstdFlags|log.Lmicroseconds))
+	}()
+	step("cluster ready: KUBECONFIG=%s", c.Kubeconfig)
+	return c, nil
+}
+
+// Stop stops the binder, kwok, kube-apiserver and etcd, in that order.
+func (c *Cluster) Stop() error {
+	if c.stopBinder != nil {
+		c.stopBinder()
+		<-c.binderDone
+		c.stopBinder = nil
+	}
+	var errs []error
+	for _, p := range []*Process{c.kwok, c.apiserver, c.etcd} {
+		if p != nil {
+			errs = append(errs, p.Stop(15*time.Second))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check returns an error if a component has exited.
+func (c *Cluster) Check() error {
+	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok} {
+		if p == nil {
+			continue
+		}
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.LogPath)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig(certs *pki) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kwok"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: certs.caCert}
+	cfg.AuthInfos["kwok-admin"] = &clientcmdapi.AuthInfo{Token: certs.adminToken}
+	cfg.Contexts["kwok"] = &clientcmdapi.Context{Cluster: "kwok", AuthInfo: "kwok-admin", Namespace: "default"}
+	cfg.CurrentContext = "kwok"
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+// waitReady polls /readyz until the API server says it is ready.
+func (c *Cluster) waitReady(ctx context.Context, certs *pki) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certs.caCert)
+	httpClient := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if err := c.Check(); err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Config.Host+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+certs.adminToken)
+		if resp, err := httpClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver not ready after 90s; see %s", c.apiserver.LogPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitNodesReady waits until kwok has marked every fake node Ready.
+func (c *Cluster) waitNodesReady(ctx context.Context, clientset kubernetes.Interface) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := c.Check(); err != nil {
+			return err
+		}
+		list, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			ready := 0
+			for i := range list.Items {
+				if nodeReady(&list.Items[i]) {
+					ready++
+				}
+			}
+			if ready == len(c.NodeNames) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fake nodes not Ready after 60s; see %s", c.kwok.LogPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

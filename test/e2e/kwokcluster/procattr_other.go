@@ -1,0 +1,11 @@
+//go:build !linux
+
+package kwokcluster
+
+import "syscall"
+
+// sysProcAttr puts the child in its own process group, so a Ctrl-C in the
+// terminal reaches only the parent, which stops the children in order.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
