@@ -69,3 +69,112 @@ run: manifests generate ## Run the controller against the cluster in ~/.kube/con
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+##@ Deployment
+
+KUSTOMIZE_VERSION ?= v5.8.0
+HELM_VERSION ?= v3.22.0
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)/helm
+KUBECTL ?= $(LOCALBIN)/k8s/$(K8S_VERSION)/kubectl
+CHART ?= charts/indexed-batch-job
+ignore-not-found ?= false
+
+# config/default with the manager image set to IMG, built through a throwaway
+# overlay under dist/ so that no tracked file is edited (config/manager names
+# the image indexed-batch-job:latest, which the overlay replaces). The CRD is
+# too big for client-side apply's last-applied annotation: apply server-side.
+define kustomize-default
+overlay=$$(mkdir -p dist && mktemp -d dist/.overlay.XXXXXX); trap 'rm -rf "$$overlay"' EXIT; \
+(cd "$$overlay" && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image indexed-batch-job=$(IMG)); \
+$(KUSTOMIZE) build "$$overlay"
+endef
+
+.PHONY: build-installer
+build-installer: manifests kustomize ## Write dist/install.yaml (CRD, RBAC, manager, metrics Service) with the image IMG.
+	@$(kustomize-default) > dist/install.yaml
+	@echo "wrote dist/install.yaml with image $(IMG); apply it with: kubectl apply --server-side -f dist/install.yaml"
+
+.PHONY: install
+install: manifests kustomize kubectl ## Install the CRD into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize kubectl ## Remove the CRD, and with it every IndexedBatchJob. ignore-not-found=true ignores missing objects.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: deploy
+deploy: manifests kustomize kubectl ## Deploy the operator (config/default, image IMG) to the cluster of the current kubeconfig.
+	$(kustomize-default) | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize kubectl ## Remove what deploy created, the CRD included. ignore-not-found=true ignores missing objects.
+	$(kustomize-default) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
+
+.PHONY: helm-manifests
+helm-manifests: manifests ## Copy the generated CRD and manager ClusterRole into the Helm chart.
+	rm -f $(CHART)/files/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/files/crds/
+	cp config/rbac/role.yaml $(CHART)/files/rbac/role.yaml
+
+.PHONY: helm-lint
+helm-lint: helm helm-manifests ## Lint the Helm chart.
+	$(HELM) lint --strict $(CHART)
+
+.PHONY: helm-package
+helm-package: helm helm-manifests ## Package the Helm chart into dist/.
+	$(HELM) package $(CHART) --destination dist
+
+.PHONY: kustomize
+kustomize: ## Install the pinned kustomize into bin/.
+	@test -x "$(KUSTOMIZE)" || command -v "$(KUSTOMIZE)" >/dev/null || \
+	  GOBIN=$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+.PHONY: helm
+helm: ## Install the pinned Helm into bin/ (once; about 5 minutes on 2 cores).
+	@test -x "$(HELM)" || command -v "$(HELM)" >/dev/null || \
+	  GOBIN=$(dir $(HELM)) go install -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: kubectl
+kubectl: ## Build the pinned kubectl into bin/ if missing (unless KUBECTL is overridden).
+	@if [ "$(KUBECTL)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)/kubectl" ]; then hack/build-controlplane.sh kubectl; fi
+
+##@ Demo and end-to-end
+
+KWOK_VERSION ?= v0.8.0
+KWOK ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)/kwok
+# Where test/e2e/kwokcluster finds kwok.
+export KWOK_BIN = $(KWOK)
+
+.PHONY: kwok
+kwok: $(KWOK) ## Install the pinned kwok into bin/ (once; minutes on 2 cores).
+$(KWOK):
+	@echo "installing kwok $(KWOK_VERSION) into $(dir $(KWOK)); the first build takes a few minutes..."
+	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+.PHONY: e2e-binaries
+e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kwok-cluster.
+	go build -o bin/manager ./cmd
+	go build -o bin/kwok-cluster ./hack/kwok/cluster
+
+.PHONY: demo
+demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
+	KEEP=$(KEEP) hack/demo/demo.sh
+
+.PHONY: test-e2e
+test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.v
+
+##@ Benchmarks
+
+# BENCH_QUICK=1: only the 1,000-index workload, once, into bin/bench-quick
+# (a smoke test that leaves docs/bench alone). BENCH_ARGS passes flags to
+# hack/bench (for example -repeats 1 -skip-big -big-upstream).
+BENCH_OUT ?= $(if $(BENCH_QUICK),$(LOCALBIN)/bench-quick,docs/bench)
+
+.PHONY: bench
+bench: ## Benchmark the operator against the built-in Job controller side by side; writes docs/bench/ (BENCH_QUICK=1: smoke test).
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kube-controller-manager; fi
+	go build -o $(LOCALBIN)/bench-manager ./cmd
+	go build -o $(LOCALBIN)/bench ./hack/bench
+	$(LOCALBIN)/bench -out $(BENCH_OUT) -manager $(LOCALBIN)/bench-manager -assets $(KUBEBUILDER_ASSETS) $(if $(BENCH_QUICK),-quick) $(BENCH_ARGS)

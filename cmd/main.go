@@ -37,6 +37,7 @@ func init() {
 func main() {
 	var (
 		metricsAddr, probeAddr, pprofAddr, namespaces    string
+		leaderElectionNamespace                          string
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		qps                                              float64
 		burst, maxConcurrent                             int
@@ -48,6 +49,8 @@ func main() {
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "The address pprof binds to; empty disables it.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Enable leader election for controller manager. Ensures there is only one active controller manager.")
+	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader election lease; empty means the pod's own namespace, which only works in-cluster.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, with authentication and authorization.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
@@ -96,6 +99,9 @@ func main() {
 		PprofBindAddress:       pprofAddr,
 		LeaderElection:         enableLeaderElection,
 		LeaderElectionID:       "indexedbatchjob.batch.indexedjob.dev",
+		// Out of cluster (for example `make run` with --leader-elect) there
+		// is no service account namespace to default to.
+		LeaderElectionNamespace: leaderElectionNamespace,
 		// The process exits right after it stops leading, so releasing the
 		// lease at once is safe and lets a standby take over without waiting.
 		LeaderElectionReleaseOnCancel: true,

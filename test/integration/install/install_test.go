@@ -1,0 +1,344 @@
+package install_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+const (
+	crdName    = "indexedbatchjobs.batch.indexedjob.dev"
+	restricted = "restricted"
+	psaEnforce = "pod-security.kubernetes.io/enforce"
+	// leaseTakeover bounds how long a standby waits for a killed leader's
+	// lease to expire (controller-runtime's defaults: 15 s lease, 2 s retry).
+	leaseTakeover = 45 * time.Second
+)
+
+// warningRecorder collects the warnings the API server returns, such as Pod
+// Security admission's "would violate PodSecurity" on workloads.
+type warningRecorder struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.warnings
+	w.warnings = nil
+	return out
+}
+
+// expectRestrictedAdmits checks that the Pod Security admission of a
+// namespace enforcing "restricted" accepts the Deployment's pods. Workloads
+// are only warned about, never rejected, so it looks at the warnings of a
+// dry-run copy of the Deployment and creates a Pod from the template (dry
+// run: admission runs, nothing is stored). A privileged variant of each must
+// be warned about and rejected, or the check would prove nothing.
+func expectRestrictedAdmits(ctx context.Context, namespace, deployment string) {
+	ns := &corev1.Namespace{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: namespace}, ns)).To(Succeed())
+	Expect(ns.Labels).To(HaveKeyWithValue(psaEnforce, restricted))
+	d := &appsv1.Deployment{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: deployment}, d)).To(Succeed())
+
+	recorder := &warningRecorder{}
+	warned := rest.CopyConfig(cfg)
+	warned.WarningHandler = recorder
+	c, err := client.New(warned, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+
+	copyOf := func(mutate func(*corev1.PodSpec)) *appsv1.Deployment {
+		out := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: deployment + "-dry-run", Namespace: namespace},
+			Spec:       *d.Spec.DeepCopy(),
+		}
+		mutate(&out.Spec.Template.Spec)
+		return out
+	}
+	privileged := func(spec *corev1.PodSpec) {
+		spec.SecurityContext = nil
+		spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	Expect(c.Create(ctx, copyOf(func(*corev1.PodSpec) {}), client.DryRunAll)).To(Succeed())
+	Expect(recorder.take()).To(BeEmpty(), "Pod Security warnings on the Deployment")
+	Expect(c.Create(ctx, copyOf(privileged), client.DryRunAll)).To(Succeed())
+	Expect(strings.Join(recorder.take(), "\n")).To(ContainSubstring(`would violate PodSecurity "restricted`))
+
+	pod := func(mutate func(*corev1.PodSpec)) *corev1.Pod {
+		tmpl := d.Spec.Template.DeepCopy()
+		p := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+		p.Name, p.Namespace = deployment+"-pod", namespace
+		mutate(&p.Spec)
+		return p
+	}
+	Expect(c.Create(ctx, pod(func(*corev1.PodSpec) {}), client.DryRunAll)).To(Succeed(),
+		"a Pod from the Deployment's template must be admitted under restricted")
+	err = c.Create(ctx, pod(privileged), client.DryRunAll)
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a privileged Pod must be rejected: %v", err)
+	Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted`))
+}
+
+// restrictedNamespace creates a namespace enforcing the restricted standard.
+func restrictedNamespace(ctx context.Context, name string) {
+	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Labels: map[string]string{psaEnforce: restricted}}})).To(Succeed())
+}
+
+// newNamespace creates a plain namespace for one job.
+func newNamespace(ctx context.Context, prefix string) string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// seedJob is the seed example, config/samples/batch_v1alpha1_indexedbatchjob.yaml:
+// eight indexes two at a time, each retried once; indexes 1 and 2 always fail.
+func seedJob(namespace, name string) *ibjv1.IndexedBatchJob {
+	b, err := os.ReadFile(filepath.Join(root, "config", "samples", "batch_v1alpha1_indexedbatchjob.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	job := &ibjv1.IndexedBatchJob{}
+	Expect(utilyaml.Unmarshal(b, job)).To(Succeed())
+	Expect(job.Spec.Completions).To(BeEquivalentTo(8))
+	Expect(job.Spec.Parallelism).To(HaveValue(BeEquivalentTo(2)))
+	Expect(job.Spec.BackoffLimitPerIndex).To(HaveValue(BeEquivalentTo(1)))
+	job.Namespace, job.Name = namespace, name
+	return job
+}
+
+// seedExitCode is what the seed example's script exits with.
+func seedExitCode(index int) int32 {
+	if index == 1 || index == 2 {
+		return 1
+	}
+	return 0
+}
+
+// expectSeedOutcome waits for the seed example's final status and checks it
+// is exact: six indexes succeeded once, indexes 1 and 2 failed twice each
+// (the first run and one retry), nothing ran twice at once.
+func expectSeedOutcome(ctx context.Context, k *kubelet, namespace, name string, timeout time.Duration) {
+	job := &ibjv1.IndexedBatchJob{}
+	Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, job)).To(Succeed())
+		g.Expect(conditionReason(job, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+	}, timeout, 200*time.Millisecond).Should(Succeed())
+	Expect(job.Status.Succeeded).To(BeEquivalentTo(6))
+	Expect(job.Status.Failed).To(BeEquivalentTo(4))
+	Expect(job.Status.CompletedIndexes).To(Equal("0,3-7"))
+	Expect(job.Status.FailedIndexes).To(HaveValue(Equal("1,2")))
+	Expect(job.Status.Active).To(BeZero())
+	Expect(job.Status.CompletionTime).To(BeNil(), "only a succeeded job has a completionTime")
+	for index := range 8 {
+		want := 1
+		if seedExitCode(index) != 0 {
+			want = 2
+		}
+		Expect(k.runsOf(index)).To(Equal(want), "pods of index %d", index)
+	}
+	Expect(k.doubles()).To(BeEmpty(), "an index had two unfinished pods at once")
+	Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(namespace))).To(Succeed())
+		for _, p := range pods.Items {
+			g.Expect(p.Finalizers).NotTo(ContainElement(ibjv1.TrackingFinalizer), p.Name)
+		}
+	}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// conditionReason is the reason of a True condition, or "" if not True.
+func conditionReason(job *ibjv1.IndexedBatchJob, typ string) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == typ && c.Status == metav1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// scrape GETs the metrics endpoint with the bearer token ("" sends none).
+func scrape(address, token string) (int, string, error) {
+	// The manager serves a self-signed certificate.
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a test against its own server
+	}}
+	req, err := http.NewRequest(http.MethodGet, "https://"+address+"/metrics", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+var _ = Describe("Installing and running the operator", Ordered, func() {
+	var (
+		ctx         = context.Background()
+		kubeconfig  string   // the manager ServiceAccount's
+		first       *manager // serves metrics; a leader election candidate
+		managerArgs = []string{
+			"--leader-elect", "--leader-election-namespace=" + installNamespace,
+			"--pod-failure-backoff=200ms", "--pod-failure-backoff-max=2s",
+		}
+	)
+
+	AfterEach(func() {
+		if CurrentSpecReport().Failed() {
+			dumpManagerLogs()
+		}
+	})
+
+	It("installs with helm into a restricted namespace, and helm uninstall keeps the CRD", func() {
+		const namespace, release = "ibj-helm", "ibj"
+		restrictedNamespace(ctx, namespace)
+		_, stderr, err := runErr(root, helmBin, "install", release, chartDir, "--kubeconfig", adminKubeconfig,
+			"--namespace", namespace, "--set", "image.repository="+testImage, "--set", "image.tag="+testImageTag)
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stderr).NotTo(ContainSubstring("PodSecurity"))
+		expectRestrictedAdmits(ctx, namespace, release+"-indexed-batch-job-controller-manager")
+
+		run(root, helmBin, "uninstall", release, "--kubeconfig", adminKubeconfig, "--namespace", namespace)
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace,
+			Name: release + "-indexed-batch-job-controller-manager"}, &appsv1.Deployment{}))).To(BeTrue())
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{
+			Name: release + "-indexed-batch-job-manager-role"}, &rbacv1.ClusterRole{}))).To(BeTrue())
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: crdName}, crd)).To(Succeed(), "the CRD is kept")
+		Expect(crd.GetDeletionTimestamp()).To(BeNil())
+		Expect(crd.GetAnnotations()).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+	})
+
+	It("applies dist/install.yaml, whose manager the restricted Pod Security Standard admits", func() {
+		install := writeFile("install.yaml", kustomizeBuild("", "config/default"))
+		_, stderr, err := runErr(root, kubectlBin, "--kubeconfig", adminKubeconfig, "apply", "--server-side", "-f", install)
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stderr).NotTo(ContainSubstring("Warning"))
+		expectRestrictedAdmits(ctx, installNamespace, managerSA)
+
+		d := &appsv1.Deployment{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: managerSA}, d)).To(Succeed())
+		Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(testImage + ":" + testImageTag))
+		Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--leader-elect"))
+		Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(managerSA))
+
+		Eventually(func() error {
+			return k8sClient.List(ctx, &ibjv1.IndexedBatchJobList{})
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "the CRD should be served")
+	})
+
+	It("takes the seed example to its final status with nothing but the generated ServiceAccount's permissions", func() {
+		kubeconfig = serviceAccountKubeconfig(ctx, installNamespace, managerSA)
+		first = startManager("manager-1", kubeconfig, true, managerArgs...)
+		Eventually(first.leads, 30*time.Second, 200*time.Millisecond).Should(BeTrue(),
+			"the only replica should take the lease: the leader election Role covers leases")
+
+		namespace := newNamespace(ctx, "seed")
+		k := startKubelet(namespace, "per-index", 0, seedExitCode)
+		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
+		expectSeedOutcome(ctx, k, namespace, "per-index", 60*time.Second)
+
+		By("emitting events through events.k8s.io")
+		Eventually(func(g Gomega) {
+			var events eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &events, client.InNamespace(namespace))).To(Succeed())
+			regarding := 0
+			for _, e := range events.Items {
+				if e.Regarding.Kind == "IndexedBatchJob" && e.Regarding.Name == "per-index" {
+					regarding++
+				}
+			}
+			g.Expect(regarding).To(BeNumerically(">", 0))
+		}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		By("never being refused by the API server")
+		Expect(strings.ToLower(first.log())).NotTo(ContainSubstring("forbidden"))
+	})
+
+	It("serves metrics over HTTPS to a token allowed to read them, and only to it", func() {
+		Expect(first.metrics).NotTo(BeEmpty())
+		namespace := newNamespace(ctx, "scrapers")
+		for _, name := range []string{"prometheus", "stranger"} {
+			Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})).To(Succeed())
+		}
+		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+		})).To(Succeed())
+		allowed := serviceAccountToken(ctx, namespace, "prometheus")
+		denied := serviceAccountToken(ctx, namespace, "stranger")
+
+		Eventually(func(g Gomega) {
+			code, body, err := scrape(first.metrics, allowed)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(code).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring("indexedbatchjob_"))
+		}, 30*time.Second, 500*time.Millisecond).Should(Succeed())
+		code, body, err := scrape(first.metrics, denied)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusForbidden), body)
+		code, body, err = scrape(first.metrics, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(code).To(Equal(http.StatusUnauthorized), body)
+		Expect(strings.ToLower(first.log())).NotTo(ContainSubstring("forbidden"),
+			"the manager may review tokens and access (the metrics-auth ClusterRole)")
+	})
+
+	It("hands a job over to the standby replica when the leader is killed mid-job, with exact counts", func() {
+		second := startManager("manager-2", kubeconfig, false, managerArgs...)
+		Consistently(second.leads, 3*time.Second, 200*time.Millisecond).Should(BeFalse(), "two leaders at once")
+		leader, standby := first, second
+
+		namespace := newNamespace(ctx, "handover")
+		k := startKubelet(namespace, "per-index", time.Second, seedExitCode)
+		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
+		Eventually(k.finishedPods, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
+		leader.kill()
+		job := &ibjv1.IndexedBatchJob{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
+		Expect(conditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
+
+		Eventually(standby.leads, leaseTakeover, 200*time.Millisecond).Should(BeTrue(),
+			"the standby should take the lease once the killed leader's expires")
+		expectSeedOutcome(ctx, k, namespace, "per-index", leaseTakeover+60*time.Second)
+		Expect(strings.ToLower(standby.log())).NotTo(ContainSubstring("forbidden"))
+	})
+})

@@ -1,0 +1,251 @@
+package install_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// object is one rendered manifest, as generic JSON.
+type object = map[string]any
+
+// parseManifests splits a multi-document YAML stream into objects keyed by
+// kind/namespace/name.
+func parseManifests(manifests string) map[string]object {
+	objects := map[string]object{}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifests)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objects
+		}
+		Expect(err).NotTo(HaveOccurred())
+		var o object
+		Expect(utilyaml.Unmarshal(doc, &o)).To(Succeed())
+		if len(o) == 0 {
+			continue
+		}
+		key := objectKey(o)
+		Expect(objects).NotTo(HaveKey(key), "rendered twice")
+		objects[key] = o
+	}
+}
+
+func objectKey(o object) string {
+	meta, _ := o["metadata"].(map[string]any)
+	ns, _ := meta["namespace"].(string)
+	name, _ := meta["name"].(string)
+	return o["kind"].(string) + "/" + ns + "/" + name
+}
+
+func keysOf(objects map[string]object) []string {
+	keys := make([]string, 0, len(objects))
+	for k := range objects {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// normalized drops what legitimately differs between the kustomize and the
+// Helm rendering: each tool's own labels on objects, the Helm release label
+// in selectors, Helm's keep policy on the CRD, and empty lists and maps
+// (config/manager's `ports: []` placeholders).
+func normalized(o object) any {
+	o = runtime.DeepCopyJSON(o)
+	meta := o["metadata"].(map[string]any)
+	delete(meta, "labels")
+	if annotations, ok := meta["annotations"].(map[string]any); ok {
+		delete(annotations, "helm.sh/resource-policy")
+	}
+	return prune(o)
+}
+
+func prune(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			if k == "app.kubernetes.io/instance" {
+				continue
+			}
+			if x = prune(x); !isEmpty(x) {
+				out[k] = x
+			}
+		}
+		return out
+	case []any:
+		out := []any{}
+		for _, x := range v {
+			out = append(out, prune(x))
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+func isEmpty(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	}
+	return false
+}
+
+// managerArgs is the manager container's args in a rendering.
+func managerArgs(objects map[string]object, key string) []string {
+	Expect(objects).To(HaveKey(key))
+	containers := objects[key]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+	var args []string
+	for _, a := range containers[0].(map[string]any)["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	return args
+}
+
+// expectFlagsAccepted runs the manager binary with args and a kubeconfig that
+// does not exist: it must get past flag parsing (exit code 2 and "flag
+// provided but not defined" or "invalid value" mean it did not) and stop at
+// loading the kubeconfig (exit code 1).
+func expectFlagsAccepted(args []string) {
+	cmd := exec.Command(managerBin, append(args, "--kubeconfig="+filepath.Join(workDir, "missing.kubeconfig"))...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	Expect(errors.As(err, &exit)).To(BeTrue(), "the manager should fail without a kubeconfig: %v\n%s", err, out)
+	Expect(exit.ExitCode()).To(Equal(1), "args %q\n%s", args, out)
+	Expect(string(out)).NotTo(ContainSubstring("flag provided but not defined"))
+	Expect(string(out)).NotTo(ContainSubstring("invalid value"))
+}
+
+var _ = Describe("The Helm chart", func() {
+	It("carries the generated CRD and manager ClusterRole byte for byte (make helm-manifests copies them)", func() {
+		generated, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		inChart, err := filepath.Glob(filepath.Join(root, chartDir, "files", "crds", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(generated).NotTo(BeEmpty())
+		names := func(paths []string) []string {
+			var out []string
+			for _, p := range paths {
+				out = append(out, filepath.Base(p))
+			}
+			return out
+		}
+		Expect(names(inChart)).To(Equal(names(generated)), "run make helm-manifests")
+		pairs := map[string]string{
+			filepath.Join(root, "config", "rbac", "role.yaml"): filepath.Join(root, chartDir, "files", "rbac", "role.yaml"),
+		}
+		for _, p := range generated {
+			pairs[p] = filepath.Join(root, chartDir, "files", "crds", filepath.Base(p))
+		}
+		for want, got := range pairs {
+			wantBytes, err := os.ReadFile(want)
+			Expect(err).NotTo(HaveOccurred())
+			gotBytes, err := os.ReadFile(got)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(gotBytes).To(Equal(wantBytes), "%s differs from %s: run make helm-manifests", got, want)
+		}
+	})
+
+	It("renders with its defaults the objects config/default does, the Namespace aside", func() {
+		kustomized := parseManifests(kustomizeBuild("", "config/default"))
+		helmed := parseManifests(helmTemplate(releaseName, installNamespace))
+		namespaceKey := "Namespace//" + installNamespace
+		Expect(kustomized).To(HaveKey(namespaceKey))
+		delete(kustomized, namespaceKey)
+		Expect(keysOf(helmed)).To(Equal(keysOf(kustomized)))
+		for key, want := range kustomized {
+			Expect(normalized(helmed[key])).To(Equal(normalized(want)), key)
+		}
+
+		By("keeping the CRD on helm uninstall")
+		crd := helmed["CustomResourceDefinition//indexedbatchjobs.batch.indexedjob.dev"]
+		Expect(crd["metadata"].(map[string]any)["annotations"]).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+
+		By("passing flags the manager binary accepts")
+		args := managerArgs(helmed, "Deployment/"+installNamespace+"/"+managerSA)
+		Expect(args).To(Equal([]string{"--metrics-bind-address=:8443", "--leader-elect", "--health-probe-bind-address=:8081"}))
+		expectFlagsAccepted(args)
+	})
+
+	It("renders the ServiceMonitor and NetworkPolicy of config/prometheus and config/network-policy when asked", func() {
+		kustomized := parseManifests(kustomizeBuild(
+			"namespace: "+installNamespace+"\nnamePrefix: "+releaseName+"-\n",
+			"config/prometheus", "config/network-policy"))
+		helmed := parseManifests(helmTemplate(releaseName, installNamespace,
+			"metrics.serviceMonitor.enabled=true", "metrics.networkPolicy.enabled=true"))
+		Expect(kustomized).To(HaveLen(2))
+		for key, want := range kustomized {
+			Expect(helmed).To(HaveKey(key))
+			Expect(normalized(helmed[key])).To(Equal(normalized(want)), key)
+		}
+	})
+
+	It("turns its values into the manager's flags and drops what they turn off", func() {
+		values := writeFile("values.yaml", `
+replicaCount: 2
+crds:
+  install: false
+leaderElection:
+  enabled: false
+metrics:
+  secure: false
+  port: 8080
+logLevel: debug
+kubeAPI:
+  qps: 20.5
+  burst: 1000000
+maxConcurrentReconciles: 10
+watchNamespaces: [team-a, team-b]
+podFailureBackoff:
+  base: 1s
+  max: 1m
+extraArgs: [--enable-http2]
+rbac:
+  userRoles: false
+`)
+		helmed := parseManifests(run(root, helmBin, "template", "tuned", chartDir, "--namespace", "ops", "--values", values))
+		deployment := "Deployment/ops/tuned-indexed-batch-job-controller-manager"
+		args := managerArgs(helmed, deployment)
+		Expect(args).To(Equal([]string{
+			"--metrics-bind-address=:8080", "--metrics-secure=false", "--health-probe-bind-address=:8081",
+			"--zap-log-level=debug", "--kube-api-qps=20.5", "--kube-api-burst=1000000",
+			"--max-concurrent-reconciles=10", "--namespaces=team-a,team-b",
+			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m", "--enable-http2",
+		}))
+		expectFlagsAccepted(args)
+		Expect(helmed[deployment]["spec"].(map[string]any)["replicas"]).To(BeEquivalentTo(2))
+		service := helmed["Service/ops/tuned-indexed-batch-job-controller-manager-metrics-service"]
+		Expect(service["spec"].(map[string]any)["ports"]).To(Equal([]any{map[string]any{
+			"name": "http", "port": int64(8080), "protocol": "TCP", "targetPort": int64(8080)}}))
+
+		Expect(keysOf(helmed)).To(ConsistOf(
+			"ServiceAccount/ops/tuned-indexed-batch-job-controller-manager",
+			"ClusterRole//tuned-indexed-batch-job-manager-role",
+			"ClusterRoleBinding//tuned-indexed-batch-job-manager-rolebinding",
+			"Service/ops/tuned-indexed-batch-job-controller-manager-metrics-service",
+			deployment,
+		), "no CRD, no leader election Role, no metrics authn/authz roles, no user roles")
+
+		By("turning metrics off altogether")
+		helmed = parseManifests(helmTemplate("quiet", "ops", "metrics.enabled=false"))
+		Expect(managerArgs(helmed, "Deployment/ops/quiet-indexed-batch-job-controller-manager")).To(
+			Equal([]string{"--leader-elect", "--health-probe-bind-address=:8081"}))
+		for key := range helmed {
+			Expect(key).NotTo(ContainSubstring("metrics"))
+		}
+	})
+})
