@@ -52,8 +52,8 @@ test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed 
 	go test -count=1 -timeout 40m ./test/integration/...
 
 .PHONY: verify
-verify: manifests generate ## Fail if generated files are out of date.
-	@git diff --exit-code -- api config || { echo "generated files changed: run make manifests generate and commit"; exit 1; }
+verify: manifests generate helm-manifests ## Fail if generated files (and the chart's copies of them) are out of date.
+	@git diff --exit-code -- api config charts || { echo "generated files changed: run make manifests generate and commit"; exit 1; }
 	@test -z "$$(gofmt -l api cmd internal test hack)" || { echo "gofmt needed:"; gofmt -l api cmd internal test hack; exit 1; }
 
 ##@ Build
