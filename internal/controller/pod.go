@@ -177,7 +177,10 @@ func finishTime(pod *corev1.Pod) time.Time {
 		}
 	}
 	if pod.DeletionTimestamp != nil {
-		return pod.DeletionTimestamp.Time
+		// A graceful deletion stamps the end of the grace period, not the
+		// moment of deletion; count from the latter, as upstream does.
+		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
+		return pod.DeletionTimestamp.Add(-grace)
 	}
 	return pod.CreationTimestamp.Time
 }

@@ -406,3 +406,13 @@ func TestReplacementPolicyDefaultsToFailedWithPodFailurePolicy(t *testing.T) {
 		})
 	}
 }
+
+func TestFinishTimeOfAGracefulDeletionIsTheDeletionNotTheEndOfGrace(t *testing.T) {
+	deletedAt := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{}
+	pod.DeletionTimestamp = &metav1.Time{Time: deletedAt.Add(30 * time.Second)}
+	pod.DeletionGracePeriodSeconds = ptr.To[int64](30)
+	if got := finishTime(pod); !got.Equal(deletedAt) {
+		t.Errorf("finishTime = %v, want %v (deletionTimestamp minus the grace period)", got, deletedAt)
+	}
+}
