@@ -1,0 +1,613 @@
+// Command bench compares the IndexedBatchJob operator with the built-in Job
+// controller (kube-controller-manager --controllers=job) on the same local
+// control plane (envtest's etcd and kube-apiserver), the same workloads and
+// the same pod simulator, which plays every kubelet as fast as the API server
+// allows. Each run starts fresh controller processes and measures time to the
+// terminal condition, controller CPU seconds, peak RSS and client requests.
+//
+// usage: go run ./hack/bench [-quick] [-repeats 3] [-out docs/bench]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+const (
+	ours     = "indexed-batch-job"
+	upstream = "built-in Job (kcm)"
+)
+
+type workload struct {
+	Name          string
+	Completions   int32
+	Parallelism   int32
+	FailMod       int    // every index i with i%FailMod==0 always fails (0: none)
+	PerIndexLimit *int32 // backoffLimitPerIndex
+	Repeats       int
+	SkipUpstream  bool
+}
+
+type result struct {
+	Workload   string
+	Controller string
+	Rep        int
+	Seconds    float64
+	PodsPerSec float64
+	CPU        float64
+	RSSMiB     float64
+	Requests   float64 // API requests (server side, audit log)
+	ClientReqs float64 // rest_client_requests_total, where the controller exposes it
+	Verbs      map[string]int
+	OK         bool
+	Detail     string
+}
+
+var (
+	quick      = flag.Bool("quick", false, "run only the 1,000-index workload, once")
+	repeats    = flag.Int("repeats", 3, "repetitions of each run (median reported)")
+	bigRepeats = flag.Int("big-repeats", 1, "repetitions of the 100,000-index run")
+	skipBig    = flag.Bool("skip-big", false, "skip the 100,000-index workload")
+	bigUp      = flag.Bool("big-upstream", false, "run the built-in controller on the 100,000-index workload too")
+	outDir     = flag.String("out", "docs/bench", "where results.md, results.json, results.png and profile-top.txt go")
+	manager    = flag.String("manager", "bin/manager", "the operator binary")
+	assets     = flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "etcd, kube-apiserver and kube-controller-manager")
+	qps        = flag.Int("qps", 200, "client QPS of both controllers")
+	burst      = flag.Int("burst", 400, "client burst of both controllers")
+	syncs      = flag.Int("syncs", 5, "--max-concurrent-reconciles / --concurrent-job-syncs")
+	only       = flag.String("only", "", "run only workloads whose name contains this (=name: exactly this)")
+	which      = flag.String("controllers", "both", "both, ours or upstream")
+	reportOnly = flag.Bool("report-only", false, "rewrite results.md and results.png from results.json")
+	profSecs   = flag.Int("profile-seconds", 60, "length of the operator's CPU profile, from the create of the first 10,000-index job")
+	appendRes  = flag.Bool("append", false, "add to the runs already in results.json instead of starting afresh")
+	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
+	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	workloads := []workload{
+		{Name: "1k/p100", Completions: 1000, Parallelism: 100, Repeats: *repeats},
+		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats},
+		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats},
+		{Name: "100k/p1000", Completions: 100000, Parallelism: 1000, Repeats: *bigRepeats, SkipUpstream: !*bigUp},
+	}
+	all := slices.Clone(workloads)
+	if *quick {
+		all = all[:1]
+		workloads = workloads[:1]
+		workloads[0].Repeats = 1
+	}
+	if *skipBig && !*quick {
+		workloads = workloads[:3]
+	}
+	if *only != "" {
+		// "=name" selects exactly that workload, otherwise a substring.
+		workloads = slices.DeleteFunc(workloads, func(w workload) bool {
+			if exact, ok := strings.CutPrefix(*only, "="); ok {
+				return w.Name != exact
+			}
+			return !strings.Contains(w.Name, *only)
+		})
+	}
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if *reportOnly {
+		var results []result
+		b, err := os.ReadFile(filepath.Join(*outDir, "results.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &results)
+		}
+		if err == nil {
+			err = writeReport(*outDir, all, results)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	absAssets, _ := filepath.Abs(*assets)
+	kcm := filepath.Join(absAssets, "kube-controller-manager")
+	mgrBin, _ := filepath.Abs(*manager)
+
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{"config/crd/bases"},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: absAssets,
+	}
+	// The default 20 s is tight on 2 busy cores.
+	env.ControlPlaneStartTimeout = 2 * time.Minute
+	work, err := os.MkdirTemp("", "ibj-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	auditLog := filepath.Join(work, "audit.log")
+	if err := os.WriteFile(filepath.Join(work, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("audit-policy-file", filepath.Join(work, "audit-policy.yaml")).
+		Set("audit-log-path", auditLog).
+		Set("audit-log-maxsize", "0")
+	cfg, err := env.Start()
+	if err != nil {
+		log.Fatalf("start control plane: %v", err)
+	}
+	defer func() { _ = env.Stop() }()
+	if !*keep {
+		defer os.RemoveAll(work)
+	} else {
+		log.Printf("controller logs and the audit log stay in %s", work)
+	}
+	kubeconfigs := map[string]string{}
+	for _, who := range []string{"ibj-operator", "kcm-job-controller"} {
+		u, err := env.AddUser(envtest.User{Name: who, Groups: []string{"system:masters"}}, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, err := u.KubeConfig()
+		if err != nil {
+			log.Fatal(err)
+		}
+		p := filepath.Join(work, who+".kubeconfig")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			log.Fatal(err)
+		}
+		kubeconfigs[who] = p
+	}
+
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = ibjv1.AddToScheme(scheme)
+	simCfg := *cfg
+	simCfg.QPS, simCfg.Burst = -1, 0 // no client-side limit: as fast as the API server allows
+	simCfg.UserAgent = simulatorAgent
+	cs := kubernetes.NewForConfigOrDie(&simCfg)
+	cl, err := client.New(&simCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sim := newSimulator(cs)
+	go sim.run(ctx)
+
+	b := &bench{auditLog: auditLog, cl: cl, cs: cs, work: work, kcm: kcm, manager: mgrBin, kubeconfigs: kubeconfigs}
+	var results []result
+	if *appendRes {
+		if data, err := os.ReadFile(filepath.Join(*outDir, "results.json")); err == nil {
+			_ = json.Unmarshal(data, &results)
+		}
+	}
+	n := 0
+	profiled := false
+	for _, w := range workloads {
+		for rep := 1; rep <= w.Repeats; rep++ {
+			for _, ctrl := range []string{upstream, ours} {
+				if ctrl == upstream && (w.SkipUpstream || *which == "ours") || ctrl == ours && *which == "upstream" {
+					continue
+				}
+				n++
+				profile := ""
+				if ctrl == ours && !profiled && w.Completions == 10000 && w.FailMod == 0 {
+					profile = filepath.Join(*outDir, "cpu.pprof")
+					profiled = true
+				}
+				r := b.run(ctx, w, ctrl, rep, n, profile)
+				log.Printf("RESULT %-45s %-20s rep %d: %.1fs %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
+					r.Workload, r.Controller, rep, r.Seconds, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
+				results = append(results, r)
+				writeJSON(filepath.Join(*outDir, "results.json"), results)
+				if !last(workloads, w, rep, ctrl) {
+					b.wipe(ctx, fmt.Sprintf("bench-%02d", n))
+				}
+			}
+		}
+	}
+	if err := writeReport(*outDir, all, results); err != nil {
+		log.Fatal(err)
+	}
+	if profiled {
+		var top []byte
+		for _, args := range [][]string{{"-top", "-nodecount=50"}, {"-top", "-cum", "-nodecount=80"}} {
+			args = append([]string{"tool", "pprof"}, args...)
+			out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, "cpu.pprof"))...).Output()
+			if err != nil {
+				log.Printf("pprof: %v", err)
+			}
+			top = append(top, []byte("$ go "+strings.Join(args, " ")+" manager cpu.pprof\n")...)
+			top = append(top, out...)
+			top = append(top, '\n')
+		}
+		_ = os.WriteFile(filepath.Join(*outDir, "profile-top.txt"), top, 0o644)
+	}
+	log.Printf("wrote %s", *outDir)
+}
+
+// last reports whether this is the last run, after which nothing needs wiping.
+func last(ws []workload, w workload, rep int, ctrl string) bool {
+	return w.Name == ws[len(ws)-1].Name && rep == w.Repeats && ctrl == ours
+}
+
+func writeJSON(p string, v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	_ = os.WriteFile(p, b, 0o644)
+}
+
+type bench struct {
+	auditLog    string
+	cl          client.Client
+	cs          kubernetes.Interface
+	work        string
+	kcm         string
+	manager     string
+	kubeconfigs map[string]string
+}
+
+type proc struct {
+	cmd        *exec.Cmd
+	metricsURL string
+	pprofURL   string
+}
+
+func (b *bench) start(ctrl string, n int, profile bool) (*proc, error) {
+	port := freePort()
+	logf, err := os.Create(filepath.Join(b.work, fmt.Sprintf("run%02d-%s.log", n, strings.Fields(ctrl)[0])))
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{}
+	var cmd *exec.Cmd
+	if ctrl == ours {
+		args := []string{
+			fmt.Sprintf("--kube-api-qps=%d", *qps), fmt.Sprintf("--kube-api-burst=%d", *burst),
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false",
+			"--health-probe-bind-address=0", fmt.Sprintf("--max-concurrent-reconciles=%d", *syncs),
+			"--kubeconfig=" + b.kubeconfigs["ibj-operator"],
+		}
+		if profile {
+			pp := freePort()
+			args = append(args, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pp))
+			p.pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile", pp)
+		}
+		cmd = exec.Command(b.manager, args...)
+		p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	} else {
+		cmd = exec.Command(b.kcm,
+			"--kubeconfig="+b.kubeconfigs["kcm-job-controller"],
+			"--controllers=job",
+			fmt.Sprintf("--kube-api-qps=%d", *qps), fmt.Sprintf("--kube-api-burst=%d", *burst),
+			fmt.Sprintf("--concurrent-job-syncs=%d", *syncs),
+			"--leader-elect=false",
+			"--use-service-account-credentials=false",
+			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+			"--cert-dir="+filepath.Join(b.work, "kcm-certs"),
+			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+			"--authentication-skip-lookup",
+		)
+		p.metricsURL = fmt.Sprintf("https://127.0.0.1:%d/metrics", port)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p.cmd = cmd
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, err := restRequests(p.metricsURL); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s not ready (see %s): %v", ctrl, logf.Name(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // informers synced, workers running
+	return p, nil
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func template(w workload) corev1.PodTemplateSpec {
+	labels := map[string]string{benchLabel: "true"}
+	if w.FailMod > 0 {
+		labels[failModLabel] = strconv.Itoa(w.FailMod)
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []corev1.Container{{Name: "work", Image: "busybox:1.36", Command: []string{"true"}}},
+		},
+	}
+}
+
+type expectation struct {
+	succeeded, failed    int32
+	completed, failedIdx string
+	condType, reason     string
+}
+
+func expect(w workload) expectation {
+	var ok, bad []int
+	for i := 0; i < int(w.Completions); i++ {
+		if w.FailMod > 0 && i%w.FailMod == 0 {
+			bad = append(bad, i)
+		} else {
+			ok = append(ok, i)
+		}
+	}
+	e := expectation{succeeded: int32(len(ok)), completed: compress(ok), condType: "Complete", reason: batchv1.JobReasonCompletionsReached}
+	if len(bad) > 0 {
+		e.failed = int32(len(bad)) * (*w.PerIndexLimit + 1)
+		e.failedIdx = compress(bad)
+		e.condType, e.reason = "Failed", batchv1.JobReasonFailedIndexes
+	}
+	return e
+}
+
+func compress(xs []int) string {
+	var parts []string
+	for i := 0; i < len(xs); {
+		j := i
+		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			parts = append(parts, strconv.Itoa(xs[i]))
+		case j == i+1:
+			parts = append(parts, strconv.Itoa(xs[i]), strconv.Itoa(xs[j]))
+		default:
+			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// observed is the part of either status the benchmark checks.
+type observed struct {
+	terminal             bool
+	condType, reason     string
+	succeeded, failed    int32
+	completed, failedIdx string
+}
+
+func (b *bench) observe(ctx context.Context, ctrl string, key types.NamespacedName) (observed, error) {
+	var o observed
+	if ctrl == ours {
+		var j ibjv1.IndexedBatchJob
+		if err := b.cl.Get(ctx, key, &j); err != nil {
+			return o, err
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == "Complete" || c.Type == "Failed") && c.Status == metav1.ConditionTrue {
+				o.terminal, o.condType, o.reason = true, c.Type, c.Reason
+			}
+		}
+		o.succeeded, o.failed, o.completed = j.Status.Succeeded, j.Status.Failed, j.Status.CompletedIndexes
+		o.failedIdx = ptr.Deref(j.Status.FailedIndexes, "")
+		return o, nil
+	}
+	var j batchv1.Job
+	if err := b.cl.Get(ctx, key, &j); err != nil {
+		return o, err
+	}
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			o.terminal, o.condType, o.reason = true, string(c.Type), c.Reason
+		}
+	}
+	o.succeeded, o.failed, o.completed = j.Status.Succeeded, j.Status.Failed, j.Status.CompletedIndexes
+	o.failedIdx = ptr.Deref(j.Status.FailedIndexes, "")
+	return o, nil
+}
+
+func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, profile string) result {
+	r := result{Workload: w.Name, Controller: ctrl, Rep: rep}
+	ns := fmt.Sprintf("bench-%02d", n)
+	if err := b.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	p, err := b.start(ctrl, n, profile != "")
+	if err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	defer p.stop()
+	pid := p.cmd.Process.Pid
+	cpu0, _ := cpuSeconds(pid)
+	req0, _ := restRequests(p.metricsURL)
+	audit0 := fileSize(b.auditLog)
+	key := types.NamespacedName{Namespace: ns, Name: "bench"}
+	var obj client.Object
+	if ctrl == ours {
+		obj = &ibjv1.IndexedBatchJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
+			Spec: ibjv1.IndexedBatchJobSpec{
+				Completions: w.Completions, Parallelism: ptr.To(w.Parallelism),
+				BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
+			},
+		}
+	} else {
+		obj = &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
+			Spec: batchv1.JobSpec{
+				Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism),
+				CompletionMode:       ptr.To(batchv1.IndexedCompletion),
+				BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
+			},
+		}
+	}
+	profDone := make(chan []byte, 1)
+	if profile != "" {
+		go func() {
+			resp, err := http.Get(fmt.Sprintf("%s?seconds=%d", p.pprofURL, *profSecs))
+			if err != nil {
+				log.Printf("pprof: %v", err)
+				profDone <- nil
+				return
+			}
+			defer resp.Body.Close()
+			data, _ := readAll(resp)
+			profDone <- data
+		}()
+	}
+	start := time.Now()
+	if err := b.cl.Create(ctx, obj); err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	var o observed
+	deadline := start.Add(*timeout)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		o, err = b.observe(ctx, ctrl, key)
+		if err == nil && o.terminal {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.Detail = fmt.Sprintf("timeout; last status %+v err %v", o, err)
+			break
+		}
+	}
+	r.Seconds = time.Since(start).Seconds()
+	cpu1, _ := cpuSeconds(pid)
+	r.CPU = cpu1 - cpu0
+	r.RSSMiB, _ = peakRSSMiB(pid)
+	if req1, err := restRequests(p.metricsURL); err == nil {
+		r.ClientReqs = req1 - req0
+	}
+	time.Sleep(300 * time.Millisecond)
+	user := "ibj-operator"
+	if ctrl == upstream {
+		user = "kcm-job-controller"
+	}
+	cnt, verbs := auditCount(b.auditLog, audit0, user)
+	r.Requests, r.Verbs = float64(cnt), verbs
+	if resp, err := metricsClient.Get(p.metricsURL); err == nil {
+		data, _ := readAll(resp)
+		resp.Body.Close()
+		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", n)), data, 0o644)
+	}
+	r.PodsPerSec = float64(o.succeeded+o.failed) / r.Seconds
+	e := expect(w)
+	var bad []string
+	chk := func(what string, got, want any) {
+		if got != want {
+			g, wnt := fmt.Sprint(got), fmt.Sprint(want)
+			if len(g) > 60 {
+				g = g[:60] + "..."
+			}
+			if len(wnt) > 60 {
+				wnt = wnt[:60] + "..."
+			}
+			bad = append(bad, fmt.Sprintf("%s=%s want %s", what, g, wnt))
+		}
+	}
+	chk("condition", o.condType, e.condType)
+	chk("reason", o.reason, e.reason)
+	chk("succeeded", o.succeeded, e.succeeded)
+	chk("failed", o.failed, e.failed)
+	chk("completedIndexes", o.completed, e.completed)
+	chk("failedIndexes", o.failedIdx, e.failedIdx)
+	r.OK = o.terminal && len(bad) == 0
+	if len(bad) > 0 {
+		r.Detail = strings.TrimSpace(r.Detail + " " + strings.Join(bad, "; "))
+	}
+	if profile != "" {
+		if data := <-profDone; len(data) > 0 {
+			_ = os.WriteFile(profile, data, 0o644)
+		}
+	}
+	return r
+}
+
+func readAll(resp *http.Response) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			return out, nil
+		}
+	}
+}
+
+// wipe deletes the run's objects and pods, so that the next controller's
+// caches start from the same empty state.
+func (b *bench) wipe(ctx context.Context, ns string) {
+	_ = b.cl.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns))
+	_ = b.cl.DeleteAllOf(ctx, &ibjv1.IndexedBatchJob{}, client.InNamespace(ns))
+	var ibjs ibjv1.IndexedBatchJobList
+	if err := b.cl.List(ctx, &ibjs, client.InNamespace(ns)); err == nil {
+		for i := range ibjs.Items {
+			_ = b.cl.Patch(ctx, &ibjs.Items[i], client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+		}
+	}
+	for range 60 {
+		pods, err := b.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			log.Printf("wipe %s: %v", ns, err)
+			return
+		}
+		if len(pods.Items) == 0 {
+			break
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if len(pod.Finalizers) > 0 {
+				_, err := b.cs.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.MergePatchType,
+					[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					log.Printf("wipe %s/%s: %v", ns, pod.Name, err)
+				}
+			}
+		}
+		_ = b.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		time.Sleep(time.Second)
+	}
+	_ = b.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
