@@ -1,8 +1,9 @@
 // Package kwokcluster starts a throwaway Kubernetes cluster on loopback for
 // the demo and the end-to-end tests: etcd and kube-apiserver from the pinned
 // control plane (bin/k8s/<version>), the IndexedBatchJob CRD, fake nodes run
-// by kwok, and a minimal binder in place of kube-scheduler. There is no
-// kube-controller-manager: the operator under test is the only controller.
+// by kwok, a minimal binder in place of kube-scheduler and a reaper for the
+// kubelet's final delete of a pod. There is no kube-controller-manager: the
+// operator under test is the only controller.
 //
 // How pods end is scripted by their annotations, which kwok's stages in
 // hack/kwok/stages/pods.yaml read: see that file.
@@ -20,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,8 +90,9 @@ type Cluster struct {
 	NodeNames []string
 
 	etcd, apiserver, kwok *Process
-	stopBinder            context.CancelFunc
-	binderDone            chan struct{}
+	stopHelpers           context.CancelFunc
+	helpers               sync.WaitGroup
+	helpersLog            *os.File
 }
 
 // ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
@@ -277,27 +280,37 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 
-	binderLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// What kube-scheduler and the kubelet would do that kwok does not, or
+	// not safely: bind pending pods, remove finished deleted ones.
+	helpersLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder-reaper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return c, err
 	}
-	binderCtx, stop := context.WithCancel(context.Background())
-	c.stopBinder, c.binderDone = stop, make(chan struct{})
+	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
+	helpersCtx, stop := context.WithCancel(context.Background())
+	c.stopHelpers = stop
+	c.helpers.Add(2)
 	go func() {
-		defer close(c.binderDone)
-		defer func() { _ = binderLog.Close() }()
-		runBinder(binderCtx, clientset, log.New(binderLog, "", log.LstdFlags|log.Lmicroseconds))
+		defer c.helpers.Done()
+		runBinder(helpersCtx, clientset, logger)
 	}()
+	go func() {
+		defer c.helpers.Done()
+		runReaper(helpersCtx, clientset, logger)
+	}()
+	c.helpersLog = helpersLog
 	step("cluster ready: KUBECONFIG=%s", c.Kubeconfig)
 	return c, nil
 }
 
-// Stop stops the binder, kwok, kube-apiserver and etcd, in that order.
+// Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
+// that order.
 func (c *Cluster) Stop() error {
-	if c.stopBinder != nil {
-		c.stopBinder()
-		<-c.binderDone
-		c.stopBinder = nil
+	if c.stopHelpers != nil {
+		c.stopHelpers()
+		c.helpers.Wait()
+		_ = c.helpersLog.Close()
+		c.stopHelpers = nil
 	}
 	var errs []error
 	for _, p := range []*Process{c.kwok, c.apiserver, c.etcd} {

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# `make demo`: the seed's per-index example, end to end, on a throwaway
+# cluster on loopback. It starts etcd, kube-apiserver, kwok's fake nodes and
+# a binder (bin/kwok-cluster, see test/e2e/kwokcluster), then the operator
+# binary (bin/manager), applies config/samples/batch_v1alpha1_indexedbatchjob.yaml,
+# shows the job live and prints its final status. Everything it started stops
+# when it ends or on Ctrl-C; with KEEP=1 a demo that finished leaves the
+# cluster and the operator running and says how to use and stop them.
+#
+# The Makefile builds the binaries first (`make demo`); run alone, the script
+# expects bin/kwok-cluster, bin/manager, bin/kwok-<version>/kwok and the control
+# plane in bin/k8s/<version>.
+#
+# Environment: KEEP=1, DEMO_DIR (state and logs; default a new temp dir),
+# DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+k8s_version=${K8S_VERSION:-v1.36.3}
+kubectl="$root/bin/k8s/$k8s_version/kubectl"
+sample=config/samples/batch_v1alpha1_indexedbatchjob.yaml
+job=per-index
+keep=${KEEP:-0}
+timeout=${DEMO_TIMEOUT:-180}
+
+if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
+say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+
+for f in bin/kwok-cluster bin/manager "$kubectl"; do
+  [ -x "$f" ] || die "$f is missing: run \`make demo\`, which builds it"
+done
+
+created_dir=0
+if [ -z "${DEMO_DIR:-}" ]; then
+  DEMO_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ibj-demo.XXXXXX")
+  created_dir=1
+fi
+dir=$DEMO_DIR
+mkdir -p "$dir"
+export KUBECONFIG="$dir/kubeconfig"
+
+cluster_pid= manager_pid= watch_pid= aborted=0 started=$(date +%s)
+
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  [ -z "$watch_pid" ] || kill "$watch_pid" 2>/dev/null || true
+  if [ "$keep" = 1 ] && [ "$aborted" = 0 ] && [ "$status" = 0 ]; then
+    say "KEEP=1: the cluster and the operator keep running"
+    cat <<EOF
+  export KUBECONFIG=$KUBECONFIG
+  alias kubectl=$kubectl
+  kubectl get ibj,pods -o wide
+  kubectl describe ibj $job
+  kubectl delete ibj $job && kubectl apply -f $sample
+  kubectl apply -k config/samples     # all the samples; pod templates script
+                                      # the fake kubelet with the annotations
+                                      # in hack/kwok/stages/pods.yaml
+Logs: $dir/manager.log (operator), $dir/kwok.log, $dir/binder-reaper.log, $dir/kube-apiserver.log
+Stop everything with:
+  kill $manager_pid $cluster_pid && rm -rf $dir
+EOF
+    exit 0
+  fi
+  if [ -n "$manager_pid$cluster_pid" ]; then
+    say "Stopping the operator and the cluster"
+    # The cluster stops its own children: kwok, kube-apiserver, etcd.
+    for pid in $manager_pid $cluster_pid; do
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done
+    echo "  stopped"
+  fi
+  if [ "$created_dir" = 1 ] && { [ "$status" = 0 ] || [ "$aborted" = 1 ]; }; then
+    rm -rf "$dir"
+  else
+    echo "logs kept in $dir"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'aborted=1; exit 130' INT TERM
+
+elapsed() { echo "$(( $(date +%s) - started ))s"; }
+
+say "Starting a throwaway cluster on loopback (state and logs in $dir)"
+detach=()
+if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
+${detach[@]+"${detach[@]}"} bin/kwok-cluster --dir "$dir" --root "$root" >"$dir/cluster.out" 2>&1 &
+cluster_pid=$!
+printed=0
+deadline=$(( $(date +%s) + 120 ))
+until [ -f "$dir/ready" ]; do
+  lines=$(wc -l <"$dir/cluster.out")
+  if [ "$lines" -gt "$printed" ]; then sed -n "$((printed + 1)),${lines}p" "$dir/cluster.out"; printed=$lines; fi
+  kill -0 "$cluster_pid" 2>/dev/null || { cat "$dir/cluster.out" >&2; cluster_pid=; die "the cluster did not start"; }
+  [ "$(date +%s)" -lt "$deadline" ] || die "the cluster did not start within 120s; see $dir"
+  sleep 0.2
+done
+sed -n "$((printed + 1)),\$p" "$dir/cluster.out"
+"$kubectl" get nodes
+
+# A port for the health probe: the first of a range nothing listens on.
+probe_port=
+for port in $(seq 18081 18181); do
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then probe_port=$port; break; fi
+done
+[ -n "$probe_port" ] || die "no free port for the operator's health probe"
+
+say "Starting the operator (bin/manager, log in $dir/manager.log)"
+# A 1s pod failure backoff (10s by default) keeps the retries of the demo short.
+manager_args=(--metrics-bind-address=0 "--health-probe-bind-address=127.0.0.1:$probe_port"
+  --pod-failure-backoff=1s --pod-failure-backoff-max=10s)
+echo "  bin/manager ${manager_args[*]}"
+${detach[@]+"${detach[@]}"} bin/manager "${manager_args[@]}" >"$dir/manager.log" 2>&1 &
+manager_pid=$!
+readyz() (
+  exec 3<>"/dev/tcp/127.0.0.1/$probe_port" || exit 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+  read -r line <&3 || true
+  [[ $line == *" 200 "* ]]
+)
+deadline=$(( $(date +%s) + 60 ))
+until readyz 2>/dev/null; do
+  kill -0 "$manager_pid" 2>/dev/null || { tail -20 "$dir/manager.log" >&2; manager_pid=; die "the operator exited"; }
+  [ "$(date +%s)" -lt "$deadline" ] || die "the operator was not ready within 60s; see $dir/manager.log"
+  sleep 0.2
+done
+echo "  ready (pid $manager_pid)"
+
+say "Applying $sample"
+sed -n '1,/^apiVersion/{/^#/p}' "$sample"
+"$kubectl" apply -f "$sample"
+
+say "Watching it (kubectl get ibj -o wide -w)"
+# The watch prints a row for every status change, also of fields it does not
+# show (ready, for one); awk drops the repeated rows.
+"$kubectl" get ibj "$job" -o wide -w > >(awk '$0 != prev { print; fflush(); prev = $0 }') &
+watch_pid=$!
+deadline=$(( $(date +%s) + timeout ))
+while :; do
+  phase=$("$kubectl" get ibj "$job" -o jsonpath='{.status.phase}')
+  case "$phase" in Complete|Failed) break ;; esac
+  [ "$(date +%s)" -lt "$deadline" ] || die "the job did not finish within ${timeout}s; see $dir/manager.log"
+  sleep 1
+done
+sleep 1 # let the watch print the last change
+kill "$watch_pid" 2>/dev/null || true
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=
+
+say "Finished: $phase after $(elapsed)"
+echo "\$ kubectl get ibj"
+"$kubectl" get ibj
+echo
+echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$job"
+"$kubectl" get pods -l "batch.indexedjob.dev/job-name=$job"
+echo
+echo "\$ kubectl describe ibj $job   (events)"
+"$kubectl" describe ibj "$job" | sed -n '/^Events:/,$p'
+
+say "Final status"
+"$kubectl" get ibj "$job" -o yaml | sed -n '/^status:/,$p'
+"$kubectl" get ibj "$job" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}
+'

@@ -1,0 +1,63 @@
+// Command kwok-cluster runs the throwaway cluster of `make demo` (etcd,
+// kube-apiserver, the IndexedBatchJob CRD, kwok's fake nodes and a binder;
+// see test/e2e/kwokcluster) until it gets SIGINT or SIGTERM, then stops it.
+// Once the cluster is up it writes the admin kubeconfig to <dir>/kubeconfig
+// and then creates <dir>/ready.
+//
+// usage: kwok-cluster --dir DIR [--nodes N] [--root REPO]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
+)
+
+func main() {
+	var (
+		dir, root string
+		nodes     int
+	)
+	flag.StringVar(&dir, "dir", "", "Directory for the kubeconfig, state and logs (required).")
+	flag.StringVar(&root, "root", ".", "Repository root: where bin/, config/ and hack/ are.")
+	flag.IntVar(&nodes, "nodes", 2, "Number of fake nodes.")
+	flag.Parse()
+	if dir == "" {
+		fmt.Fprintln(os.Stderr, "kwok-cluster: --dir is required")
+		os.Exit(2)
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
+		os.Exit(1)
+	}
+
+	// A shell starts a background job with SIGINT ignored; so does the demo
+	// script, which on Ctrl-C stops the operator first and then this, with
+	// SIGTERM. Listening for SIGINT would undo that.
+	signals := []os.Signal{syscall.SIGTERM}
+	if !signal.Ignored(os.Interrupt) {
+		signals = append(signals, os.Interrupt)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	defer stop()
+	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: nodes, Progress: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(cluster.Kubeconfig+"\n"), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
+	}
+	<-ctx.Done()
+	if err := cluster.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "kwok-cluster: stopping:", err)
+		os.Exit(1)
+	}
+}

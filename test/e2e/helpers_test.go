@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
+)
+
+const (
+	// timeout bounds a job's run: seconds of simulated work plus backoffs.
+	timeout = 90 * time.Second
+	poll    = 200 * time.Millisecond
+)
+
+// kubectl runs the pinned kubectl against the cluster, as a user would, and
+// returns its combined output.
+func kubectl(args ...string) (string, error) {
+	bin := filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// mustKubectl runs kubectl and fails the spec if it fails.
+func mustKubectl(args ...string) string {
+	GinkgoHelper()
+	out, err := kubectl(args...)
+	Expect(err).NotTo(HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+// newNamespace creates a namespace for one spec and, if the spec fails,
+// reports what was in it and the end of the operator's log.
+func newNamespace(ctx context.Context) string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() {
+			out, _ := kubectl("get", "ibj,pods", "-n", ns.Name, "-o", "wide")
+			AddReportEntry("objects", out)
+			out, _ = kubectl("get", "ibj", "-n", ns.Name, "-o", "yaml")
+			AddReportEntry("jobs", out)
+			out, _ = kubectl("get", "events", "-n", ns.Name, "--sort-by=.metadata.creationTimestamp")
+			AddReportEntry("events", out)
+			out, _ = kubectl("get", "pods", "-n", ns.Name, "-o", "yaml")
+			AddReportEntry("pods", out)
+			if op != nil {
+				AddReportEntry("operator log", op.logTail(60))
+			}
+		}
+	})
+	return ns.Name
+}
+
+// getJob reads the job fresh from the API server.
+func getJob(ctx context.Context, ns, name string) *ibjv1.IndexedBatchJob {
+	GinkgoHelper()
+	job := &ibjv1.IndexedBatchJob{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job)).To(Succeed())
+	return job
+}
+
+// conditionReason is the reason of a True condition, or "" if not True.
+func conditionReason(job *ibjv1.IndexedBatchJob, typ string) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == typ && c.Status == metav1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// jobPods lists the pods of a job, by name.
+func jobPods(ctx context.Context, ns, job string) []corev1.Pod {
+	GinkgoHelper()
+	var list corev1.PodList
+	Expect(k8sClient.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: job})).To(Succeed())
+	sort.Slice(list.Items, func(a, b int) bool { return list.Items[a].Name < list.Items[b].Name })
+	return list.Items
+}
+
+// podsOfIndex lists the pods of one index of a job.
+func podsOfIndex(ctx context.Context, ns, job string, index int) []corev1.Pod {
+	GinkgoHelper()
+	var out []corev1.Pod
+	for _, p := range jobPods(ctx, ns, job) {
+		if p.Labels[ibjv1.CompletionIndexLabel] == strconv.Itoa(index) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func hasTrackingFinalizer(p *corev1.Pod) bool {
+	for _, f := range p.Finalizers {
+		if f == ibjv1.TrackingFinalizer {
+			return true
+		}
+	}
+	return false
+}
+
+// podWatch polls the pods of a job, as `kubectl get pods -w` would, and
+// records every pod it saw per index and whether two unfinished pods of
+// one index ever existed at once. Pods are told apart by UID: a pod name
+// may come back once the pod it named is gone.
+type podWatch struct {
+	mu     sync.Mutex
+	seen   map[string]map[types.UID]bool // index -> pods
+	double string
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func watchPods(ns, job string) *podWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &podWatch{seen: map[string]map[types.UID]bool{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for ctx.Err() == nil {
+			var list corev1.PodList
+			if err := k8sClient.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: job}); err == nil {
+				unfinished := map[string][]string{}
+				w.mu.Lock()
+				for i := range list.Items {
+					p := &list.Items[i]
+					ix := p.Labels[ibjv1.CompletionIndexLabel]
+					if w.seen[ix] == nil {
+						w.seen[ix] = map[types.UID]bool{}
+					}
+					w.seen[ix][p.UID] = true
+					if !finished(p) {
+						unfinished[ix] = append(unfinished[ix], p.Name)
+					}
+				}
+				for ix, names := range unfinished {
+					if len(names) > 1 && w.double == "" {
+						w.double = fmt.Sprintf("index %s: %v at %s", ix, names, time.Now().Format(time.RFC3339Nano))
+					}
+				}
+				w.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	DeferCleanup(w.Stop)
+	return w
+}
+
+// Stop ends the watch.
+func (w *podWatch) Stop() {
+	w.stop()
+	<-w.done
+}
+
+// runs is how many pods the watch saw for an index.
+func (w *podWatch) runs(index int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.seen[strconv.Itoa(index)])
+}
+
+// doubles describes the first time two unfinished pods of an index were
+// seen at once, or is empty.
+func (w *podWatch) doubles() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.double
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
