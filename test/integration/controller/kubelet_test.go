@@ -11,11 +11,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 // outcome is what the fake kubelet does with a pod once it runs it.
@@ -104,12 +104,12 @@ func (k *kubelet) step(ctx context.Context) {
 		switch {
 		case p.DeletionTimestamp != nil:
 			if !hold {
-				killPod(ctx, p)
+				_ = utils.KillPod(ctx, k8sClient, p)
 			}
 		case p.Spec.NodeName == "":
-			bind(ctx, p)
+			_ = utils.BindPod(ctx, k8sClient, p)
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
-			run(ctx, p)
+			_ = utils.RunPod(ctx, k8sClient, p)
 		case p.Status.Phase == corev1.PodRunning:
 			ix, _ := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
 			attempt, _ := strconv.Atoi(p.Annotations["batch.indexedjob.dev/attempt"])
@@ -117,9 +117,9 @@ func (k *kubelet) step(ctx context.Context) {
 			case o.disrupted:
 				p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
 					Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.Now()})
-				finishPod(ctx, p, 137)
+				_ = utils.FinishPod(ctx, k8sClient, p, 137)
 			case !o.stay:
-				finishPod(ctx, p, o.exitCode)
+				_ = utils.FinishPod(ctx, k8sClient, p, o.exitCode)
 			}
 		}
 	}
@@ -149,67 +149,6 @@ func jobPods(ctx context.Context, ns, job string) []corev1.Pod {
 	Expect(k8sClient.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: job})).To(Succeed())
 	sort.Slice(list.Items, func(a, b int) bool { return list.Items[a].Name < list.Items[b].Name })
 	return list.Items
-}
-
-// bind binds the pod to a node, so that deleting it is graceful as on a
-// real node.
-func bind(ctx context.Context, p *corev1.Pod) {
-	_ = k8sClient.SubResource("binding").Create(ctx, p, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
-	})
-}
-
-// run marks a bound pod Running and Ready.
-func run(ctx context.Context, p *corev1.Pod) {
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-	p.Status.ContainerStatuses = nil
-	for _, c := range p.Spec.Containers {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	_ = ignoreGone(k8sClient.Status().Update(ctx, p))
-}
-
-// finishPod terminates every container with the exit code.
-func finishPod(ctx context.Context, p *corev1.Pod, exitCode int32) {
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodSucceeded
-	if exitCode != 0 {
-		p.Status.Phase = corev1.PodFailed
-	}
-	var conditions []corev1.PodCondition
-	for _, c := range p.Status.Conditions {
-		if c.Type != corev1.PodReady {
-			conditions = append(conditions, c)
-		}
-	}
-	p.Status.Conditions = append(conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now})
-	for i := range p.Status.ContainerStatuses {
-		p.Status.ContainerStatuses[i].Ready = false
-		p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, FinishedAt: now}}
-	}
-	_ = ignoreGone(k8sClient.Status().Update(ctx, p))
-}
-
-// killPod ends a terminating pod the way a kubelet does: phase Failed
-// (exit code 137), then the final delete with no grace period.
-func killPod(ctx context.Context, p *corev1.Pod) {
-	if p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
-		finishPod(ctx, p, 137)
-	}
-	_ = ignoreGone(k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0)))
-}
-
-func ignoreGone(err error) error {
-	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	return err
 }
 
 // getJob reads the job fresh from the API server.

@@ -9,11 +9,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 // kubelet plays the node agent for the pods of one job, as the controller
@@ -87,11 +86,11 @@ func (k *kubelet) step(ctx context.Context) {
 		}
 		switch {
 		case p.DeletionTimestamp != nil:
-			killPod(ctx, p)
+			_ = utils.KillPod(ctx, k8sClient, p)
 		case p.Spec.NodeName == "":
-			bindPod(ctx, p)
+			_ = utils.BindPod(ctx, k8sClient, p)
 		case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
-			if markRunning(ctx, p) {
+			if utils.RunPod(ctx, k8sClient, p) == nil {
 				k.mu.Lock()
 				k.running[p.Name] = time.Now()
 				k.mu.Unlock()
@@ -104,7 +103,7 @@ func (k *kubelet) step(ctx context.Context) {
 				continue
 			}
 			ix, _ := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
-			if finishPod(ctx, p, k.exitCode(ix)) {
+			if utils.FinishPod(ctx, k8sClient, p, k.exitCode(ix)) == nil {
 				k.mu.Lock()
 				k.finished++
 				k.mu.Unlock()
@@ -132,55 +131,4 @@ func (k *kubelet) doubles() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.doubleIndex
-}
-
-// bindPod binds the pod to a node, so that deleting it is graceful as on a
-// real node.
-func bindPod(ctx context.Context, p *corev1.Pod) {
-	_ = k8sClient.SubResource("binding").Create(ctx, p, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
-	})
-}
-
-// markRunning marks a bound pod Running and Ready, and says whether it did.
-func markRunning(ctx context.Context, p *corev1.Pod) bool {
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-	p.Status.ContainerStatuses = nil
-	for _, c := range p.Spec.Containers {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	return k8sClient.Status().Update(ctx, p) == nil
-}
-
-// finishPod terminates every container with the exit code, and says whether
-// it did.
-func finishPod(ctx context.Context, p *corev1.Pod, exitCode int32) bool {
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodSucceeded
-	if exitCode != 0 {
-		p.Status.Phase = corev1.PodFailed
-	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
-	for i := range p.Status.ContainerStatuses {
-		p.Status.ContainerStatuses[i].Ready = false
-		p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, FinishedAt: now}}
-	}
-	return k8sClient.Status().Update(ctx, p) == nil
-}
-
-// killPod ends a terminating pod the way a kubelet does: phase Failed
-// (exit code 137), then the final delete with no grace period.
-func killPod(ctx context.Context, p *corev1.Pod) {
-	if p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
-		finishPod(ctx, p, 137)
-	}
-	if err := k8sClient.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-		return // a conflict or a transient error: the next step retries
-	}
 }
