@@ -78,16 +78,6 @@ func getJob(ctx context.Context, ns, name string) *ibjv1.IndexedBatchJob {
 	return job
 }
 
-// conditionReason is the reason of a True condition, or "" if not True.
-func conditionReason(job *ibjv1.IndexedBatchJob, typ string) string {
-	for _, c := range job.Status.Conditions {
-		if c.Type == typ && c.Status == metav1.ConditionTrue {
-			return c.Reason
-		}
-	}
-	return ""
-}
-
 func deref(p *int32) int32 {
 	if p == nil {
 		return 0

@@ -261,3 +261,14 @@ func (w *JobWrapper) PodAnnotation(key, value string) *JobWrapper {
 	w.job.Spec.Template.Annotations[key] = value
 	return w
 }
+
+// ConditionReason is the reason of the job's condition typ when it is True,
+// and "" otherwise.
+func ConditionReason(job *v1alpha1.IndexedBatchJob, typ string) string {
+	for _, c := range job.Status.Conditions {
+		if c.Type == typ && c.Status == metav1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}

@@ -43,7 +43,7 @@ var _ = Describe("Hostile and odd pods", func() {
 	finishedExactly := func(job *ibjv1.IndexedBatchJob, completions int32) {
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(completions))
 			g.Expect(j.Status.Failed).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())

@@ -30,8 +30,8 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
-			g.Expect(conditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(5)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-4"))
@@ -78,8 +78,8 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
-			g.Expect(conditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,3-7"))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(6)))
@@ -101,7 +101,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
 			g.Expect(j.Status.Failed).To(Equal(int32(3)))
 			g.Expect(j.Status.Succeeded).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -127,7 +127,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
 			g.Expect(j.Status.Active).To(BeZero())
 			g.Expect(*j.Status.Terminating).To(BeZero())
 			// As upstream: pods still running when the job fails count as failed.
@@ -144,7 +144,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		defer k.Stop()
 
 		By("creating no pod while suspended")
-		Eventually(func() string { return conditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionSuspended) }, timeout).
+		Eventually(func() string { return utils.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionSuspended) }, timeout).
 			Should(Equal(ibjv1.ReasonJobSuspended))
 		Consistently(func() []corev1.Pod { return jobPods(ctx, ns, job.Name) }, time.Second).Should(BeEmpty())
 		Expect(getJob(ctx, ns, job.Name).Status.Phase).To(Equal(ibjv1.PhaseSuspended))
@@ -161,7 +161,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			j := getJob(ctx, ns, job.Name)
 			g.Expect(j.Status.Active).To(Equal(int32(2)))
 			g.Expect(j.Status.StartTime).NotTo(BeNil())
-			g.Expect(conditionReason(j, ibjv1.ConditionSuspended)).To(BeEmpty())
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).To(BeEmpty())
 			firstStart = j.Status.StartTime.Time
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		for _, p := range jobPods(ctx, ns, job.Name) {
@@ -173,7 +173,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		setSuspend(ctx, ns, job.Name, true)
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionSuspended)).To(Equal(ibjv1.ReasonJobSuspended))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).To(Equal(ibjv1.ReasonJobSuspended))
 			g.Expect(j.Status.Active).To(BeZero())
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.StartTime).To(BeNil())
@@ -185,7 +185,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		setSuspend(ctx, ns, job.Name, false)
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.StartTime.Time).To(BeTemporally(">", firstStart))
@@ -232,7 +232,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(1000)))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-999"))
 		}, 5*time.Minute, 500*time.Millisecond).Should(Succeed())
@@ -262,7 +262,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(16)))
 			g.Expect(j.Status.Failed).To(Equal(int32(8)))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("0,5,10,15")))
@@ -289,7 +289,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(30)))
 			g.Expect(j.Status.Failed).To(Equal(int32(10)))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-29"))

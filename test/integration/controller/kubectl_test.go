@@ -28,7 +28,7 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 			return outcome{}
 		})
 		defer k.Stop()
-		Eventually(func() string { return conditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).
+		Eventually(func() string { return utils.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).
 			Should(Equal(ibjv1.ReasonFailedIndexes))
 
 		user, err := testEnv.AddUser(envtest.User{Name: "viewer", Groups: []string{"system:masters"}}, nil)

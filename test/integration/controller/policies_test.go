@@ -107,7 +107,7 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
 			g.Expect(j.Status.Failed).To(Equal(int32(3)), "the matching pod and the two it terminated")
 			g.Expect(j.Status.Active).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -134,7 +134,7 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Failed).To(BeZero(), "ignored failures are not counted, even with backoffLimit 0")
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -153,7 +153,7 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
 			g.Expect(j.Status.Failed).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		Expect(k.runsOf(0)).To(Equal(2))
@@ -172,7 +172,7 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1")))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,2,3"))
 			g.Expect(j.Status.Failed).To(Equal(int32(1)))
@@ -192,7 +192,7 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxFailedIndexesExceeded))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxFailedIndexesExceeded))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("0,1")))
 			g.Expect(j.Status.Active).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -224,8 +224,8 @@ var _ = Describe("Failure handling", func() {
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(conditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonSuccessPolicy))
-			g.Expect(conditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonSuccessPolicy))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonSuccessPolicy))
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonSuccessPolicy))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(1)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0"))

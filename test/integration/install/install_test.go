@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 const (
@@ -150,7 +151,7 @@ func expectSeedOutcome(ctx context.Context, k *kubelet, namespace, name string, 
 	job := &ibjv1.IndexedBatchJob{}
 	Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, job)).To(Succeed())
-		g.Expect(conditionReason(job, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		g.Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 	}, timeout, 200*time.Millisecond).Should(Succeed())
 	Expect(job.Status.Succeeded).To(BeEquivalentTo(6))
 	Expect(job.Status.Failed).To(BeEquivalentTo(4))
@@ -173,16 +174,6 @@ func expectSeedOutcome(ctx context.Context, k *kubelet, namespace, name string, 
 			g.Expect(p.Finalizers).NotTo(ContainElement(ibjv1.TrackingFinalizer), p.Name)
 		}
 	}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
-}
-
-// conditionReason is the reason of a True condition, or "" if not True.
-func conditionReason(job *ibjv1.IndexedBatchJob, typ string) string {
-	for _, c := range job.Status.Conditions {
-		if c.Type == typ && c.Status == metav1.ConditionTrue {
-			return c.Reason
-		}
-	}
-	return ""
 }
 
 // scrape GETs the metrics endpoint with the bearer token ("" sends none).
@@ -334,7 +325,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		leader.kill()
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
-		Expect(conditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
+		Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
 
 		Eventually(standby.leads, leaseTakeover, 200*time.Millisecond).Should(BeTrue(),
 			"the standby should take the lease once the killed leader's expires")
