@@ -11,8 +11,9 @@ import (
 )
 
 // CacheOptions makes the manager cache only this operator's pods (those
-// with the controller-uid label), and no object's managedFields, so that
-// memory follows the operator's pods rather than the cluster's. An empty
+// with the controller-uid label), only the parts of them a sync reads, and
+// no object's managedFields, so that memory follows the operator's pods
+// rather than the cluster's. An empty
 // namespaces list watches every namespace.
 func CacheOptions(namespaces []string) cache.Options {
 	ours, err := labels.NewRequirement(ibjv1.ControllerUIDLabel, selection.Exists, nil)
@@ -22,7 +23,7 @@ func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*ours), Transform: trimPod},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -32,4 +33,36 @@ func CacheOptions(namespaces []string) cache.Options {
 		}
 	}
 	return opts
+}
+
+// trimPod keeps of a pod what the decision core reads: its metadata (without
+// managedFields), phase, conditions and the containers' names, states and
+// restart counts. The spec and the rest of the status, most of a pod's size,
+// are dropped: the controller builds new pods from the job's template and
+// never writes back a cached pod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	pod.ManagedFields = nil
+	pod.Spec = corev1.PodSpec{}
+	pod.Status = corev1.PodStatus{
+		Phase:                 pod.Status.Phase,
+		Conditions:            pod.Status.Conditions,
+		InitContainerStatuses: trimContainerStatuses(pod.Status.InitContainerStatuses),
+		ContainerStatuses:     trimContainerStatuses(pod.Status.ContainerStatuses),
+	}
+	return pod, nil
+}
+
+func trimContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, cs := range in {
+		out[i] = corev1.ContainerStatus{Name: cs.Name, State: cs.State, RestartCount: cs.RestartCount}
+	}
+	return out
 }

@@ -2,12 +2,14 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 func TestCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
@@ -30,13 +32,34 @@ func TestCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
 	if len(opts.DefaultNamespaces) != 2 {
 		t.Errorf("watched namespaces = %v, want team-a and team-b", opts.DefaultNamespaces)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
-	out, err := opts.DefaultTransform(pod)
+	if _, err := opts.DefaultTransform(&corev1.Pod{}); err != nil {
+		t.Fatal(err)
+	}
+	var trim func(any) (any, error)
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Pod); ok {
+			trim = by.Transform
+		}
+	}
+	if trim == nil {
+		t.Fatal("cached pods are not trimmed")
+	}
+	pod := makePod(utils.MakeIndexedBatchJob("a", "ns").Obj(), 0).failedAt(time.Unix(0, 0), 3).obj()
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	pod.Status.ContainerStatuses[0].Image = "busybox"
+	pod.Status.PodIP = "10.0.0.1"
+	labelsBefore, annotationsBefore, finalizers := pod.Labels, pod.Annotations, pod.Finalizers
+	out, err := trim(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.(*corev1.Pod).ManagedFields) != 0 {
-		t.Error("managedFields are kept in the cache")
+	got := out.(*corev1.Pod)
+	if len(got.ManagedFields) != 0 || len(got.Spec.Containers) != 0 || got.Status.PodIP != "" || got.Status.ContainerStatuses[0].Image != "" {
+		t.Errorf("trimmed pod keeps what a sync never reads: %+v", got)
+	}
+	if got.Status.Phase != corev1.PodFailed || got.Status.ContainerStatuses[0].State.Terminated.ExitCode != 3 ||
+		len(got.Labels) != len(labelsBefore) || len(got.Annotations) != len(annotationsBefore) || len(got.Finalizers) != len(finalizers) {
+		t.Errorf("trimmed pod lost what a sync reads: %+v", got)
 	}
 	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
 		t.Errorf("no namespaces should watch all, got %v", all.DefaultNamespaces)
