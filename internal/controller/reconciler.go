@@ -30,7 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // PodJobNameIndex indexes the cached pods by their job-name label, so a sync
@@ -243,7 +242,12 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 			podsFinished.WithLabelValues("failed").Inc()
 		}
 	}
-	countIndexes(job, p.status, perIndex)
+	if p.newlyCompleted > 0 {
+		finishedIndexes.WithLabelValues("succeeded", perIndex).Add(float64(p.newlyCompleted))
+	}
+	if p.newlyFailedIndexes > 0 {
+		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(p.newlyFailedIndexes))
+	}
 	if c := p.newlyFinished; c != nil {
 		jobsFinished.WithLabelValues(c.Type, c.Reason).Inc()
 		logger.Info("Job finished", "condition", c.Type, "reason", c.Reason)
@@ -253,19 +257,6 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
-}
-
-// countIndexes adds to the finished-indexes metric what this sync added to
-// completedIndexes and failedIndexes.
-func countIndexes(job *ibjv1.IndexedBatchJob, st ibjv1.IndexedBatchJobStatus, perIndex string) {
-	before, after := indexCount(job.Status.CompletedIndexes, job.Spec.Completions), indexCount(st.CompletedIndexes, job.Spec.Completions)
-	if after > before {
-		finishedIndexes.WithLabelValues("succeeded", perIndex).Add(float64(after - before))
-	}
-	before, after = indexCount(ptr.Deref(job.Status.FailedIndexes, ""), job.Spec.Completions), indexCount(ptr.Deref(st.FailedIndexes, ""), job.Spec.Completions)
-	if after > before {
-		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(after - before))
-	}
 }
 
 // deleteFinishedJob deletes the pods of a job whose ttlSecondsAfterFinished
@@ -368,14 +359,6 @@ func (r *Reconciler) event(job *ibjv1.IndexedBatchJob, warning bool, reason, for
 		typ = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(job, nil, typ, reason, "Sync", format, args...)
-}
-
-func indexCount(s string, completions int32) int {
-	set, err := indexset.Parse(s, completions)
-	if err != nil {
-		return 0
-	}
-	return set.Len()
 }
 
 func parseVersion(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }

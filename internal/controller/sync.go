@@ -57,8 +57,11 @@ type plan struct {
 	recorded []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
-	deleteJob     bool
-	requeueAfter  time.Duration
+	// newlyCompleted and newlyFailedIndexes are how many indexes this sync
+	// added to completedIndexes and failedIndexes, for metrics.
+	newlyCompleted, newlyFailedIndexes int
+	deleteJob                          bool
+	requeueAfter                       time.Duration
 }
 
 func (p *plan) requeue(d time.Duration) {
@@ -131,6 +134,8 @@ func syncJob(in syncInput) plan {
 			rebuildFailed = true
 		}
 	}
+
+	completedBefore, failedBefore := completed.Len(), failedIdx.Len()
 
 	// Flush: a recorded pod whose finalizer is gone (or the pod with it) is
 	// moved into the counters. The cache never forgets a pod it saw except
@@ -325,6 +330,8 @@ func syncJob(in syncInput) plan {
 	st.Active = int32(active)
 	st.Ready = ptr.To(int32(ready))
 	st.Terminating = ptr.To(int32(terminating))
+	p.newlyCompleted = max(completed.Len()-completedBefore, 0)
+	p.newlyFailedIndexes = max(failedIdx.Len()-failedBefore, 0)
 	st.CompletedIndexes = completed.String()
 	if perIndex {
 		st.FailedIndexes = ptr.To(failedIdx.String())
