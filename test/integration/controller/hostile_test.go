@@ -84,7 +84,7 @@ var _ = Describe("Hostile and odd pods", func() {
 		setSuspend(ctx, ns, job.Name, false)
 
 		finishedExactly(job, 2)
-		Expect(k.runsOf(0)).To(Equal(2), "the impostor and the real pod of index 0")
+		Expect(k.RunsOf(0)).To(Equal(2), "the impostor and the real pod of index 0")
 		Eventually(func() []string {
 			p := &corev1.Pod{}
 			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(foreign), p)).To(Succeed())
@@ -137,7 +137,7 @@ var _ = Describe("Hostile and odd pods", func() {
 		close(release)
 		finishedExactly(job, 3)
 		for ix := range 3 {
-			Expect(k.runsOf(ix)).To(Equal(1), "index %d ran again after the tampering", ix)
+			Expect(k.RunsOf(ix)).To(Equal(1), "index %d ran again after the tampering", ix)
 		}
 	})
 })

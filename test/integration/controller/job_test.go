@@ -42,11 +42,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
 			g.Expect(j.Status.ObservedGeneration).To(Equal(j.Generation))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.peakActive()).To(BeNumerically("<=", 2), "parallelism 2 was exceeded")
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 2), "parallelism 2 was exceeded")
 		for ix := range 5 {
-			Expect(k.runsOf(ix)).To(Equal(1), "index %d", ix)
+			Expect(k.RunsOf(ix)).To(Equal(1), "index %d", ix)
 		}
-		Expect(k.doubles()).To(BeEmpty())
+		Expect(k.Doubles()).To(BeEmpty())
 		expectNoFinalizers(ctx, ns, job.Name)
 
 		By("building pods with the fixed labels, env var and hostname")
@@ -86,10 +86,10 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.Failed).To(Equal(int32(4)))
 			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseFailed))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.runsOf(1)).To(Equal(2))
-		Expect(k.runsOf(2)).To(Equal(2))
-		Expect(k.peakActive()).To(BeNumerically("<=", 2))
-		Expect(k.doubles()).To(BeEmpty())
+		Expect(k.RunsOf(1)).To(Equal(2))
+		Expect(k.RunsOf(2)).To(Equal(2))
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 2))
+		Expect(k.Doubles()).To(BeEmpty())
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
@@ -105,7 +105,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.Failed).To(Equal(int32(3)))
 			g.Expect(j.Status.Succeeded).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.runsOf(0)).To(Equal(3))
+		Expect(k.RunsOf(0)).To(Equal(3))
 
 		By("waiting 200ms, then 400ms, after the first and second failures")
 		pods := jobPods(ctx, ns, job.Name)
@@ -236,8 +236,8 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.Succeeded).To(Equal(int32(1000)))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-999"))
 		}, 5*time.Minute, 500*time.Millisecond).Should(Succeed())
-		Expect(k.peakActive()).To(BeNumerically("<=", 100))
-		Expect(k.doubles()).To(BeEmpty())
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 100))
+		Expect(k.Doubles()).To(BeEmpty())
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(1000), "one pod per index, never a second")
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
@@ -269,9 +269,9 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.CompletedIndexes).To(Equal("1-4,6-9,11-14,16-19"))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		for _, ix := range []int{0, 5, 10, 15} {
-			Expect(k.runsOf(ix)).To(Equal(2), "index %d", ix)
+			Expect(k.RunsOf(ix)).To(Equal(2), "index %d", ix)
 		}
-		Expect(k.doubles()).To(BeEmpty())
+		Expect(k.Doubles()).To(BeEmpty())
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
@@ -294,8 +294,8 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.Failed).To(Equal(int32(10)))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-29"))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.doubles()).To(BeEmpty())
-		Expect(k.peakActive()).To(BeNumerically("<=", 10))
+		Expect(k.Doubles()).To(BeEmpty())
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 10))
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(40))
 		expectNoFinalizers(ctx, ns, job.Name)
 	})

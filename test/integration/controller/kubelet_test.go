@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strconv"
 	"sync"
@@ -36,17 +35,15 @@ type kubelet struct {
 	// holdTerminating keeps terminating pods terminating until released.
 	holdTerminating bool
 
-	mu          sync.Mutex
-	attempts    map[int]map[string]bool // index -> pod names seen
-	maxActive   int                     // most unfinished pods seen at once
-	doubleIndex string                  // first index seen with two unfinished pods
-	stop        context.CancelFunc
-	done        chan struct{}
+	mu sync.Mutex
+	utils.PodLedger
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func startKubelet(ns, job string, decide func(index, attempt int) outcome) *kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubelet{ns: ns, job: job, decide: decide, attempts: map[int]map[string]bool{}, stop: cancel, done: make(chan struct{})}
+	k := &kubelet{ns: ns, job: job, decide: decide, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(k.done)
@@ -75,25 +72,9 @@ func (k *kubelet) step(ctx context.Context) {
 		return // stopping, or a transient error: the next step retries
 	}
 	pods := list.Items
-	unfinished := map[int]int{}
-	total := 0
+	k.Observe(pods)
 	k.mu.Lock()
 	hold := k.holdTerminating
-	for _, p := range pods {
-		ix, _ := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
-		if k.attempts[ix] == nil {
-			k.attempts[ix] = map[string]bool{}
-		}
-		k.attempts[ix][p.Name] = true
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			unfinished[ix]++
-			total++
-			if unfinished[ix] > 1 && k.doubleIndex == "" {
-				k.doubleIndex = fmt.Sprintf("index %d at %s", ix, time.Now().Format(time.RFC3339Nano))
-			}
-		}
-	}
-	k.maxActive = max(k.maxActive, total)
 	k.mu.Unlock()
 
 	for i := range pods {
@@ -123,25 +104,6 @@ func (k *kubelet) step(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// runsOf is how many pods the kubelet saw for an index.
-func (k *kubelet) runsOf(index int) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.attempts[index])
-}
-
-func (k *kubelet) doubles() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.doubleIndex
-}
-
-func (k *kubelet) peakActive() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.maxActive
 }
 
 func jobPods(ctx context.Context, ns, job string) []corev1.Pod {

@@ -69,7 +69,7 @@ var _ = Describe("Failure handling", func() {
 			g.Expect(j.Status.Active).To(Equal(int32(2)))
 			g.Expect(j.Status.Failed).To(Equal(int32(1)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.doubles()).To(BeEmpty(), "never two unfinished pods for one index")
+		Expect(k.Doubles()).To(BeEmpty(), "never two unfinished pods for one index")
 	})
 
 	It("with podReplacementPolicy TerminatingOrFailed, replaces a deleted pod at once", func() {
@@ -118,7 +118,7 @@ var _ = Describe("Failure handling", func() {
 				Expect(c.Message).To(ContainSubstring("FailJob rule at index 0"))
 			}
 		}
-		Expect(k.runsOf(1)).To(Equal(1))
+		Expect(k.RunsOf(1)).To(Equal(1))
 	})
 
 	It("does not count a failure an Ignore rule matches (DisruptionTarget), and replaces the pod", func() {
@@ -138,7 +138,7 @@ var _ = Describe("Failure handling", func() {
 			g.Expect(j.Status.Failed).To(BeZero(), "ignored failures are not counted, even with backoffLimit 0")
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.runsOf(0)).To(Equal(3))
+		Expect(k.RunsOf(0)).To(Equal(3))
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
@@ -156,7 +156,7 @@ var _ = Describe("Failure handling", func() {
 			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
 			g.Expect(j.Status.Failed).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.runsOf(0)).To(Equal(2))
+		Expect(k.RunsOf(0)).To(Equal(2))
 	})
 
 	It("fails one index at once on a FailIndex rule while the others run on", func() {
@@ -177,7 +177,7 @@ var _ = Describe("Failure handling", func() {
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,2,3"))
 			g.Expect(j.Status.Failed).To(Equal(int32(1)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
-		Expect(k.runsOf(1)).To(Equal(1), "a FailIndex match is never retried")
+		Expect(k.RunsOf(1)).To(Equal(1), "a FailIndex match is never retried")
 	})
 
 	It("fails with MaxFailedIndexesExceeded at once and terminates the remaining pods", func() {
@@ -199,7 +199,7 @@ var _ = Describe("Failure handling", func() {
 		// Indexes 0 to 2 start; 3 may start when 0 fails before 1 does; 4
 		// and 5 never do, since the job fails as soon as 1 fails.
 		for ix := 4; ix < 6; ix++ {
-			Expect(k.runsOf(ix)).To(BeZero(), "index %d never started", ix)
+			Expect(k.RunsOf(ix)).To(BeZero(), "index %d never started", ix)
 		}
 		Eventually(func() []corev1.Pod {
 			var running []corev1.Pod

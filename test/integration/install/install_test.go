@@ -164,9 +164,9 @@ func expectSeedOutcome(ctx context.Context, k *kubelet, namespace, name string, 
 		if seedExitCode(index) != 0 {
 			want = 2
 		}
-		Expect(k.runsOf(index)).To(Equal(want), "pods of index %d", index)
+		Expect(k.RunsOf(index)).To(Equal(want), "pods of index %d", index)
 	}
-	Expect(k.doubles()).To(BeEmpty(), "an index had two unfinished pods at once")
+	Expect(k.Doubles()).To(BeEmpty(), "an index had two unfinished pods at once")
 	Eventually(func(g Gomega) {
 		var pods corev1.PodList
 		g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(namespace))).To(Succeed())

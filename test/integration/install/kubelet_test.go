@@ -2,7 +2,6 @@ package install_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -26,19 +25,18 @@ type kubelet struct {
 	exitCode func(index int) int32
 	runFor   time.Duration
 
-	mu          sync.Mutex
-	attempts    map[int]map[string]bool // index -> pod names seen
-	running     map[string]time.Time    // pod -> when it was marked Running
-	finished    int                     // pods this kubelet ended
-	doubleIndex string
-	stop        context.CancelFunc
-	done        chan struct{}
+	mu sync.Mutex
+	utils.PodLedger
+	running  map[string]time.Time // pod -> when it was marked Running
+	finished int                  // pods this kubelet ended
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 func startKubelet(ns, job string, runFor time.Duration, exitCode func(index int) int32) *kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kubelet{ns: ns, job: job, exitCode: exitCode, runFor: runFor,
-		attempts: map[int]map[string]bool{}, running: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
+		running: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(k.done)
@@ -63,21 +61,7 @@ func (k *kubelet) step(ctx context.Context) {
 		return // stopping, or a transient error: the next step retries
 	}
 	pods := list.Items
-	unfinished := map[int]int{}
-	k.mu.Lock()
-	for _, p := range pods {
-		ix, _ := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
-		if k.attempts[ix] == nil {
-			k.attempts[ix] = map[string]bool{}
-		}
-		k.attempts[ix][p.Name] = true
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			if unfinished[ix]++; unfinished[ix] > 1 && k.doubleIndex == "" {
-				k.doubleIndex = fmt.Sprintf("index %d at %s", ix, time.Now().Format(time.RFC3339Nano))
-			}
-		}
-	}
-	k.mu.Unlock()
+	k.Observe(pods)
 
 	for i := range pods {
 		p := &pods[i]
@@ -112,23 +96,9 @@ func (k *kubelet) step(ctx context.Context) {
 	}
 }
 
-// runsOf is how many pods the kubelet saw for an index.
-func (k *kubelet) runsOf(index int) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.attempts[index])
-}
-
 // finishedPods is how many pods the kubelet has ended.
 func (k *kubelet) finishedPods() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.finished
-}
-
-// doubles is the first index seen with two unfinished pods, or "".
-func (k *kubelet) doubles() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.doubleIndex
 }
