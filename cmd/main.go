@@ -42,6 +42,7 @@ func main() {
 		qps                                              float64
 		burst, maxConcurrent                             int
 		backoffBase, backoffMax                          time.Duration
+		leaseDuration, renewDeadline, retryPeriod        time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -51,6 +52,12 @@ func main() {
 		"Enable leader election for controller manager. Ensures there is only one active controller manager.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election lease; empty means the pod's own namespace, which only works in-cluster.")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long a standby waits after the last renewal before it takes over a lease whose leader died.")
+	flag.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps retrying to renew its lease before it gives up leading (and exits).")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often leaders renew and standbys try to acquire the lease.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, with authentication and authorization.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
@@ -105,6 +112,9 @@ func main() {
 		// The process exits right after it stops leading, so releasing the
 		// lease at once is safe and lets a standby take over without waiting.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
 		Cache:                         controller.CacheOptions(watched),
 	})
 	if err != nil {

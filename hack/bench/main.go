@@ -197,8 +197,9 @@ func main() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sim := newSimulator(cs)
-	go sim.run(ctx)
+	if err := newSimulator(cs).Run(ctx); err != nil {
+		log.Fatal(err)
+	}
 
 	b := &bench{auditLog: auditLog, cl: cl, cs: cs, work: work, kcm: kcm, manager: mgrBin, kubeconfigs: kubeconfigs}
 	var results []result

@@ -116,26 +116,36 @@ type operator struct {
 
 var operatorStarts int
 
-// startOperator starts bin/manager against the cluster, as a deployment
-// would run it, and waits until its readiness probe answers. A 1s pod
-// failure backoff (10s by default) keeps retries short.
-func startOperator() *operator {
+// launchOperator starts bin/manager against the cluster, as a deployment
+// would run it, with extra flags added, and returns at once: the process,
+// the port of its health probes and its log. A 1s pod failure backoff (10s
+// by default) keeps retries short.
+func launchOperator(extra ...string) (*kwokcluster.Process, int) {
 	GinkgoHelper()
 	operatorStarts++
 	probe, err := kwokcluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	logPath := filepath.Join(cluster.Dir, fmt.Sprintf("manager-%d.log", operatorStarts))
-	proc, err := kwokcluster.StartProcess("manager", logPath, []string{"KUBECONFIG=" + cluster.Kubeconfig}, managerBin,
+	args := append([]string{
 		"--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
 		"--pod-failure-backoff=1s",
 		"--pod-failure-backoff-max=4s",
-	)
+	}, extra...)
+	proc, err := kwokcluster.StartProcess("manager", logPath, []string{"KUBECONFIG=" + cluster.Kubeconfig}, managerBin, args...)
 	Expect(err).NotTo(HaveOccurred())
+	return proc, probe
+}
+
+// startOperator launches the operator and waits until its readiness probe
+// answers.
+func startOperator(extra ...string) *operator {
+	GinkgoHelper()
+	proc, probe := launchOperator(extra...)
 	o := &operator{proc: proc, probe: probe}
 	Eventually(func(g Gomega) {
 		exited, err := proc.Exited()
-		g.Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, logPath)
+		g.Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, proc.LogPath)
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
 		g.Expect(err).NotTo(HaveOccurred())
 		_ = resp.Body.Close()

@@ -90,9 +90,12 @@ type Cluster struct {
 	NodeNames []string
 
 	etcd, apiserver, kwok *Process
-	stopHelpers           context.CancelFunc
-	helpers               sync.WaitGroup
-	helpersLog            *os.File
+	// apiserverCmd is how kube-apiserver was started, for RestartAPIServer.
+	apiserverCmd []string
+	certs        *pki
+	stopHelpers  context.CancelFunc
+	helpers      sync.WaitGroup
+	helpersLog   *os.File
 }
 
 // ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
@@ -194,23 +197,25 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	// kube-controller-manager no namespace gets a default service account
 	// and no node loses the not-ready taint that TaintNodesByCondition puts
 	// on a new node, so both admission plugins are off.
-	c.apiserver, err = StartProcess("kube-apiserver", filepath.Join(opts.Dir, "kube-apiserver.log"), nil, filepath.Join(bin, "kube-apiserver"),
-		"--etcd-servers="+etcdURL,
+	c.certs = certs
+	c.apiserverCmd = []string{filepath.Join(bin, "kube-apiserver"),
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--cert-dir="+filepath.Join(opts.Dir, "pki"),
-		"--tls-cert-file="+certs.certFile,
-		"--tls-private-key-file="+certs.keyFile,
-		"--token-auth-file="+certs.tokenFile,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + filepath.Join(opts.Dir, "pki"),
+		"--tls-cert-file=" + certs.certFile,
+		"--tls-private-key-file=" + certs.keyFile,
+		"--token-auth-file=" + certs.tokenFile,
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.0.0.0/24",
-		"--service-account-issuer="+server,
-		"--service-account-key-file="+certs.saKeyFile,
-		"--service-account-signing-key-file="+certs.saKeyFile,
+		"--service-account-issuer=" + server,
+		"--service-account-key-file=" + certs.saKeyFile,
+		"--service-account-signing-key-file=" + certs.saKeyFile,
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true",
-	)
+	}
+	c.apiserver, err = StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
 	if err != nil {
 		return c, err
 	}
@@ -224,7 +229,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.writeKubeconfig(certs); err != nil {
 		return c, err
 	}
-	if err := c.waitReady(ctx, certs); err != nil {
+	if err := c.waitReady(ctx); err != nil {
 		return c, err
 	}
 
@@ -303,6 +308,24 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	return c, nil
 }
 
+func (c *Cluster) apiserverLog() string { return filepath.Join(c.Dir, "kube-apiserver.log") }
+
+// RestartAPIServer stops kube-apiserver as a rollout of it would (SIGTERM,
+// then SIGKILL after 15 s), starts it again with the same flags on the same
+// port, and returns once it is ready. Clients see their connections drop and
+// their watches end, and must recover by themselves.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	if err := c.apiserver.Stop(15 * time.Second); err != nil {
+		return err
+	}
+	p, err := StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
+	if err != nil {
+		return err
+	}
+	c.apiserver = p
+	return c.waitReady(ctx)
+}
+
 // Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
 // that order.
 func (c *Cluster) Stop() error {
@@ -344,7 +367,8 @@ func (c *Cluster) writeKubeconfig(certs *pki) error {
 }
 
 // waitReady polls /readyz until the API server says it is ready.
-func (c *Cluster) waitReady(ctx context.Context, certs *pki) error {
+func (c *Cluster) waitReady(ctx context.Context) error {
+	certs := c.certs
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certs.caCert)
 	httpClient := &http.Client{
