@@ -238,13 +238,20 @@ func main() {
 	}
 	if profiled {
 		var top []byte
-		for _, args := range [][]string{{"-top", "-nodecount=50"}, {"-top", "-cum", "-nodecount=80"}} {
-			args = append([]string{"tool", "pprof"}, args...)
-			out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, "cpu.pprof"))...).Output()
+		for _, run := range []struct {
+			file string
+			args []string
+		}{
+			{"cpu.pprof", []string{"-top", "-nodecount=50"}},
+			{"cpu.pprof", []string{"-top", "-cum", "-nodecount=80"}},
+			{"heap.pprof", []string{"-top", "-sample_index=inuse_space", "-nodecount=30"}},
+		} {
+			args := append([]string{"tool", "pprof"}, run.args...)
+			out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, run.file))...).Output()
 			if err != nil {
 				log.Printf("pprof: %v", err)
 			}
-			top = append(top, []byte("$ go "+strings.Join(args, " ")+" manager cpu.pprof\n")...)
+			top = append(top, []byte("$ go "+strings.Join(args, " ")+" manager "+run.file+"\n")...)
 			top = append(top, out...)
 			top = append(top, '\n')
 		}
@@ -560,6 +567,13 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	if profile != "" {
 		if data := <-profDone; len(data) > 0 {
 			_ = os.WriteFile(profile, data, 0o644)
+		}
+		// The heap at the end of the run, with every pod of the job cached.
+		heapURL := strings.TrimSuffix(p.pprofURL, "profile") + "heap"
+		if resp, err := http.Get(heapURL); err == nil {
+			data, _ := readAll(resp)
+			resp.Body.Close()
+			_ = os.WriteFile(filepath.Join(filepath.Dir(profile), "heap.pprof"), data, 0o644)
 		}
 	}
 	return r

@@ -20,7 +20,9 @@ type Outcome struct {
 	// Unfinished lists indexes that neither succeeded nor used up their
 	// retries: a job reported terminal with any of them is wrong.
 	Unfinished []int
-	// Runs is the most pods any one index ran.
+	// Completed and FailedCount are the sizes of the two index sets.
+	Completed, FailedCount int
+	// MaxRuns is the most pods any one index ran.
 	MaxRuns int
 }
 
@@ -54,8 +56,10 @@ func Expect(truth []Record, completions, backoffLimitPerIndex int) Outcome {
 	for i := range completions {
 		switch {
 		case succeeded[i]:
+			out.Completed++
 		case failures[i] > backoffLimitPerIndex:
 			failed[i], anyFailed = true, true
+			out.FailedCount++
 		default:
 			out.Unfinished = append(out.Unfinished, i)
 		}

@@ -35,14 +35,14 @@ func TestExpect(t *testing.T) {
 
 	// The seed's example: indexes 1 and 2 always fail, limit 1.
 	got := Expect([]Record{ok(0), ko(1), ko(1), ko(2), ko(2), ok(3), ok(4), ok(5), ok(6), ok(7)}, 8, 1)
-	want := Outcome{Succeeded: 6, Failed: 4, CompletedIndexes: "0,3-7", FailedIndexes: "1,2", Condition: "Failed", MaxRuns: 2}
+	want := Outcome{Succeeded: 6, Failed: 4, CompletedIndexes: "0,3-7", FailedIndexes: "1,2", Condition: "Failed", Completed: 6, FailedCount: 2, MaxRuns: 2}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("seed example: got %+v, want %+v", got, want)
 	}
 
 	// A failure within the limit followed by a success completes the index.
 	got = Expect([]Record{ko(0), ok(0), ok(1)}, 2, 1)
-	want = Outcome{Succeeded: 2, Failed: 1, CompletedIndexes: "0,1", Condition: "Complete", MaxRuns: 2}
+	want = Outcome{Succeeded: 2, Failed: 1, CompletedIndexes: "0,1", Condition: "Complete", Completed: 2, MaxRuns: 2}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("retried index: got %+v, want %+v", got, want)
 	}
