@@ -275,6 +275,32 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
+	It("with --namespaces, runs the jobs of its namespaces and leaves the others alone", func() {
+		other := newNamespace(ctx)
+		op.stop()
+		op = startOperator(ns)
+		defer func() {
+			op.stop()
+			op = startOperator()
+		}()
+		job := utils.MakeIndexedBatchJob("watched", ns).Completions(12).Parallelism(4).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		elsewhere := utils.MakeIndexedBatchJob("unwatched", other).Completions(2).Obj()
+		Expect(k8sClient.Create(ctx, elsewhere)).To(Succeed())
+		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{} })
+		defer k.Stop()
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(j.Status.Succeeded).To(Equal(int32(12)))
+			g.Expect(j.Status.CompletedIndexes).To(Equal("0-11"))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		Expect(k.Doubles()).To(BeEmpty())
+		expectNoFinalizers(ctx, ns, job.Name)
+		Consistently(func() []corev1.Pod { return jobPods(ctx, other, elsewhere.Name) }, time.Second, 100*time.Millisecond).Should(BeEmpty())
+		Expect(getJob(ctx, other, elsewhere.Name).Status.StartTime).To(BeNil(), "a job outside --namespaces was synced")
+	})
+
 	It("keeps one pod per index and exact counts with two operators reconciling at once", func() {
 		second := startOperator()
 		defer second.stop()

@@ -100,13 +100,14 @@ type operator struct {
 }
 
 // startOperator starts a manager like cmd/main.go does (same cache options,
-// same reconciler) and returns a handle to stop it, as a crash would.
-func startOperator() *operator {
+// same reconciler) and returns a handle to stop it, as a crash would. With
+// namespaces it watches only those, as --namespaces does.
+func startOperator(namespaces ...string) *operator {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  controller.CacheOptions(nil),
+		Cache:                  controller.CacheOptions(namespaces),
 		// Tests run several operators in one process, one after the other
 		// or side by side, each registering the same controller name.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
