@@ -12,6 +12,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -98,6 +99,11 @@ func main() {
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
+	// One token bucket for every client of the process (controller-runtime
+	// otherwise gives each resource's client a bucket of its own), so that
+	// --kube-api-qps bounds all the operator sends, as it does for
+	// kube-controller-manager's clients.
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(float32(qps), burst)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,

@@ -62,6 +62,8 @@ type result struct {
 	PodsPerSec float64
 	CPU        float64
 	RSSMiB     float64
+	// AnonMiB is the peak of RssAnon, sampled every 100 ms.
+	AnonMiB    float64
 	Requests   float64 // API requests (server side, audit log)
 	ClientReqs float64 // rest_client_requests_total, where the controller exposes it
 	Verbs      map[string]int
@@ -86,6 +88,8 @@ var (
 	reportOnly = flag.Bool("report-only", false, "rewrite results.md and results.png from results.json")
 	profSecs   = flag.Int("profile-seconds", 60, "length of the operator's CPU profile, from the create of the first 10,000-index job")
 	appendRes  = flag.Bool("append", false, "add to the runs already in results.json instead of starting afresh")
+	oursArgs   = flag.String("ours-args", "", "extra flags for the operator, space separated")
+	oursEnv    = flag.String("ours-env", "", "extra environment of the operator, space separated NAME=value")
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
 )
@@ -301,12 +305,14 @@ func (b *bench) start(ctrl string, n int, profile bool) (*proc, error) {
 			"--health-probe-bind-address=0", fmt.Sprintf("--max-concurrent-reconciles=%d", *syncs),
 			"--kubeconfig=" + b.kubeconfigs["ibj-operator"],
 		}
+		args = append(args, strings.Fields(*oursArgs)...)
 		if profile {
 			pp := freePort()
 			args = append(args, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pp))
 			p.pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile", pp)
 		}
 		cmd = exec.Command(b.manager, args...)
+		cmd.Env = append(os.Environ(), strings.Fields(*oursEnv)...)
 		p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 	} else {
 		cmd = exec.Command(b.kcm,
@@ -511,6 +517,9 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	deadline := start.Add(*timeout)
 	for {
 		time.Sleep(100 * time.Millisecond)
+		if anon, err := anonRSSMiB(pid); err == nil {
+			r.AnonMiB = max(r.AnonMiB, anon)
+		}
 		o, err = b.observe(ctx, ctrl, key)
 		if err == nil && o.terminal {
 			break

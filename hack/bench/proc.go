@@ -31,8 +31,15 @@ func cpuSeconds(pid int) (float64, error) {
 	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
 }
 
-// peakRSSMiB is VmHWM of a process.
-func peakRSSMiB(pid int) (float64, error) {
+// peakRSSMiB is VmHWM of a process: its peak resident set, including the
+// pages of its binary that are mapped in.
+func peakRSSMiB(pid int) (float64, error) { return statusMiB(pid, "VmHWM:") }
+
+// anonRSSMiB is RssAnon of a process now: its resident memory without the
+// binary's mapped pages (heap, stacks, runtime).
+func anonRSSMiB(pid int) (float64, error) { return statusMiB(pid, "RssAnon:") }
+
+func statusMiB(pid int, field string) (float64, error) {
 	fh, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -40,12 +47,12 @@ func peakRSSMiB(pid int) (float64, error) {
 	defer fh.Close()
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM for %d", pid)
+	return 0, fmt.Errorf("no %s for %d", field, pid)
 }
 
 var metricsClient = &http.Client{

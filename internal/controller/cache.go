@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -36,7 +38,7 @@ func CacheOptions(namespaces []string) cache.Options {
 }
 
 // trimPod keeps of a pod what the decision core reads: its metadata (without
-// managedFields), phase, conditions and the containers' names, states and
+// managedFields, and only this operator's labels and annotations), phase, conditions and the containers' names, states and
 // restart counts. The spec and the rest of the status, most of a pod's size,
 // are dropped: the controller builds new pods from the job's template and
 // never writes back a cached pod.
@@ -46,6 +48,8 @@ func trimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	pod.ManagedFields = nil
+	pod.Labels = ownKeys(pod.Labels)
+	pod.Annotations = ownKeys(pod.Annotations)
 	pod.Spec = corev1.PodSpec{}
 	pod.Status = corev1.PodStatus{
 		Phase:                 pod.Status.Phase,
@@ -54,6 +58,31 @@ func trimPod(obj any) (any, error) {
 		ContainerStatuses:     trimContainerStatuses(pod.Status.ContainerStatuses),
 	}
 	return pod, nil
+}
+
+// ownPrefix starts every label and annotation key the controller reads.
+const ownPrefix = "batch.indexedjob.dev/"
+
+// ownKeys keeps the entries of m whose keys are this operator's: the
+// labels and annotations a user's template puts on every pod are copied
+// into each one, and no sync reads them.
+func ownKeys(m map[string]string) map[string]string {
+	n := 0
+	for k := range m {
+		if strings.HasPrefix(k, ownPrefix) {
+			n++
+		}
+	}
+	if n == len(m) {
+		return m
+	}
+	out := make(map[string]string, n)
+	for k, v := range m {
+		if strings.HasPrefix(k, ownPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func trimContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {

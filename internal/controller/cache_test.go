@@ -48,17 +48,20 @@ func TestCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	pod.Status.ContainerStatuses[0].Image = "busybox"
 	pod.Status.PodIP = "10.0.0.1"
-	labelsBefore, annotationsBefore, finalizers := pod.Labels, pod.Annotations, pod.Finalizers
+	labelsBefore, annotationsBefore, finalizers := len(pod.Labels), len(pod.Annotations), pod.Finalizers
+	pod.Labels["app.kubernetes.io/name"] = "trainer"
+	pod.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{}"
 	out, err := trim(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := out.(*corev1.Pod)
-	if len(got.ManagedFields) != 0 || len(got.Spec.Containers) != 0 || got.Status.PodIP != "" || got.Status.ContainerStatuses[0].Image != "" {
+	if len(got.ManagedFields) != 0 || len(got.Spec.Containers) != 0 || got.Status.PodIP != "" || got.Status.ContainerStatuses[0].Image != "" ||
+		got.Labels["app.kubernetes.io/name"] != "" || got.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" {
 		t.Errorf("trimmed pod keeps what a sync never reads: %+v", got)
 	}
 	if got.Status.Phase != corev1.PodFailed || got.Status.ContainerStatuses[0].State.Terminated.ExitCode != 3 ||
-		len(got.Labels) != len(labelsBefore) || len(got.Annotations) != len(annotationsBefore) || len(got.Finalizers) != len(finalizers) {
+		len(got.Labels) != labelsBefore || len(got.Annotations) != annotationsBefore || len(got.Finalizers) != len(finalizers) {
 		t.Errorf("trimmed pod lost what a sync reads: %+v", got)
 	}
 	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
