@@ -20,6 +20,18 @@ const timeout = 60 * time.Second
 
 func succeedAll(int, int) outcome { return outcome{} }
 
+// expectCompleted waits until the job is Complete with exactly succeeded
+// pods counted and completedIndexes as given.
+func expectCompleted(ctx context.Context, ns, name string, succeeded int32, completedIndexes string, within time.Duration) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		j := getJob(ctx, ns, name)
+		g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+		g.Expect(j.Status.Succeeded).To(Equal(succeeded))
+		g.Expect(j.Status.CompletedIndexes).To(Equal(completedIndexes))
+	}, within, 100*time.Millisecond).Should(Succeed())
+}
+
 var _ = Describe("IndexedBatchJob controller", func() {
 
 	It("runs each index once and completes with exact counts", func() {
@@ -230,12 +242,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
-			g.Expect(j.Status.Succeeded).To(Equal(int32(1000)))
-			g.Expect(j.Status.CompletedIndexes).To(Equal("0-999"))
-		}, 5*time.Minute, 500*time.Millisecond).Should(Succeed())
+		expectCompleted(ctx, ns, job.Name, 1000, "0-999", 5*time.Minute)
 		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 100))
 		Expect(k.Doubles()).To(BeEmpty())
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(1000), "one pod per index, never a second")
@@ -287,14 +294,9 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		elsewhere := utils.MakeIndexedBatchJob("unwatched", other).Completions(2).Obj()
 		Expect(k8sClient.Create(ctx, elsewhere)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{} })
+		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
-			g.Expect(j.Status.Succeeded).To(Equal(int32(12)))
-			g.Expect(j.Status.CompletedIndexes).To(Equal("0-11"))
-		}, timeout, 100*time.Millisecond).Should(Succeed())
+		expectCompleted(ctx, ns, job.Name, 12, "0-11", timeout)
 		Expect(k.Doubles()).To(BeEmpty())
 		expectNoFinalizers(ctx, ns, job.Name)
 		Consistently(func() []corev1.Pod { return jobPods(ctx, other, elsewhere.Name) }, time.Second, 100*time.Millisecond).Should(BeEmpty())
