@@ -23,6 +23,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/memlimit"
 )
 
 var (
@@ -74,6 +75,9 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	if soft := memlimit.Set(memlimit.CgroupV2File); soft > 0 {
+		setupLog.Info("Set the Go soft memory limit below the container's", "bytes", soft, "ratio", memlimit.Ratio)
+	}
 
 	// HTTP/2 stays off unless asked for (CVE-2023-44487 and CVE-2023-39325).
 	var tlsOpts []func(*tls.Config)
