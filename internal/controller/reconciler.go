@@ -419,14 +419,10 @@ func parseVersion(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64
 // pods mapped to their job by the job-name label (so that pods left by a
 // deleted job still reach a sync that releases them).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, PodJobNameIndex, func(o client.Object) []string {
-		if name, ok := o.GetLabels()[ibjv1.JobNameLabel]; ok {
-			return []string{name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
+	// One index of the pods by job, maintained on every pod event: the
+	// informer's own where there is a single informer, else (a cache over
+	// several namespaces) controller-runtime's field index, which listPods
+	// then reads through the client.
 	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
 		return err
@@ -436,6 +432,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles 
 			return err
 		}
 		r.podIndex = shared.GetIndexer()
+	} else if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, PodJobNameIndex, func(o client.Object) []string {
+		if name, ok := o.GetLabels()[ibjv1.JobNameLabel]; ok {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&ibjv1.IndexedBatchJob{}).
