@@ -174,7 +174,7 @@ func (s *Simulator) observe(obj any) {
 	}
 	s.mu.Lock()
 	if terminal(pod) {
-		s.finishLocked(pod, index, pod.Status.Phase, false)
+		s.finishLocked(pod, index)
 		s.mu.Unlock()
 		if pod.DeletionTimestamp != nil && ptr.Deref(pod.DeletionGracePeriodSeconds, 1) != 0 {
 			s.enqueue(pod, 0) // the kubelet's final delete is still owed
@@ -234,12 +234,13 @@ func (s *Simulator) forget(obj any) {
 	delete(s.plans, pod.UID)
 }
 
-func (s *Simulator) finishLocked(pod *corev1.Pod, index int, phase corev1.PodPhase, deleted bool) {
+// finishLocked books a pod the watch shows terminal.
+func (s *Simulator) finishLocked(pod *corev1.Pod, index int) {
 	delete(s.live[index], pod.UID)
 	if _, done := s.truth[pod.UID]; !done {
 		// Observed terminal without our acknowledgement: our write went
 		// through but its answer was lost (an API server restart).
-		s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Index: index, Phase: phase, Deleted: deleted}
+		s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Index: index, Phase: pod.Status.Phase}
 	}
 }
 
