@@ -17,13 +17,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/memlimit"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 )
 
 var (
@@ -63,7 +62,7 @@ func main() {
 	flag.BoolVar(&secureMetrics, "metrics-secure", true,
 		"If set, the metrics endpoint is served securely via HTTPS, with authentication and authorization.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false,
-		"If set, HTTP/2 will be enabled for the metrics and webhook servers.")
+		"If set, HTTP/2 will be enabled for the metrics server.")
 	flag.Float64Var(&qps, "kube-api-qps", 50, "Queries per second the client may send to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of queries the client may send to the API server.")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 5, "How many IndexedBatchJobs are synced at once.")
@@ -90,7 +89,9 @@ func main() {
 		TLSOpts:       tlsOpts,
 	}
 	if secureMetrics {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		// controller-runtime's filters.WithAuthenticationAndAuthorization,
+		// without the 30 MB of k8s.io/apiserver it links.
+		metricsOpts.FilterProvider = metricsauth.WithAuthenticationAndAuthorization
 	}
 
 	var watched []string
@@ -111,7 +112,6 @@ func main() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
-		WebhookServer:          webhook.NewServer(webhook.Options{TLSOpts: tlsOpts}),
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
 		LeaderElection:         enableLeaderElection,
