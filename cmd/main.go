@@ -139,7 +139,7 @@ func main() {
 		Clock:    clock.RealClock{},
 		Backoff:  controller.Backoff{Base: backoffBase, Max: backoffMax},
 	}
-	if err := r.SetupWithManager(mgr, maxConcurrent); err != nil {
+	if err := r.SetupWithManager(mgr, watched, maxConcurrent); err != nil {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -71,7 +70,7 @@ func (e *expectations) forget(uid types.UID) {
 
 // podsSeen reports whether the cache shows every pod this process created
 // for the job (or the wait timed out); seen creates are forgotten.
-func (e *expectations) podsSeen(uid types.UID, pods []*corev1.Pod, now time.Time) bool {
+func (e *expectations) podsSeen(uid types.UID, pods []*cachedPod, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[uid]

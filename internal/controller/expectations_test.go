@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -19,11 +17,11 @@ func TestExpectationsHoldUntilTheCacheShowsEveryCreate(t *testing.T) {
 	e.expectCreate(job.UID, "a-1-0", testNow)
 
 	p0 := makePod(job, 0).obj()
-	if e.podsSeen(job.UID, []*corev1.Pod{p0}, testNow.Add(time.Second)) {
+	if e.podsSeen(job.UID, []*cachedPod{p0}, testNow.Add(time.Second)) {
 		t.Errorf("satisfied while a-1-0 is not in the cache")
 	}
 	p1 := makePod(job, 1).obj()
-	if !e.podsSeen(job.UID, []*corev1.Pod{p1}, testNow.Add(time.Second)) {
+	if !e.podsSeen(job.UID, []*cachedPod{p1}, testNow.Add(time.Second)) {
 		t.Errorf("not satisfied though a-0-0 was seen before and a-1-0 now")
 	}
 	if !e.podsSeen("other", nil, testNow) {

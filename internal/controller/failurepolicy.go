@@ -18,7 +18,7 @@ type failureVerdict struct {
 // matchFailurePolicy applies the rules in order, first match wins, as
 // upstream's matchPodFailurePolicy. Without a policy, or when no rule
 // matches, the failure is counted.
-func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) failureVerdict {
+func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *cachedPod) failureVerdict {
 	if policy == nil {
 		return failureVerdict{action: batchv1.PodFailurePolicyActionCount}
 	}
@@ -36,14 +36,14 @@ func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) failu
 				continue
 			}
 			why = fmt.Sprintf("Container %s for pod %s/%s failed with exit code %d matching %s rule at index %d",
-				cs.Name, pod.Namespace, pod.Name, cs.State.Terminated.ExitCode, rule.Action, i)
+				cs.name, pod.Namespace, pod.Name, cs.code, rule.Action, i)
 		} else if rule.OnPodConditions != nil {
 			cond := matchPodConditions(pod, rule.OnPodConditions)
 			if cond == nil {
 				continue
 			}
 			why = fmt.Sprintf("Pod %s/%s has condition %s matching %s rule at index %d",
-				pod.Namespace, pod.Name, cond.Type, rule.Action, i)
+				pod.Namespace, pod.Name, cond.typ, rule.Action, i)
 		} else {
 			continue
 		}
@@ -55,27 +55,21 @@ func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *corev1.Pod) failu
 // matchExitCodes finds a terminated container, init containers included,
 // whose non-zero exit code satisfies the requirement. A zero exit code never
 // matches: a container that succeeded did not cause the failure.
-func matchExitCodes(pod *corev1.Pod, req *batchv1.PodFailurePolicyOnExitCodesRequirement) *corev1.ContainerStatus {
-	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for i := range lists {
-			cs := &lists[i]
-			if req.ContainerName != nil && *req.ContainerName != cs.Name {
-				continue
+func matchExitCodes(pod *cachedPod, req *batchv1.PodFailurePolicyOnExitCodesRequirement) *containerExit {
+	for i := range pod.exits {
+		cs := &pod.exits[i]
+		if req.ContainerName != nil && *req.ContainerName != cs.name {
+			continue
+		}
+		in := slices.Contains(req.Values, cs.code)
+		switch req.Operator {
+		case batchv1.PodFailurePolicyOnExitCodesOpIn:
+			if in {
+				return cs
 			}
-			term := cs.State.Terminated
-			if term == nil || term.ExitCode == 0 {
-				continue
-			}
-			in := slices.Contains(req.Values, term.ExitCode)
-			switch req.Operator {
-			case batchv1.PodFailurePolicyOnExitCodesOpIn:
-				if in {
-					return cs
-				}
-			case batchv1.PodFailurePolicyOnExitCodesOpNotIn:
-				if !in {
-					return cs
-				}
+		case batchv1.PodFailurePolicyOnExitCodesOpNotIn:
+			if !in {
+				return cs
 			}
 		}
 	}
@@ -84,15 +78,15 @@ func matchExitCodes(pod *corev1.Pod, req *batchv1.PodFailurePolicyOnExitCodesReq
 
 // matchPodConditions finds a pod condition equal in type and status (status
 // defaulting to True) to one of the patterns.
-func matchPodConditions(pod *corev1.Pod, patterns []batchv1.PodFailurePolicyOnPodConditionsPattern) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		c := &pod.Status.Conditions[i]
+func matchPodConditions(pod *cachedPod, patterns []batchv1.PodFailurePolicyOnPodConditionsPattern) *podCondition {
+	for i := range pod.conditions {
+		c := &pod.conditions[i]
 		for _, p := range patterns {
 			status := p.Status
 			if status == "" {
 				status = corev1.ConditionTrue
 			}
-			if c.Type == p.Type && c.Status == status {
+			if c.typ == p.Type && c.status == status {
 				return c
 			}
 		}

@@ -20,11 +20,11 @@ func TestFailurePolicyMatching(t *testing.T) {
 		in        = batchv1.PodFailurePolicyOnExitCodesOpIn
 		notIn     = batchv1.PodFailurePolicyOnExitCodesOpNotIn
 	)
-	exit := func(code int32) *corev1.Pod { return makePod(job, 0).failedAt(testNow, code).obj() }
+	exit := func(code int32) *cachedPod { return makePod(job, 0).failedAt(testNow, code).obj() }
 	cases := []struct {
 		name   string
 		policy *batchv1.PodFailurePolicy
-		pod    *corev1.Pod
+		pod    *cachedPod
 		want   batchv1.PodFailurePolicyAction
 	}{
 		{"no policy counts", nil, exit(3), count},

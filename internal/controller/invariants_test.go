@@ -30,6 +30,7 @@ type cluster struct {
 	t       testing.TB
 	job     *ibjv1.IndexedBatchJob
 	pods    []*corev1.Pod // in creation order
+	seen    []*corev1.Pod // the pods as the last sync saw them
 	now     time.Time
 	backoff Backoff
 	uids    int
@@ -71,7 +72,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		stripped: sets.New[int32](),
 	}
 	c.ignores = func(pod *corev1.Pod) bool {
-		return matchFailurePolicy(c.job.Spec.PodFailurePolicy, pod).action == batchv1.PodFailurePolicyActionIgnore
+		return matchFailurePolicy(c.job.Spec.PodFailurePolicy, newCachedPod(pod)).action == batchv1.PodFailurePolicyActionIgnore
 	}
 	return c
 }
@@ -92,7 +93,7 @@ func (c *cluster) dump() string {
 	b.WriteString("\n")
 	for _, p := range c.pods {
 		fmt.Fprintf(&b, "  pod %s uid=%s phase=%s deleted=%v finalizer=%v discarded=%v failures=%s\n", p.Name, p.UID, p.Status.Phase,
-			p.DeletionTimestamp != nil, hasTrackingFinalizer(p), isDiscarded(p), p.Annotations[ibjv1.IndexFailureCountAnnotation])
+			p.DeletionTimestamp != nil, hasTrackingFinalizer(newCachedPod(p)), isDiscarded(newCachedPod(p)), p.Annotations[ibjv1.IndexFailureCountAnnotation])
 	}
 	return b.String()
 }
@@ -101,7 +102,7 @@ func (c *cluster) dump() string {
 func (c *cluster) add(pods ...*corev1.Pod) {
 	for _, p := range pods {
 		c.pods = append(c.pods, p)
-		ix, _ := podIndex(p)
+		ix, _ := parseIndex(p)
 		c.indexOfUID[p.UID] = ix
 	}
 }
@@ -119,7 +120,7 @@ func (c *cluster) pod(uid types.UID) *corev1.Pod {
 func (c *cluster) podsOfIndex(ix int32) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range c.pods {
-		if i, ok := podIndex(p); ok && i == ix {
+		if i, ok := parseIndex(p); ok && i == ix {
 			out = append(out, p)
 		}
 	}
@@ -143,7 +144,7 @@ func (c *cluster) pick(ix int32, n int, f func(*corev1.Pod) bool) *corev1.Pod {
 // observe notes a pod's end the controller must count: it still holds the
 // finalizer and was not discarded.
 func (c *cluster) observe(p *corev1.Pod) {
-	if !hasTrackingFinalizer(p) || isDiscarded(p) {
+	if !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)) {
 		return
 	}
 	switch {
@@ -163,7 +164,7 @@ func (c *cluster) observe(p *corev1.Pod) {
 // The kubelet and the users.
 
 func (c *cluster) succeed(p *corev1.Pod) {
-	if p == nil || isFinished(p) {
+	if p == nil || isFinished(newCachedPod(p)) {
 		return
 	}
 	p.Status.Phase = corev1.PodSucceeded
@@ -172,7 +173,7 @@ func (c *cluster) succeed(p *corev1.Pod) {
 }
 
 func (c *cluster) fail(p *corev1.Pod, code int32, disruption bool) {
-	if p == nil || isFinished(p) {
+	if p == nil || isFinished(newCachedPod(p)) {
 		return
 	}
 	p.Status.Phase = corev1.PodFailed
@@ -220,8 +221,11 @@ func (c *cluster) sync() plan {
 		backoff:               c.backoff,
 		expectationsSatisfied: !c.lagging,
 	}
+	c.seen = c.seen[:0]
 	for _, p := range c.pods {
-		in.pods = append(in.pods, p.DeepCopy())
+		seen := p.DeepCopy()
+		c.seen = append(c.seen, seen)
+		in.pods = append(in.pods, newCachedPod(seen))
 	}
 	c.lagging = false
 	crashAt := c.crashAt
@@ -247,7 +251,7 @@ func (c *cluster) apply(in syncInput, p plan, crashAt int) {
 			c.errorf("deleting pod %s that is gone", d.pod.Name)
 			continue
 		}
-		if d.stripFinalizer && hasTrackingFinalizer(pod) {
+		if d.stripFinalizer && hasTrackingFinalizer(newCachedPod(pod)) {
 			pod.Finalizers = nil
 			pod.Annotations[discardedAnnotation] = "true"
 			c.stripped.Insert(c.indexOfUID[pod.UID])
@@ -281,8 +285,8 @@ func (c *cluster) apply(in syncInput, p plan, crashAt int) {
 	}
 	for _, pod := range p.removeFinalizer {
 		if !IsFinished(in.job) && !c.recordedSucc.Has(pod.UID) && !c.recordedFail.Has(pod.UID) &&
-			!(pod.Status.Phase == corev1.PodFailed && c.ignores(pod)) {
-			c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", pod.Name, pod.Status.Phase)
+			!(pod.phase == corev1.PodFailed && c.ignores(c.pod(pod.UID))) {
+			c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", pod.Name, pod.phase)
 		}
 		if live := c.pod(pod.UID); live != nil {
 			live.Finalizers = nil
@@ -311,7 +315,7 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		uSucc, uFail = u.Succeeded, u.Failed
 	}
 	inputPod := func(uid types.UID) *corev1.Pod {
-		for _, p := range in.pods {
+		for _, p := range c.seen {
 			if p.UID == uid {
 				return p
 			}
@@ -326,7 +330,7 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 			c.errorf("pod %s recorded as succeeded after it was recorded as failed", uid)
 		}
 		p := inputPod(uid)
-		if p == nil || p.Status.Phase != corev1.PodSucceeded || !hasTrackingFinalizer(p) || isDiscarded(p) {
+		if p == nil || p.Status.Phase != corev1.PodSucceeded || !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)) {
 			c.errorf("pod %s recorded as succeeded, but the sync saw %+v", uid, p)
 		}
 		c.recordedSucc.Insert(uid)
@@ -340,7 +344,7 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		}
 		p := inputPod(uid)
 		switch {
-		case p == nil || !hasTrackingFinalizer(p) || isDiscarded(p):
+		case p == nil || !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)):
 			c.errorf("pod %s recorded as failed, but the sync saw %+v", uid, p)
 		case p.Status.Phase == corev1.PodFailed:
 			if c.ignores(p) {
@@ -389,7 +393,7 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		}
 		if !isTrue(&before, typ) {
 			for _, p := range c.pods {
-				if !isFinished(p) {
+				if !isFinished(newCachedPod(p)) {
 					c.errorf("%s while pod %s has not finished (terminating=%v)", typ, p.Name, p.DeletionTimestamp != nil)
 				}
 			}
@@ -464,14 +468,14 @@ func (c *cluster) checkState(p plan) {
 	active, unfinished := 0, 0
 	perIndex := map[int32]int{}
 	for _, p := range c.pods {
-		if isFinished(p) {
+		if isFinished(newCachedPod(p)) {
 			continue
 		}
 		unfinished++
-		if isActive(p) {
+		if isActive(newCachedPod(p)) {
 			active++
 		}
-		ix, _ := podIndex(p)
+		ix, _ := parseIndex(p)
 		perIndex[ix]++
 		if onlyFailed && perIndex[ix] > 1 {
 			c.errorf("with podReplacementPolicy Failed, index %d has %d unfinished pods", ix, perIndex[ix])
@@ -500,9 +504,9 @@ func (c *cluster) settle() {
 	for i := 0; i < 200 && !c.jobDeleted && !IsFinished(c.job); i++ {
 		for _, p := range c.pods {
 			switch {
-			case isActive(p):
+			case isActive(newCachedPod(p)):
 				c.succeed(p)
-			case isTerminating(p):
+			case isTerminating(newCachedPod(p)):
 				c.fail(p, 137, false)
 			}
 		}
@@ -534,7 +538,7 @@ func (c *cluster) settle() {
 		c.errorf("finished with succeeded=%d failed=%d, ledger %d/%d", st.Succeeded, st.Failed, c.recordedSucc.Len(), c.recordedFail.Len())
 	}
 	for _, p := range c.pods {
-		if hasTrackingFinalizer(p) {
+		if hasTrackingFinalizer(newCachedPod(p)) {
 			c.errorf("finished job still holds pod %s", p.Name)
 		}
 	}
@@ -639,16 +643,16 @@ func FuzzSyncInvariants(f *testing.F) {
 			op, arg := data[i], data[i+1]
 			ix := int32(arg) % job.Spec.Completions
 			n := int(arg >> 3)
-			unfinished := func(p *corev1.Pod) bool { return !isFinished(p) }
+			unfinished := func(p *corev1.Pod) bool { return !isFinished(newCachedPod(p)) }
 			switch op & 0x7f % 11 {
 			case 0:
 				c.succeed(c.pick(ix, n, unfinished))
 			case 1:
 				c.fail(c.pick(ix, n, unfinished), codes[int(arg>>4)%len(codes)], false)
 			case 2:
-				c.remove(c.pick(ix, n, isActive))
+				c.remove(c.pick(ix, n, func(p *corev1.Pod) bool { return isActive(newCachedPod(p)) }))
 			case 3:
-				c.fail(c.pick(ix, n, isTerminating), 137, false)
+				c.fail(c.pick(ix, n, func(p *corev1.Pod) bool { return isTerminating(newCachedPod(p)) }), 137, false)
 			case 4:
 				c.kubelet()
 			case 5:

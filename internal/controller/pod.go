@@ -3,7 +3,6 @@ package controller
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,92 +96,19 @@ func withIndexEnv(env []corev1.EnvVar, index string) []corev1.EnvVar {
 	return out
 }
 
-// podIndex reads the completion index of a pod from its label (falling back
-// to the annotation). ok is false for a missing, malformed or negative index.
-func podIndex(pod *corev1.Pod) (int32, bool) {
-	v, found := pod.Labels[ibjv1.CompletionIndexLabel]
-	if !found {
-		v, found = pod.Annotations[ibjv1.CompletionIndexLabel]
-	}
-	if !found {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(v, 10, 32)
-	if err != nil || i < 0 || strconv.FormatInt(i, 10) != v {
-		return 0, false
-	}
-	return int32(i), true
+func hasTrackingFinalizer(pod *cachedPod) bool { return pod.tracked }
+
+func isFinished(pod *cachedPod) bool {
+	return pod.phase == corev1.PodSucceeded || pod.phase == corev1.PodFailed
 }
 
-// annotationInt reads a non-negative integer annotation, 0 when absent or malformed.
-func annotationInt(pod *corev1.Pod, key string) int32 {
-	i, err := strconv.ParseInt(pod.Annotations[key], 10, 32)
-	if err != nil || i < 0 {
-		return 0
-	}
-	return int32(i)
-}
-
-func hasTrackingFinalizer(pod *corev1.Pod) bool {
-	for _, f := range pod.Finalizers {
-		if f == ibjv1.TrackingFinalizer {
-			return true
-		}
-	}
-	return false
-}
-
-func isFinished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-func isTerminating(pod *corev1.Pod) bool {
+func isTerminating(pod *cachedPod) bool {
 	return pod.DeletionTimestamp != nil && !isFinished(pod)
 }
 
 // isActive: pending or running, not terminating.
-func isActive(pod *corev1.Pod) bool {
+func isActive(pod *cachedPod) bool {
 	return pod.DeletionTimestamp == nil && !isFinished(pod)
-}
-
-func isReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// finishTime is when a pod finished, for backoff: the latest container
-// termination, else when it stopped being Ready, else its deletion, else its
-// creation. Pods from a kubelet always have the first. As upstream's
-// getFinishedTime, a Ready condition that is still True says when the pod
-// started, not when it ended.
-func finishTime(pod *corev1.Pod) time.Time {
-	var t time.Time
-	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range lists {
-			if term := cs.State.Terminated; term != nil && term.FinishedAt.After(t) {
-				t = term.FinishedAt.Time
-			}
-		}
-	}
-	if !t.IsZero() {
-		return t
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
-			return c.LastTransitionTime.Time
-		}
-	}
-	if pod.DeletionTimestamp != nil {
-		// A graceful deletion stamps the end of the grace period, not the
-		// moment of deletion; count from the latter, as upstream does.
-		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
-		return pod.DeletionTimestamp.Add(-grace)
-	}
-	return pod.CreationTimestamp.Time
 }
 
 // discardedAnnotation marks a pod whose tracking finalizer the controller
@@ -191,7 +117,4 @@ func finishTime(pod *corev1.Pod) time.Time {
 // takes the pod's end for a failure of its index.
 const discardedAnnotation = "batch.indexedjob.dev/discarded"
 
-func isDiscarded(pod *corev1.Pod) bool {
-	_, ok := pod.Annotations[discardedAnnotation]
-	return ok
-}
+func isDiscarded(pod *cachedPod) bool { return pod.discarded }

@@ -39,7 +39,11 @@ func makePodFor(job *ibjv1.IndexedBatchJob, c podToCreate) *podWrapper {
 	return &podWrapper{pod: pod}
 }
 
-func (w *podWrapper) obj() *corev1.Pod { return w.pod }
+// obj is the pod as the controller's cache keeps it.
+func (w *podWrapper) obj() *cachedPod { return newCachedPod(w.pod) }
+
+// api is the pod as the API server holds it.
+func (w *podWrapper) api() *corev1.Pod { return w.pod }
 
 func (w *podWrapper) uid(uid types.UID) *podWrapper {
 	w.pod.UID = uid
@@ -195,14 +199,15 @@ func TestNewPodCarriesIndexIdentity(t *testing.T) {
 		ref.APIVersion != ibjv1.GroupVersion.String() || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 		t.Errorf("controller owner reference = %+v, want the job with controller=true", ref)
 	}
-	if !hasTrackingFinalizer(pod) {
+	cached := newCachedPod(pod)
+	if !hasTrackingFinalizer(cached) {
 		t.Errorf("finalizers = %v, want %s", pod.Finalizers, ibjv1.TrackingFinalizer)
 	}
-	if ix, ok := podIndex(pod); !ok || ix != 3 {
-		t.Errorf("podIndex = %d, %v; want 3, true", ix, ok)
+	if !cached.indexOK || cached.index != 3 {
+		t.Errorf("index = %d, %v; want 3, true", cached.index, cached.indexOK)
 	}
-	if attemptOf(pod) != 2 {
-		t.Errorf("attempt = %d, want 2", attemptOf(pod))
+	if cached.attempt != 2 {
+		t.Errorf("attempt = %d, want 2", cached.attempt)
 	}
 }
 
@@ -289,7 +294,7 @@ func TestPodIndexRejectsMalformedLabels(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := makePod(job, 0).obj()
+			pod := makePod(job, 0).api()
 			delete(pod.Labels, ibjv1.CompletionIndexLabel)
 			delete(pod.Annotations, ibjv1.CompletionIndexLabel)
 			if tc.label != nil {
@@ -298,9 +303,12 @@ func TestPodIndexRejectsMalformedLabels(t *testing.T) {
 			if tc.annotation != nil {
 				pod.Annotations[ibjv1.CompletionIndexLabel] = *tc.annotation
 			}
-			got, ok := podIndex(pod)
+			got, ok := parseIndex(pod)
 			if got != tc.want || ok != tc.wantOK {
-				t.Errorf("podIndex = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+				t.Errorf("parseIndex = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+			if cached := newCachedPod(pod); cached.index != got || cached.indexOK != ok {
+				t.Errorf("cached index = %d, %v; want %d, %v", cached.index, cached.indexOK, got, ok)
 			}
 		})
 	}
@@ -310,8 +318,8 @@ func TestAnnotationIntIsZeroWhenMissingOrMalformed(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).Obj()
 	for value, want := range map[string]int32{"": 0, "x": 0, "-3": 0, "7": 7, "99999999999": 0} {
 		pod := makePod(job, 0).annotation(ibjv1.IndexFailureCountAnnotation, value).obj()
-		if got := annotationInt(pod, ibjv1.IndexFailureCountAnnotation); got != want {
-			t.Errorf("annotationInt(%q) = %d, want %d", value, got, want)
+		if pod.failures != want {
+			t.Errorf("failures from annotation %q = %d, want %d", value, pod.failures, want)
 		}
 	}
 }
@@ -320,7 +328,7 @@ func TestPodStateHelpers(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name                          string
-		pod                           *corev1.Pod
+		pod                           *cachedPod
 		active, terminating, finished bool
 	}{
 		{"pending", makePod(job, 0).obj(), true, false, false},
@@ -344,7 +352,7 @@ func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
 	early, late := testNow.Add(-time.Minute), testNow.Add(-10*time.Second)
 	cases := []struct {
 		name string
-		pod  *corev1.Pod
+		pod  *cachedPod
 		want time.Time
 	}{
 		{"latest container", makePod(job, 0).failedAt(early, 1).containerExit("sidecar", 0, late).obj(), late},
@@ -356,7 +364,7 @@ func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := finishTime(tc.pod); !got.Equal(tc.want) {
+			if got := tc.pod.finishedAt; !got.Equal(tc.want) {
 				t.Errorf("finishTime = %v, want %v", got, tc.want)
 			}
 		})
@@ -367,7 +375,7 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name       string
-		pod        *corev1.Pod
+		pod        *cachedPod
 		onlyFailed bool
 		want       bool
 	}{

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -26,9 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
@@ -52,13 +49,9 @@ type Reconciler struct {
 
 	once sync.Once
 	exp  *expectations
-	// podIndex, when set, reads a job's pods straight from the pod
-	// informer's index: pointers to the cached objects, with no copy. A
-	// client List, even without deep copies, copies every Pod struct into a
-	// new slice, which for a job of 10,000 pods is about 10 MB of garbage
-	// per sync. It is nil under a multi-namespace cache, whose informer
-	// has no single index; listPods then falls back to the client.
-	podIndex toolscache.Indexer
+	// pods is the cache of the job's pods (see podSource), set up by
+	// SetupWithManager.
+	pods *podSource
 	// uids maps a job's namespaced name to the UID its expectations are kept
 	// under, so that they are dropped when the job is found gone.
 	uids sync.Map
@@ -118,16 +111,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pods := make([]*corev1.Pod, 0, len(listed))
-	var strangers []*corev1.Pod
+	pods := make([]*cachedPod, 0, len(listed))
+	var strangers []*cachedPod
 	for _, pod := range listed {
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == job.UID {
+		if pod.ownerUID == job.UID {
 			pods = append(pods, pod)
 		} else if hasTrackingFinalizer(pod) {
 			strangers = append(strangers, pod)
 		}
 	}
-	if err := r.patchAll(ctx, strangers, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) }); err != nil {
+	if err := r.patchAll(ctx, strangers, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, false) }); err != nil {
 		return ctrl.Result{}, err
 	}
 	for _, pod := range strangers {
@@ -227,8 +220,8 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 
 	// The status now holds every result recorded in this sync.
 	errs = append(errs,
-		r.patchAll(ctx, p.removeFinalizer, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) }),
-		r.patchAll(ctx, p.discard, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, true) }),
+		r.patchAll(ctx, p.removeFinalizer, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, false) }),
+		r.patchAll(ctx, p.discard, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, true) }),
 	)
 
 	created := len(p.create) - failedCreates
@@ -277,13 +270,13 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 	if err != nil {
 		return err
 	}
-	pods := make([]*corev1.Pod, 0, len(listed))
+	pods := make([]*cachedPod, 0, len(listed))
 	for _, pod := range listed {
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == job.UID {
+		if pod.ownerUID == job.UID {
 			pods = append(pods, pod)
 		}
 	}
-	if err := r.patchAll(ctx, pods, func(pod *corev1.Pod) error {
+	if err := r.patchAll(ctx, pods, func(pod *cachedPod) error {
 		return client.IgnoreNotFound(r.Client.Delete(ctx, podRef(pod)))
 	}); err != nil {
 		return err
@@ -304,19 +297,19 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, namespace, name string,
 	if err != nil {
 		return err
 	}
-	var orphans []*corev1.Pod
+	var orphans []*cachedPod
 	for _, pod := range listed {
-		if ref := metav1.GetControllerOf(pod); hasTrackingFinalizer(pod) && (keep == "" || ref == nil || ref.UID != keep) {
+		if pod.tracked && (keep == "" || pod.ownerUID != keep) {
 			orphans = append(orphans, pod)
 		}
 	}
-	return r.patchAll(ctx, orphans, func(pod *corev1.Pod) error { return r.removeFinalizer(ctx, pod, false) })
+	return r.patchAll(ctx, orphans, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, false) })
 }
 
 // removeFinalizer removes only this controller's finalizer, with a strategic
 // merge patch that leaves other finalizers alone and needs no
 // resourceVersion. discard also marks the pod so its end is never counted.
-func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod, discard bool) error {
+func (r *Reconciler) removeFinalizer(ctx context.Context, pod *cachedPod, discard bool) error {
 	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
 	if discard {
 		meta["annotations"] = map[string]string{discardedAnnotation: "true"}
@@ -335,42 +328,8 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, pod *corev1.Pod, disca
 
 // listPods returns the cached pods labelled with the job's name. They are
 // the cache's own objects: read them, never write to them.
-func (r *Reconciler) listPods(ctx context.Context, namespace, name string) ([]*corev1.Pod, error) {
-	if r.podIndex != nil {
-		objs, err := r.podIndex.ByIndex(PodJobNameIndex, namespace+"/"+name)
-		if err != nil {
-			return nil, err
-		}
-		pods := make([]*corev1.Pod, 0, len(objs))
-		for _, o := range objs {
-			if pod, ok := o.(*corev1.Pod); ok {
-				pods = append(pods, pod)
-			}
-		}
-		return pods, nil
-	}
-	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{PodJobNameIndex: name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
-	pods := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		pods[i] = &list.Items[i]
-	}
-	return pods, nil
-}
-
-// podJobKey is the key of PodJobNameIndex in the informer's own index:
-// namespace/job-name.
-func podJobKey(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
-	if name, ok := pod.Labels[ibjv1.JobNameLabel]; ok {
-		return []string{pod.Namespace + "/" + name}, nil
-	}
-	return nil, nil
+func (r *Reconciler) listPods(_ context.Context, namespace, name string) ([]*cachedPod, error) {
+	return r.pods.list(namespace, name)
 }
 
 // podRef is a pod to name in a write. The pods a sync sees are the cache's
@@ -380,7 +339,7 @@ func podJobKey(obj any) ([]string, error) {
 // the write through its metadata client, which asks the API server for the
 // pod's metadata only in the response: the finalizer patch, one per pod,
 // then decodes a few hundred bytes instead of the whole pod.
-func podRef(pod *corev1.Pod) *metav1.PartialObjectMetadata {
+func podRef(pod *cachedPod) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
@@ -388,7 +347,7 @@ func podRef(pod *corev1.Pod) *metav1.PartialObjectMetadata {
 }
 
 // patchAll runs f over the pods, apiParallelism at a time, and joins errors.
-func (r *Reconciler) patchAll(ctx context.Context, pods []*corev1.Pod, f func(*corev1.Pod) error) error {
+func (r *Reconciler) patchAll(ctx context.Context, pods []*cachedPod, f func(*cachedPod) error) error {
 	return parallel(ctx, len(pods), func(i int) error { return f(pods[i]) })
 }
 
@@ -415,40 +374,18 @@ func (r *Reconciler) event(job *ibjv1.IndexedBatchJob, warning bool, reason, for
 
 func parseVersion(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }
 
-// SetupWithManager registers the pod index and the controller: jobs, and
-// pods mapped to their job by the job-name label (so that pods left by a
-// deleted job still reach a sync that releases them).
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
-	// One index of the pods by job, maintained on every pod event: the
-	// informer's own where there is a single informer, else (a cache over
-	// several namespaces) controller-runtime's field index, which listPods
-	// then reads through the client.
-	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+// SetupWithManager registers the controller: jobs, from the manager's
+// cache, and their pods, from a podSource of its own over the given
+// namespaces (all when empty).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
+	pods, err := newPodSource(mgr.GetConfig(), namespaces)
 	if err != nil {
 		return err
 	}
-	if shared, ok := informer.(interface{ GetIndexer() toolscache.Indexer }); ok {
-		if err := shared.GetIndexer().AddIndexers(toolscache.Indexers{PodJobNameIndex: podJobKey}); err != nil {
-			return err
-		}
-		r.podIndex = shared.GetIndexer()
-	} else if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, PodJobNameIndex, func(o client.Object) []string {
-		if name, ok := o.GetLabels()[ibjv1.JobNameLabel]; ok {
-			return []string{name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
+	r.pods = pods
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&ibjv1.IndexedBatchJob{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			name, ok := o.GetLabels()[ibjv1.JobNameLabel]
-			if !ok {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-		})).
+		WatchesRawSource(pods).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("indexedbatchjob").
 		Complete(r)

@@ -32,7 +32,7 @@ type event struct {
 // finalizer first, so the pod's end is never counted (suspend, excess pods,
 // lingering pods after success, pods with an invalid index).
 type podDeletion struct {
-	pod            *corev1.Pod
+	pod            *cachedPod
 	stripFinalizer bool
 	reason         string
 }
@@ -50,9 +50,9 @@ type plan struct {
 	status          ibjv1.IndexedBatchJobStatus
 	create          []podToCreate
 	delete          []podDeletion
-	removeFinalizer []*corev1.Pod
+	removeFinalizer []*cachedPod
 	// discard are pods whose finalizer goes without their end being counted.
-	discard  []*corev1.Pod
+	discard  []*cachedPod
 	events   []event
 	recorded []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
@@ -78,7 +78,7 @@ func (p *plan) requeue(d time.Duration) {
 // controller's own creates and deletes.
 type syncInput struct {
 	job                   *ibjv1.IndexedBatchJob
-	pods                  []*corev1.Pod
+	pods                  []*cachedPod
 	now                   time.Time
 	backoff               Backoff
 	expectationsSatisfied bool
@@ -86,12 +86,12 @@ type syncInput struct {
 
 // indexState is what the pods say about one completion index.
 type indexState struct {
-	pods        []*corev1.Pod // sorted by attempt
-	active      []*corev1.Pod
+	pods        []*cachedPod // sorted by attempt
+	active      []*cachedPod
 	terminating int
 	// latest is the pod with the highest attempt; the next pod's attempt
 	// number and failure counts follow from it.
-	latest *corev1.Pod
+	latest *cachedPod
 }
 
 // syncJob is the pure decision core: from the job, its pods and the time it
@@ -140,7 +140,7 @@ func syncJob(in syncInput) plan {
 	// Flush: a recorded pod whose finalizer is gone (or the pod with it) is
 	// moved into the counters. The cache never forgets a pod it saw except
 	// through its deletion, so "absent" means deleted, never "not seen yet".
-	byUID := make(map[types.UID]*corev1.Pod, len(in.pods))
+	byUID := make(map[types.UID]*cachedPod, len(in.pods))
 	for _, pod := range in.pods {
 		byUID[pod.UID] = pod
 	}
@@ -162,7 +162,7 @@ func syncJob(in syncInput) plan {
 	indexes := map[int32]*indexState{}
 	strays := 0
 	for _, pod := range in.pods {
-		ix, ok := podIndex(pod)
+		ix, ok := pod.index, pod.indexOK
 		if !ok || ix >= completions {
 			if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
 				p.delete = append(p.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "invalid completion index"})
@@ -170,7 +170,7 @@ func syncJob(in syncInput) plan {
 			if pod.DeletionTimestamp == nil {
 				p.events = append(p.events, event{warning: true, reason: "InvalidPodIndex", message: fmt.Sprintf(
 					"Deleted pod %s without counting it: its completion index %q is not in 0..%d",
-					pod.Name, pod.Labels[ibjv1.CompletionIndexLabel], completions-1)})
+					pod.Name, pod.badIndex, completions-1)})
 			}
 			if !isFinished(pod) {
 				strays++
@@ -183,7 +183,7 @@ func syncJob(in syncInput) plan {
 			indexes[ix] = s
 		}
 		s.pods = append(s.pods, pod)
-		if s.latest == nil || attemptOf(pod) > attemptOf(s.latest) {
+		if s.latest == nil || pod.attempt > s.latest.attempt {
 			s.latest = pod
 		}
 		switch {
@@ -199,21 +199,21 @@ func syncJob(in syncInput) plan {
 	order := make([]int32, 0, len(indexes))
 	for ix, s := range indexes {
 		order = append(order, ix)
-		sort.Slice(s.pods, func(a, b int) bool { return attemptOf(s.pods[a]) < attemptOf(s.pods[b]) })
+		sort.Slice(s.pods, func(a, b int) bool { return s.pods[a].attempt < s.pods[b].attempt })
 	}
 	sort.Slice(order, func(a, b int) bool { return order[a] < order[b] })
 
 	// Record newly finished pods. A pod is recorded once, in the same status
 	// write as the index sets it changes; its finalizer goes only after that.
 	var failJob *failureVerdict
-	var ignoredFailures []*corev1.Pod
+	var ignoredFailures []*cachedPod
 	for _, ix := range order {
 		for _, pod := range indexes[ix].pods {
 			if !hasTrackingFinalizer(pod) || uSucc.Has(pod.UID) || uFail.Has(pod.UID) {
 				continue
 			}
 			switch {
-			case pod.Status.Phase == corev1.PodSucceeded:
+			case pod.phase == corev1.PodSucceeded:
 				uSucc.Insert(pod.UID)
 				if !failedIdx.Has(ix) {
 					completed = completed.Add(ix)
@@ -237,7 +237,7 @@ func syncJob(in syncInput) plan {
 						failedIdx = failedIdx.Add(ix)
 					}
 				default:
-					if perIndex && !completed.Has(ix) && annotationInt(pod, ibjv1.IndexFailureCountAnnotation)+1 > *job.Spec.BackoffLimitPerIndex {
+					if perIndex && !completed.Has(ix) && pod.failures+1 > *job.Spec.BackoffLimitPerIndex {
 						failedIdx = failedIdx.Add(ix)
 					}
 				}
@@ -386,18 +386,14 @@ func onlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool {
 // countsAsFailed mirrors upstream's isPodFailed: phase Failed, or, when
 // terminating pods are replaced at once, a pod deleted before it succeeded
 // (it may never get the chance to reach phase Failed).
-func countsAsFailed(pod *corev1.Pod, onlyFailed bool) bool {
+func countsAsFailed(pod *cachedPod, onlyFailed bool) bool {
 	if isDiscarded(pod) {
 		return false
 	}
-	if pod.Status.Phase == corev1.PodFailed {
+	if pod.phase == corev1.PodFailed {
 		return true
 	}
-	return !onlyFailed && pod.DeletionTimestamp != nil && pod.Status.Phase != corev1.PodSucceeded
-}
-
-func attemptOf(pod *corev1.Pod) int32 {
-	return annotationInt(pod, attemptAnnotation)
+	return !onlyFailed && pod.DeletionTimestamp != nil && pod.phase != corev1.PodSucceeded
 }
 
 // currentTarget is the FailureTarget or SuccessCriteriaMet condition already
@@ -463,11 +459,7 @@ func exceedsBackoffLimit(job *ibjv1.IndexedBatchJob, failed int32, indexes map[i
 	var restarts int32
 	for _, s := range indexes {
 		for _, pod := range s.active {
-			for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-				for _, cs := range lists {
-					restarts += cs.RestartCount
-				}
-			}
+			restarts += pod.restarts
 		}
 	}
 	if limit == 0 {
@@ -493,7 +485,7 @@ func deadlineLeft(job *ibjv1.IndexedBatchJob, now time.Time) *time.Duration {
 func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32, completed, failedIdx indexset.Set, recordedFailed sets.Set[types.UID]) (active, ready, terminating int) {
 	job := in.job
 	st := &p.status
-	remove := func(pod *corev1.Pod, reason string) {
+	remove := func(pod *cachedPod, reason string) {
 		p.delete = append(p.delete, podDeletion{pod: pod, stripFinalizer: true, reason: reason})
 		terminating++
 	}
@@ -532,7 +524,7 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 
 	// Keep at most one active pod per index, none for finished indexes, and
 	// no more than parallelism in all (the highest indexes go first).
-	var keep []*corev1.Pod
+	var keep []*cachedPod
 	for _, ix := range order {
 		s := indexes[ix]
 		terminating += s.terminating
@@ -557,7 +549,7 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 	}
 	active = len(keep)
 	for _, pod := range keep {
-		if isReady(pod) {
+		if pod.ready {
 			ready++
 		}
 	}
@@ -596,7 +588,7 @@ func manage(in syncInput, p *plan, indexes map[int32]*indexState, order []int32,
 			}
 			next = nextAttempt(job, s, onlyFailed, recordedFailed)
 			if perIndex && s.latest != nil && endedInFailure(s.latest, onlyFailed, recordedFailed) {
-				wait := finishTime(s.latest).Add(in.backoff.Delay(next.failures + next.ignored)).Sub(in.now)
+				wait := s.latest.finishedAt.Add(in.backoff.Delay(next.failures + next.ignored)).Sub(in.now)
 				if wait > 0 {
 					p.requeue(wait)
 					continue
@@ -619,10 +611,10 @@ func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool, rec
 		return next
 	}
 	last := s.latest
-	next.index, _ = podIndex(last)
-	next.attempt = attemptOf(last) + 1
-	next.failures = annotationInt(last, ibjv1.IndexFailureCountAnnotation)
-	next.ignored = annotationInt(last, ibjv1.IndexIgnoredFailureCountAnnotation)
+	next.index = last.index
+	next.attempt = last.attempt + 1
+	next.failures = last.failures
+	next.ignored = last.ignored
 	switch {
 	case recordedFailed.Has(last.UID):
 		next.failures++
@@ -639,7 +631,7 @@ func nextAttempt(job *ibjv1.IndexedBatchJob, s *indexState, onlyFailed bool, rec
 // endedInFailure: the pod failed, or was recorded as failed. A pod deleted
 // under TerminatingOrFailed is recorded as failed at once and may still exit
 // 0 afterwards; its index has lost that attempt all the same.
-func endedInFailure(pod *corev1.Pod, onlyFailed bool, recordedFailed sets.Set[types.UID]) bool {
+func endedInFailure(pod *cachedPod, onlyFailed bool, recordedFailed sets.Set[types.UID]) bool {
 	return recordedFailed.Has(pod.UID) || countsAsFailed(pod, onlyFailed)
 }
 
@@ -656,10 +648,10 @@ func globalBackoffLeft(in syncInput, indexes map[int32]*indexState) time.Duratio
 	for _, s := range indexes {
 		for _, pod := range s.pods {
 			switch {
-			case pod.Status.Phase == corev1.PodSucceeded:
-				ends = append(ends, end{at: finishTime(pod)})
+			case pod.phase == corev1.PodSucceeded:
+				ends = append(ends, end{at: pod.finishedAt})
 			case countsAsFailed(pod, onlyFailed):
-				ends = append(ends, end{at: finishTime(pod), failed: true})
+				ends = append(ends, end{at: pod.finishedAt, failed: true})
 			}
 		}
 	}
@@ -715,7 +707,7 @@ func rebuildIndexSets(job *ibjv1.IndexedBatchJob, indexes map[int32]*indexState,
 	if doCompleted {
 		for ix, s := range indexes {
 			for _, pod := range s.pods {
-				if pod.Status.Phase == corev1.PodSucceeded {
+				if pod.phase == corev1.PodSucceeded {
 					completed = completed.Add(ix)
 				}
 			}
@@ -730,7 +722,7 @@ func rebuildIndexSets(job *ibjv1.IndexedBatchJob, indexes map[int32]*indexState,
 			}
 			action := matchFailurePolicy(job.Spec.PodFailurePolicy, last).action
 			if action == batchv1.PodFailurePolicyActionFailIndex ||
-				(action != batchv1.PodFailurePolicyActionIgnore && annotationInt(last, ibjv1.IndexFailureCountAnnotation)+1 > *job.Spec.BackoffLimitPerIndex) {
+				(action != batchv1.PodFailurePolicyActionIgnore && last.failures+1 > *job.Spec.BackoffLimitPerIndex) {
 				failedIdx = failedIdx.Add(ix)
 			}
 		}

@@ -18,7 +18,7 @@ import (
 )
 
 // syncOnce runs the core at testNow with a cache that is current.
-func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*corev1.Pod) plan {
+func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*cachedPod) plan {
 	return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true})
 }
 
@@ -40,7 +40,7 @@ func deletions(p plan) map[string]bool {
 	return out
 }
 
-func names(pods []*corev1.Pod) []string {
+func names(pods []*cachedPod) []string {
 	out := []string{}
 	for _, p := range pods {
 		out = append(out, p.Name)
@@ -84,7 +84,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 		name       string
 		job        *ibjv1.IndexedBatchJob
 		completed  string
-		pods       func(*ibjv1.IndexedBatchJob) []*corev1.Pod
+		pods       func(*ibjv1.IndexedBatchJob) []*cachedPod
 		want       []int32
 		wantActive int32
 	}{
@@ -94,13 +94,13 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 		{name: "parallelism 0", job: base.Clone().Parallelism(0).Obj(), want: []int32{}, wantActive: 0},
 		{
 			name: "skips active and completed indexes", job: base.Clone().Parallelism(3).Obj(), completed: "1",
-			pods: func(j *ibjv1.IndexedBatchJob) []*corev1.Pod { return []*corev1.Pod{makePod(j, 0).running().obj()} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 0).running().obj()} },
 			want: []int32{2, 3}, wantActive: 3,
 		},
 		{
 			name: "full", job: base.Clone().Parallelism(2).Obj(),
-			pods: func(j *ibjv1.IndexedBatchJob) []*corev1.Pod {
-				return []*corev1.Pod{makePod(j, 5).running().obj(), makePod(j, 6).obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 5).running().obj(), makePod(j, 6).obj()}
 			},
 			want: []int32{}, wantActive: 2,
 		},
@@ -108,7 +108,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.job.Status.CompletedIndexes = tc.completed
-			var pods []*corev1.Pod
+			var pods []*cachedPod
 			if tc.pods != nil {
 				pods = tc.pods(tc.job)
 			}
@@ -134,7 +134,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 func TestNoCreateWhileExpectationsUnsatisfied(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
 	pod := makePod(job, 0).running().obj()
-	p := syncJob(syncInput{job: job, pods: []*corev1.Pod{pod}, now: testNow, backoff: DefaultBackoff})
+	p := syncJob(syncInput{job: job, pods: []*cachedPod{pod}, now: testNow, backoff: DefaultBackoff})
 	if len(p.create) != 0 {
 		t.Errorf("created %v from a cache that may not show this controller's own creates", createdIndexes(p))
 	}
@@ -183,15 +183,15 @@ func TestSucceededPodIsRecordedBeforeItsFinalizerGoes(t *testing.T) {
 
 	// The next sync sees the finalizer gone: the pod moves into the counter.
 	job.Status = p.status
-	gone := done.DeepCopy()
-	gone.Finalizers = nil
-	p = syncOnce(job, makePod(job, 0).running().obj(), gone, makePod(job, 2).running().obj())
+	gone := *done
+	gone.tracked = false
+	p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj())
 	if succ, _ := uncounted(p.status); len(succ) != 0 || p.status.Succeeded != 1 || len(p.removeFinalizer) != 0 {
 		t.Errorf("uncounted = %v, succeeded = %d, removeFinalizer = %v; want it counted once", succ, p.status.Succeeded, names(p.removeFinalizer))
 	}
 	// And counted once only, however often the controller looks again.
 	job.Status = p.status
-	if p = syncOnce(job, makePod(job, 0).running().obj(), gone, makePod(job, 2).running().obj()); p.status.Succeeded != 1 {
+	if p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj()); p.status.Succeeded != 1 {
 		t.Errorf("succeeded = %d after another sync, want 1", p.status.Succeeded)
 	}
 }
@@ -212,7 +212,7 @@ func TestCountsAreExactAcrossRestartsAndRepeatedSyncs(t *testing.T) {
 			c.advance(time.Minute)
 			c.sync()
 			for ix := range int32(3) {
-				if p := c.podsOfIndex(ix); !isFinished(p[len(p)-1]) {
+				if p := c.podsOfIndex(ix); !isFinished(newCachedPod(p[len(p)-1])) {
 					c.succeed(p[len(p)-1])
 				}
 			}
@@ -268,7 +268,7 @@ func TestBackoffLimitExceededFailsJobOnlyOnceEverythingIsAccounted(t *testing.T)
 func TestBackoffLimitCountsFailuresAcrossIndexes(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimit(2).Obj()
 	job.Status.Failed = 1
-	pods := []*corev1.Pod{makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).running().obj()}
+	pods := []*cachedPod{makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).running().obj()}
 	if p := syncOnce(job, pods...); currentTarget(&p.status) != nil {
 		t.Errorf("target set at 2 failures with backoffLimit 2")
 	}
@@ -318,7 +318,7 @@ func TestIndexPastBackoffLimitPerIndexIsFailedAndNeverRetried(t *testing.T) {
 
 func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(10).BackoffLimitPerIndex(5).Obj()
-	var pods []*corev1.Pod
+	var pods []*cachedPod
 	for ix := range int32(10) {
 		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
 	}
@@ -329,7 +329,7 @@ func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
 
 func TestMaxFailedIndexesExceededFailsJobAndDeletesActivePods(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
-	pods := []*corev1.Pod{
+	pods := []*cachedPod{
 		makePod(job, 0).failedAt(testNow, 1).obj(),
 		makePod(job, 1).running().obj(),
 		makePod(job, 2).running().obj(),
@@ -459,7 +459,7 @@ func TestIgnoredFailureWithoutPerIndexBackoffReleasesThePodAtOnce(t *testing.T) 
 func TestFailedReplacementWaitsForTermination(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
 	terminating := makePod(job, 0).running().deletedAt(testNow.Add(-time.Minute)).obj()
-	pods := []*corev1.Pod{terminating, makePod(job, 1).running().obj()}
+	pods := []*cachedPod{terminating, makePod(job, 1).running().obj()}
 
 	p := syncOnce(job, pods...)
 	if len(p.create) != 0 {
@@ -581,7 +581,7 @@ func TestCompleteWaitsForExpectations(t *testing.T) {
 
 func TestDeadlineExceededFailsJobAndDeletesPods(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
-	pods := []*corev1.Pod{makePod(job, 0).running().obj(), makePod(job, 1).succeededAt(testNow).obj()}
+	pods := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).succeededAt(testNow).obj()}
 
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-40 * time.Second)}
 	p := syncOnce(job, pods...)
@@ -690,24 +690,24 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 
 func TestGlobalBackoffDelaysReplacement(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(2).Obj()
-	counted := func(w *podWrapper) *corev1.Pod { return w.withoutFinalizer().obj() }
+	counted := func(w *podWrapper) *cachedPod { return w.withoutFinalizer().obj() }
 	cases := []struct {
 		name        string
-		pods        []*corev1.Pod
+		pods        []*cachedPod
 		wantCreates []int32
 		wantRequeue time.Duration
 	}{
-		{"one failure 5s ago", []*corev1.Pod{counted(makePod(job, 0).failedAt(testNow.Add(-5*time.Second), 1))}, []int32{}, 5 * time.Second},
-		{"two failures: 20s from the latest", []*corev1.Pod{
+		{"one failure 5s ago", []*cachedPod{counted(makePod(job, 0).failedAt(testNow.Add(-5*time.Second), 1))}, []int32{}, 5 * time.Second},
+		{"two failures: 20s from the latest", []*cachedPod{
 			counted(makePod(job, 0).failedAt(testNow.Add(-time.Minute), 1)),
 			counted(makePod(job, 1).failedAt(testNow.Add(-5*time.Second), 1)),
 		}, []int32{}, 15 * time.Second},
-		{"a success resets the count", []*corev1.Pod{
+		{"a success resets the count", []*cachedPod{
 			counted(makePod(job, 0).failedAt(testNow.Add(-time.Minute), 1)),
 			counted(makePod(job, 1).succeededAt(testNow.Add(-30 * time.Second))),
 			counted(makePod(job, 2).failedAt(testNow.Add(-5*time.Second), 1)),
 		}, []int32{}, 5 * time.Second},
-		{"backoff passed", []*corev1.Pod{counted(makePod(job, 0).failedAt(testNow.Add(-11*time.Second), 1))}, []int32{0, 1}, 0},
+		{"backoff passed", []*cachedPod{counted(makePod(job, 0).failedAt(testNow.Add(-11*time.Second), 1))}, []int32{0, 1}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -721,7 +721,7 @@ func TestGlobalBackoffDelaysReplacement(t *testing.T) {
 
 func TestStatusIndexesAreCompressedIntervals(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(2).BackoffLimitPerIndex(0).Obj()
-	var pods []*corev1.Pod
+	var pods []*cachedPod
 	for _, ix := range []int32{7, 0, 4, 3, 6, 5} {
 		pods = append(pods, makePod(job, ix).succeededAt(testNow).obj())
 	}
@@ -824,7 +824,7 @@ func TestFinishedJobReleasesStrayPods(t *testing.T) {
 	if got := deletions(p); len(got) != 1 || !got[running.Name] {
 		t.Errorf("deletions = %v, want the running pod deleted with its finalizer stripped", got)
 	}
-	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*corev1.Pod{stuck, terminating})) {
+	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*cachedPod{stuck, terminating})) {
 		t.Errorf("removeFinalizer = %v, want the finished and the terminating pod let go", got)
 	}
 	if len(p.create) != 0 || p.status.Succeeded != before.Succeeded || p.status.Failed != before.Failed || p.status.CompletedIndexes != before.CompletedIndexes {
@@ -998,11 +998,11 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 			}
 			job := w.Obj()
 			// Restarts add up over the active pods, init containers included.
-			p0 := makePod(job, 0).running().obj()
+			p0 := makePod(job, 0).running().api()
 			p0.Status.ContainerStatuses[0].RestartCount = tc.restarts / 2
-			p1 := makePod(job, 1).running().obj()
+			p1 := makePod(job, 1).running().api()
 			p1.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: tc.restarts - tc.restarts/2}}
-			p := syncOnce(job, p0, p1)
+			p := syncOnce(job, newCachedPod(p0), newCachedPod(p1))
 			if got := currentTarget(&p.status) != nil; got != tc.wantFail {
 				t.Errorf("job failing = %v, want %v", got, tc.wantFail)
 			}

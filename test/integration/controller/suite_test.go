@@ -120,7 +120,7 @@ func startOperator(namespaces ...string) *operator {
 		Clock:    clock.RealClock{},
 		Backoff:  testBackoff,
 	}
-	Expect(r.SetupWithManager(mgr, 4)).To(Succeed())
+	Expect(r.SetupWithManager(mgr, namespaces, 4)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -1,0 +1,310 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// cachedPod is what the controller keeps of one of its pods: the few facts
+// a sync reads, taken from the pod when its watch event arrives. A decoded
+// Pod costs about 3.5 KB in the cache even without its spec (the Pod struct
+// alone is 1.2 KB, each label or annotation map several hundred bytes);
+// this is about a fifth of that, which is most of the operator's memory for
+// a job of 100,000 pods.
+type cachedPod struct {
+	// ObjectMeta holds the name, namespace, UID, resourceVersion, creation
+	// and deletion timestamps and the deletion grace period, nothing more.
+	metav1.ObjectMeta
+
+	jobName  string    // the job-name label, "" when missing
+	ownerUID types.UID // UID of the controlling owner, "" without one
+	// index is the completion index from the label (else the annotation);
+	// badIndex, when the index is missing or malformed, is the label as
+	// written, for the event that reports it.
+	index    int32
+	indexOK  bool
+	badIndex string
+	attempt  int32
+	failures int32 // the index-failure-count annotation
+	ignored  int32 // the index-ignored-failure-count annotation
+
+	phase     corev1.PodPhase
+	tracked   bool // carries the tracking finalizer
+	discarded bool // its finalizer was removed without counting its end
+	ready     bool
+	restarts  int32 // container restarts, init containers included
+	// finishedAt is when the pod finished, for backoff (see finishTime).
+	finishedAt time.Time
+	// exits are the terminated containers with a non-zero exit code, init
+	// containers first, and conditions the pod's conditions: what a
+	// podFailurePolicy rule matches. Kept only for pods not Succeeded.
+	exits      []containerExit
+	conditions []podCondition
+}
+
+type containerExit struct {
+	name string
+	code int32
+}
+
+type podCondition struct {
+	typ    corev1.PodConditionType
+	status corev1.ConditionStatus
+}
+
+// compactPod is the pod informer's transform. Anything that is not a Pod
+// (an object already compacted, on a resync) passes unchanged.
+func compactPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return newCachedPod(pod), nil
+}
+
+func newCachedPod(pod *corev1.Pod) *cachedPod {
+	c := &cachedPod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:                       pod.Name,
+			Namespace:                  pod.Namespace,
+			UID:                        pod.UID,
+			ResourceVersion:            pod.ResourceVersion,
+			CreationTimestamp:          pod.CreationTimestamp,
+			DeletionTimestamp:          pod.DeletionTimestamp,
+			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
+		},
+		jobName:  pod.Labels[ibjv1.JobNameLabel],
+		attempt:  annotationInt(pod.Annotations, attemptAnnotation),
+		failures: annotationInt(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
+		ignored:  annotationInt(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
+		phase:    internPhase(pod.Status.Phase),
+	}
+	if _, ok := pod.Annotations[discardedAnnotation]; ok {
+		c.discarded = true
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		c.ownerUID = ref.UID
+	}
+	c.index, c.indexOK = parseIndex(pod)
+	if !c.indexOK {
+		c.badIndex = pod.Labels[ibjv1.CompletionIndexLabel]
+	}
+	for _, f := range pod.Finalizers {
+		if f == ibjv1.TrackingFinalizer {
+			c.tracked = true
+		}
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			c.ready = cond.Status == corev1.ConditionTrue
+			break
+		}
+	}
+	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range lists {
+			c.restarts += cs.RestartCount
+			if term := cs.State.Terminated; term != nil && term.ExitCode != 0 && c.phase != corev1.PodSucceeded {
+				c.exits = append(c.exits, containerExit{name: cs.Name, code: term.ExitCode})
+			}
+		}
+	}
+	if c.phase != corev1.PodSucceeded && len(pod.Status.Conditions) > 0 {
+		c.conditions = make([]podCondition, len(pod.Status.Conditions))
+		for i, cond := range pod.Status.Conditions {
+			c.conditions[i] = podCondition{typ: cond.Type, status: cond.Status}
+		}
+	}
+	c.finishedAt = finishTime(pod)
+	return c
+}
+
+// internPhase returns the package constant for a known phase, so that
+// thousands of cached pods share one string instead of each keeping the
+// copy its decoder made.
+func internPhase(p corev1.PodPhase) corev1.PodPhase {
+	for _, known := range []corev1.PodPhase{corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown} {
+		if p == known {
+			return known
+		}
+	}
+	return p
+}
+
+// podJobKey is the key of PodJobNameIndex: namespace/job-name.
+func podJobKey(obj any) ([]string, error) {
+	if pod, ok := obj.(*cachedPod); ok && pod.jobName != "" {
+		return []string{pod.Namespace + "/" + pod.jobName}, nil
+	}
+	return nil, nil
+}
+
+// podSource watches the operator's pods (those with the controller-uid
+// label) with informers of its own: one for all namespaces, or one per
+// namespace under --namespaces. It keeps cachedPods, indexed by job, and
+// queues the job named in a pod's job-name label on every event, so that
+// pods left by a deleted job still reach a sync that releases them. The
+// informers start with the controller, so a standby replica caches no pods.
+type podSource struct {
+	informers map[string]toolscache.SharedIndexInformer // by namespace; "" is all
+}
+
+func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	pods, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	s := &podSource{informers: map[string]toolscache.SharedIndexInformer{}}
+	for _, ns := range namespaces {
+		lw := toolscache.NewFilteredListWatchFromClient(pods.RESTClient(), "pods", ns, func(o *metav1.ListOptions) {
+			o.LabelSelector = ibjv1.ControllerUIDLabel
+		})
+		inf := toolscache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, toolscache.SharedIndexInformerOptions{
+			Indexers:          toolscache.Indexers{PodJobNameIndex: podJobKey},
+			ObjectDescription: "pods of IndexedBatchJobs",
+		})
+		if err := inf.SetTransform(compactPod); err != nil {
+			return nil, err
+		}
+		s.informers[ns] = inf
+	}
+	return s, nil
+}
+
+// Start registers the event handler and runs the informers until ctx ends.
+func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	enqueue := func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if pod, ok := obj.(*cachedPod); ok && pod.jobName != "" {
+			queue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.jobName}})
+		}
+	}
+	for _, inf := range s.informers {
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			DeleteFunc: enqueue,
+		}); err != nil {
+			return err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	return nil
+}
+
+// WaitForSync returns once every informer has listed its pods.
+func (s *podSource) WaitForSync(ctx context.Context) error {
+	synced := make([]toolscache.InformerSynced, 0, len(s.informers))
+	for _, inf := range s.informers {
+		synced = append(synced, inf.HasSynced)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("timed out waiting for the pod informers to sync")
+	}
+	return nil
+}
+
+func (s *podSource) String() string { return "pods of IndexedBatchJobs" }
+
+// list returns the cached pods labelled with the job's name. They are the
+// cache's own objects: read them, never write to them.
+func (s *podSource) list(namespace, name string) ([]*cachedPod, error) {
+	inf := s.informers[metav1.NamespaceAll]
+	if inf == nil {
+		if inf = s.informers[namespace]; inf == nil {
+			return nil, nil
+		}
+	}
+	objs, err := inf.GetIndexer().ByIndex(PodJobNameIndex, namespace+"/"+name)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*cachedPod, 0, len(objs))
+	for _, o := range objs {
+		if pod, ok := o.(*cachedPod); ok {
+			pods = append(pods, pod)
+		}
+	}
+	return pods, nil
+}
+
+// parseIndex reads the completion index of a pod from its label (falling
+// back to the annotation). ok is false for a missing, malformed or negative
+// index.
+func parseIndex(pod *corev1.Pod) (int32, bool) {
+	v, found := pod.Labels[ibjv1.CompletionIndexLabel]
+	if !found {
+		v, found = pod.Annotations[ibjv1.CompletionIndexLabel]
+	}
+	if !found {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || i < 0 || strconv.FormatInt(i, 10) != v {
+		return 0, false
+	}
+	return int32(i), true
+}
+
+// annotationInt reads a non-negative integer annotation, 0 when absent or
+// malformed.
+func annotationInt(annotations map[string]string, key string) int32 {
+	i, err := strconv.ParseInt(annotations[key], 10, 32)
+	if err != nil || i < 0 {
+		return 0
+	}
+	return int32(i)
+}
+
+// finishTime is when a pod finished, for backoff: the latest container
+// termination, else when it stopped being Ready, else its deletion, else its
+// creation. Pods from a kubelet always have the first. As upstream's
+// getFinishedTime, a Ready condition that is still True says when the pod
+// started, not when it ended.
+func finishTime(pod *corev1.Pod) time.Time {
+	var t time.Time
+	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range lists {
+			if term := cs.State.Terminated; term != nil && term.FinishedAt.After(t) {
+				t = term.FinishedAt.Time
+			}
+		}
+	}
+	if !t.IsZero() {
+		return t
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	if pod.DeletionTimestamp != nil {
+		// A graceful deletion stamps the end of the grace period, not the
+		// moment of deletion; count from the latter, as upstream does.
+		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
+		return pod.DeletionTimestamp.Add(-grace)
+	}
+	return pod.CreationTimestamp.Time
+}
