@@ -88,7 +88,8 @@ var (
 	only       = flag.String("only", "", "run only workloads whose name contains this (=name: exactly this)")
 	which      = flag.String("controllers", "both", "both, ours or upstream")
 	reportOnly = flag.Bool("report-only", false, "rewrite results.md and results.png from results.json")
-	profSecs   = flag.Int("profile-seconds", 60, "length of the operator's CPU profile, from the create of the first 10,000-index job")
+	profSecs   = flag.Int("profile-seconds", 60, "length of the operator's CPU profile, from the create of the profiled job")
+	profWL     = flag.String("profile-workload", "10k/p500", "the workload whose first run of the operator is profiled")
 	appendRes  = flag.Bool("append", false, "add to the runs already in results.json instead of starting afresh")
 	oursArgs   = flag.String("ours-args", "", "extra flags for the operator, space separated")
 	oursEnv    = flag.String("ours-env", "", "extra environment of the operator, space separated NAME=value")
@@ -227,7 +228,7 @@ func main() {
 				}
 				n++
 				profile := ""
-				if ctrl == ours && !profiled && w.Completions == 10000 && w.FailMod == 0 {
+				if ctrl == ours && !profiled && w.Name == *profWL {
 					profile = filepath.Join(*outDir, "cpu.pprof")
 					profiled = true
 				}

@@ -11,9 +11,14 @@ import (
 // blocks further creates for its job, as upstream's ExpectationsTimeout.
 const expectationTimeout = 5 * time.Minute
 
+// finalizerExpectationTimeout bounds how long a finalizer removal the cache
+// does not show yet keeps the pod from being patched again; past it the
+// pod is patched again, which is harmless.
+const finalizerExpectationTimeout = time.Minute
+
 // expectations remembers, per job, what this process wrote and its cache
-// has not shown yet: the pods it created, and the resourceVersion of its
-// last status write. A sync acts on a cache that is current with its own
+// has not shown yet: the pods it created, the pods whose tracking finalizer
+// it removed, and the resourceVersion of its last status write. A sync acts on a cache that is current with its own
 // writes, or not at all; this is what keeps one pod per index when the
 // cache lags. After a restart the store is empty, and rightly so: the new
 // cache was listed after every write of the old process.
@@ -23,7 +28,11 @@ type expectations struct {
 }
 
 type jobExpectations struct {
-	creates       map[string]time.Time
+	creates map[string]time.Time
+	// finalizers are pods whose finalizer removal succeeded but whose
+	// update the cache has not shown: a sync in between would patch them
+	// again (upstream's finalizerExpectations).
+	finalizers    map[types.UID]time.Time
 	statusVersion string
 }
 
@@ -34,7 +43,7 @@ func newExpectations() *expectations {
 func (e *expectations) get(uid types.UID) *jobExpectations {
 	j := e.jobs[uid]
 	if j == nil {
-		j = &jobExpectations{creates: map[string]time.Time{}}
+		j = &jobExpectations{creates: map[string]time.Time{}, finalizers: map[types.UID]time.Time{}}
 		e.jobs[uid] = j
 	}
 	return j
@@ -87,6 +96,56 @@ func (e *expectations) podsSeen(uid types.UID, pods []*cachedPod, now time.Time)
 		}
 	}
 	return len(j.creates) == 0
+}
+
+// removedFinalizers remembers pods of the job whose finalizer is gone.
+func (e *expectations) removedFinalizers(job types.UID, pods []*cachedPod, now time.Time) {
+	if len(pods) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.get(job)
+	for _, pod := range pods {
+		j.finalizers[pod.UID] = now
+	}
+}
+
+// unpatched returns the pods whose finalizer this process has not removed
+// already, in their order.
+func (e *expectations) unpatched(job types.UID, pods []*cachedPod) []*cachedPod {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.jobs[job]
+	if j == nil || len(j.finalizers) == 0 {
+		return pods
+	}
+	out := make([]*cachedPod, 0, len(pods))
+	for _, pod := range pods {
+		if _, done := j.finalizers[pod.UID]; !done {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+// observeFinalizers forgets the removals the cache now shows (the pod is
+// gone or has no tracking finalizer) and those older than
+// finalizerExpectationTimeout.
+func (e *expectations) observeFinalizers(job types.UID, pods []*cachedPod, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.jobs[job]
+	if j == nil || len(j.finalizers) == 0 {
+		return
+	}
+	keep := make(map[types.UID]time.Time, len(j.finalizers))
+	for _, pod := range pods {
+		if at, ok := j.finalizers[pod.UID]; ok && hasTrackingFinalizer(pod) && now.Sub(at) <= finalizerExpectationTimeout {
+			keep[pod.UID] = at
+		}
+	}
+	j.finalizers = keep
 }
 
 // jobStale reports whether the cached job is older than this process's last

@@ -96,3 +96,55 @@ func TestExpectationsForgetADeletedJob(t *testing.T) {
 		t.Errorf("expectations survived forget")
 	}
 }
+
+func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
+	e := newExpectations()
+	p0 := makePod(job, 0).succeededAt(testNow).obj()
+	p1 := makePod(job, 1).succeededAt(testNow).obj()
+	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 2 {
+		t.Fatalf("nothing removed yet, got %d pods to patch, want 2", len(got))
+	}
+	e.removedFinalizers(job.UID, []*cachedPod{p0}, testNow)
+	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 1 || got[0] != p1 {
+		t.Fatalf("after removing p0's finalizer, got %v to patch, want only p1", got)
+	}
+	if got := e.unpatched("other", []*cachedPod{p0}); len(got) != 1 {
+		t.Errorf("another job's removals leaked")
+	}
+
+	// The cache still shows the finalizer: the removal stays remembered.
+	e.observeFinalizers(job.UID, []*cachedPod{p0, p1}, testNow.Add(time.Second))
+	if got := e.unpatched(job.UID, []*cachedPod{p0}); len(got) != 0 {
+		t.Errorf("forgot a removal the cache does not show yet")
+	}
+	// The cache shows it: forgotten, so a pod seen with the finalizer again
+	// (a user put it back) is patched again.
+	gone := makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj()
+	e.observeFinalizers(job.UID, []*cachedPod{gone, p1}, testNow.Add(2*time.Second))
+	if got := e.unpatched(job.UID, []*cachedPod{p0}); len(got) != 1 {
+		t.Errorf("still skips a pod whose removal the cache has shown")
+	}
+}
+
+func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
+	e := newExpectations()
+	p0 := makePod(job, 0).succeededAt(testNow).obj()
+	p1 := makePod(job, 1).succeededAt(testNow).obj()
+	e.removedFinalizers(job.UID, []*cachedPod{p0, p1}, testNow)
+
+	e.observeFinalizers(job.UID, []*cachedPod{p1}, testNow.Add(finalizerExpectationTimeout))
+	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 1 || got[0] != p0 {
+		t.Errorf("got %v to patch: p0 left the cache, so its removal is forgotten; p1's is kept up to the timeout", got)
+	}
+	e.observeFinalizers(job.UID, []*cachedPod{p1}, testNow.Add(finalizerExpectationTimeout+time.Second))
+	if got := e.unpatched(job.UID, []*cachedPod{p1}); len(got) != 1 {
+		t.Errorf("a removal the cache never showed still blocks a patch past the timeout")
+	}
+	e.removedFinalizers(job.UID, []*cachedPod{p1}, testNow)
+	e.forget(job.UID)
+	if got := e.unpatched(job.UID, []*cachedPod{p1}); len(got) != 1 {
+		t.Errorf("a deleted job's removals were kept")
+	}
+}

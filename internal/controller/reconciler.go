@@ -128,6 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 
 	now := r.Clock.Now()
+	r.exp.observeFinalizers(job.UID, pods, now)
 	p := syncJob(syncInput{
 		job:                   job,
 		pods:                  pods,
@@ -220,8 +221,8 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 
 	// The status now holds every result recorded in this sync.
 	errs = append(errs,
-		r.patchAll(ctx, p.removeFinalizer, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, false) }),
-		r.patchAll(ctx, p.discard, func(pod *cachedPod) error { return r.removeFinalizer(ctx, pod, true) }),
+		r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, false),
+		r.releaseFinalizers(ctx, job.UID, p.discard, true),
 	)
 
 	created := len(p.create) - failedCreates
@@ -324,6 +325,26 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, pod *cachedPod, discar
 	}
 	log.FromContext(ctx).V(3).Info("Removed tracking finalizer", "pod", klog.KObj(pod))
 	return nil
+}
+
+// releaseFinalizers removes the tracking finalizer of the job's pods, but
+// not again from those whose removal succeeded in an earlier sync and the
+// cache does not show yet, and remembers the ones it removed.
+func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*cachedPod, discard bool) error {
+	pods = r.exp.unpatched(job, pods)
+	errs := make([]error, len(pods))
+	_ = parallel(ctx, len(pods), func(i int) error {
+		errs[i] = r.removeFinalizer(ctx, pods[i], discard)
+		return nil
+	})
+	done := make([]*cachedPod, 0, len(pods))
+	for i, pod := range pods {
+		if errs[i] == nil {
+			done = append(done, pod)
+		}
+	}
+	r.exp.removedFinalizers(job, done, r.Clock.Now())
+	return errors.Join(errs...)
 }
 
 // listPods returns the cached pods labelled with the job's name. They are
