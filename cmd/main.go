@@ -12,7 +12,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
-	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -23,6 +22,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/memlimit"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
 
 var (
@@ -42,7 +42,7 @@ func main() {
 		enableLeaderElection, secureMetrics, enableHTTP2 bool
 		qps                                              float64
 		burst, maxConcurrent                             int
-		backoffBase, backoffMax                          time.Duration
+		backoffBase, backoffMax, throttleTick            time.Duration
 		leaseDuration, renewDeadline, retryPeriod        time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
@@ -65,6 +65,8 @@ func main() {
 		"If set, HTTP/2 will be enabled for the metrics server.")
 	flag.Float64Var(&qps, "kube-api-qps", 50, "Queries per second the client may send to the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Burst of queries the client may send to the API server.")
+	flag.DurationVar(&throttleTick, "kube-api-throttle-tick", 250*time.Millisecond,
+		"Requests held back by --kube-api-qps are released together on this tick (0: each as soon as its token is due).")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 5, "How many IndexedBatchJobs are synced at once.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
@@ -101,14 +103,22 @@ func main() {
 		}
 	}
 
+	if qps <= 0 || burst < 1 || throttleTick < 0 {
+		setupLog.Error(nil, "--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
+			"qps", qps, "burst", burst, "throttleTick", throttleTick)
+		os.Exit(1)
+	}
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 	// One token bucket for every client of the process (controller-runtime
 	// otherwise gives each resource's client a bucket of its own), so that
 	// --kube-api-qps bounds all the operator sends, as it does for
-	// kube-controller-manager's clients.
-	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(float32(qps), burst)
+	// kube-controller-manager's clients. Requests it holds back leave
+	// together on a tick, which costs far less CPU than one every 1/QPS
+	// seconds (docs/bench: 0.43x instead of 0.9x of the built-in
+	// controller's CPU at 10,000 pods).
+	cfg.RateLimiter = throttle.New(float32(qps), burst, throttleTick)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,

@@ -1,0 +1,92 @@
+// Package throttle is the operator's client-side rate limiter: a token
+// bucket, as client-go's, whose waiters are released on a coarse tick.
+package throttle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// Limiter is a token bucket of qps tokens a second holding at most burst.
+// A request that finds a token goes at once; one that has to wait for a
+// token is let go at the first multiple of tick at or after the moment its
+// token is due, never before it. Waiters due within one tick therefore
+// wake together, and their requests go out together: the API client then
+// writes and reads them in fewer system calls and goroutine wake-ups than
+// when one request leaves every 1/qps seconds. The rate is client-go's
+// exactly (the bucket is the same); a request waits at most tick longer.
+type Limiter struct {
+	bucket *rate.Limiter
+	qps    float32
+	tick   time.Duration
+	now    func() time.Time
+}
+
+var _ flowcontrol.RateLimiter = (*Limiter)(nil)
+
+// New returns a Limiter; tick 0 releases each waiter when its token is due,
+// as client-go's token bucket does.
+func New(qps float32, burst int, tick time.Duration) *Limiter {
+	return &Limiter{bucket: rate.NewLimiter(rate.Limit(qps), burst), qps: qps, tick: tick, now: time.Now}
+}
+
+// TryAccept takes a token if one is there.
+func (l *Limiter) TryAccept() bool { return l.bucket.AllowN(l.now(), 1) }
+
+// Accept waits for a token.
+func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
+
+// Stop does nothing: the Limiter holds no goroutine.
+func (l *Limiter) Stop() {}
+
+// QPS is the rate the Limiter was made with.
+func (l *Limiter) QPS() float32 { return l.qps }
+
+// Wait takes a token, waiting for it to be due and then for the next tick.
+// If ctx ends first the token is given back.
+func (l *Limiter) Wait(ctx context.Context) error {
+	now := l.now()
+	r := l.bucket.ReserveN(now, 1)
+	if !r.OK() {
+		return fmt.Errorf("rate limiter: a burst of %d allows no request", l.bucket.Burst())
+	}
+	wait := releaseDelay(now, r.DelayFrom(now), l.tick)
+	if wait == 0 {
+		return nil
+	}
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(now.Add(wait)) {
+		r.CancelAt(now)
+		return fmt.Errorf("rate limiter: waiting %v would exceed the context's deadline", wait)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return ctx.Err()
+	}
+}
+
+// releaseDelay is how long a waiter whose token is due after delay waits:
+// until the first multiple of tick (on the wall clock, so that every
+// waiter shares the same ticks) at or after now+delay.
+func releaseDelay(now time.Time, delay, tick time.Duration) time.Duration {
+	if delay <= 0 {
+		return 0
+	}
+	if tick <= 0 {
+		return delay
+	}
+	due := now.Add(delay)
+	release := due.Truncate(tick)
+	if release.Before(due) {
+		release = release.Add(tick)
+	}
+	return release.Sub(now)
+}

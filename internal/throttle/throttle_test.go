@@ -1,0 +1,91 @@
+package throttle
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestReleaseDelayWaitsForTheFirstTickAtOrAfterTheToken(t *testing.T) {
+	base := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	tick := 250 * time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		now        time.Time
+		delay      time.Duration
+		tick       time.Duration
+		wantWait   time.Duration
+		wantAtTick bool
+	}{
+		{"a token at hand goes at once", base.Add(10 * time.Millisecond), 0, tick, 0, false},
+		{"due mid-tick waits for the tick", base.Add(10 * time.Millisecond), 5 * time.Millisecond, tick, 240 * time.Millisecond, true},
+		{"due exactly on a tick goes then", base.Add(10 * time.Millisecond), 240 * time.Millisecond, tick, 240 * time.Millisecond, true},
+		{"due several ticks ahead", base, 600 * time.Millisecond, tick, 750 * time.Millisecond, true},
+		{"no tick: when due", base.Add(3 * time.Millisecond), 5 * time.Millisecond, 0, 5 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := releaseDelay(tc.now, tc.delay, tc.tick)
+			if got != tc.wantWait {
+				t.Errorf("waits %v, want %v", got, tc.wantWait)
+			}
+			if got < tc.delay {
+				t.Errorf("released %v before its token is due", tc.delay-got)
+			}
+			if at := tc.now.Add(got); tc.wantAtTick && !at.Equal(at.Truncate(tc.tick)) {
+				t.Errorf("released at %v, not on a tick", at)
+			}
+		})
+	}
+}
+
+// The bucket bounds what passes whatever the tick: burst at once, then qps a
+// second. (Only a lower bound on the elapsed time is asserted: a slow
+// machine makes it longer, never shorter.)
+func TestLimiterNeverLetsMoreThroughThanTheBucket(t *testing.T) {
+	const qps, burst, n = 100, 5, 25
+	l := New(qps, burst, 30*time.Millisecond)
+	start := time.Now()
+	for range n {
+		if err := l.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if min := time.Duration(n-burst) * time.Second / qps; time.Since(start) < min {
+		t.Errorf("%d requests passed in %v; the bucket allows no less than %v", n, time.Since(start), min)
+	}
+	if l.QPS() != qps {
+		t.Errorf("QPS() = %v", l.QPS())
+	}
+}
+
+func TestLimiterGivesTheTokenBackWhenTheWaitIsCancelled(t *testing.T) {
+	l := New(1, 1, time.Second)
+	if !l.TryAccept() {
+		t.Fatal("a fresh bucket has no token")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Wait(ctx); err == nil {
+		t.Fatal("a cancelled wait succeeded")
+	}
+	// The cancelled reservation gave its token back: the next one is due in
+	// about a second, not two.
+	r := l.bucket.Reserve()
+	if d := r.Delay(); d > 1100*time.Millisecond {
+		t.Errorf("next token due in %v: the cancelled wait kept its token", d)
+	}
+}
+
+func TestLimiterRefusesAWaitBeyondTheDeadline(t *testing.T) {
+	l := New(1, 1, 0)
+	l.Accept()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := l.Wait(ctx); err == nil {
+		t.Fatal("a wait of a second within a 10 ms deadline succeeded")
+	}
+	if time.Since(start) > 500*time.Millisecond {
+		t.Errorf("waited %v before giving up on a deadline it could not meet", time.Since(start))
+	}
+}
