@@ -88,7 +88,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 	p("## Setup\n\n")
 	p("- One local control plane (envtest: etcd + kube-apiserver), no scheduler, no kubelet, no garbage collector.\n")
 	p("- Controllers under test run as separate, fresh processes per run, both as `system:masters` users with client QPS %d / burst %d and %d concurrent syncs:\n", *qps, *burst, *syncs)
-	p("  - this operator: `bin/manager --kube-api-qps=%d --kube-api-burst=%d --max-concurrent-reconciles=%d` (default `--pod-failure-backoff=10s`, the same as upstream's fixed 10 s);\n", *qps, *burst, *syncs)
+	p("  - this operator: `bin/manager --kube-api-qps=%d --kube-api-burst=%d --max-concurrent-reconciles=%d` (defaults `--pod-failure-backoff=10s`, the same as upstream's fixed 10 s, and `--kube-api-throttle-tick=250ms`: the same token bucket, its held-back requests released together every 250 ms);\n", *qps, *burst, *syncs)
 	p("  - the built-in controller: `kube-controller-manager --controllers=job --kube-api-qps=%d --kube-api-burst=%d --concurrent-job-syncs=%d --leader-elect=false`.\n", *qps, *burst, *syncs)
 	p("- Pods are finished by one pod simulator (`hack/bench/sim.go`, in the benchmark process) that plays every kubelet: for each new pod it writes, in one status update, phase `Succeeded` (or `Failed`, exit code 1, for the always-failing indexes) with a terminated container status; a pod being deleted is failed. Same simulator for both controllers.\n")
 	p("- Time: from the create request to the terminal condition (`Complete`/`Failed` = True) seen by polling every 100 ms. Pods/s: (succeeded + failed pods) / time.\n")
