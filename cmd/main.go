@@ -116,7 +116,7 @@ func main() {
 	// --kube-api-qps bounds all the operator sends, as it does for
 	// kube-controller-manager's clients. Requests it holds back leave
 	// together on a tick, which costs far less CPU than one every 1/QPS
-	// seconds (docs/bench: 0.43x instead of 0.9x of the built-in
+	// seconds (docs/bench: 0.47x instead of 0.9x of the built-in
 	// controller's CPU at 10,000 pods).
 	cfg.RateLimiter = throttle.New(float32(qps), burst, throttleTick)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -18,10 +18,11 @@ const finalizerExpectationTimeout = time.Minute
 
 // expectations remembers, per job, what this process wrote and its cache
 // has not shown yet: the pods it created, the pods whose tracking finalizer
-// it removed, and the resourceVersion of its last status write. A sync acts on a cache that is current with its own
-// writes, or not at all; this is what keeps one pod per index when the
-// cache lags. After a restart the store is empty, and rightly so: the new
-// cache was listed after every write of the old process.
+// it removed, and the resourceVersion of its last status write. A sync acts
+// on a cache that is current with its own writes, or not at all; this is
+// what keeps one pod per index when the cache lags. After a restart the
+// store is empty, and rightly so: the new cache was listed after every write
+// of the old process.
 type expectations struct {
 	mu   sync.Mutex
 	jobs map[types.UID]*jobExpectations

@@ -21,9 +21,7 @@ import (
 // exactly (the bucket is the same); a request waits at most tick longer.
 type Limiter struct {
 	bucket *rate.Limiter
-	qps    float32
 	tick   time.Duration
-	now    func() time.Time
 }
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
@@ -31,11 +29,11 @@ var _ flowcontrol.RateLimiter = (*Limiter)(nil)
 // New returns a Limiter; tick 0 releases each waiter when its token is due,
 // as client-go's token bucket does.
 func New(qps float32, burst int, tick time.Duration) *Limiter {
-	return &Limiter{bucket: rate.NewLimiter(rate.Limit(qps), burst), qps: qps, tick: tick, now: time.Now}
+	return &Limiter{bucket: rate.NewLimiter(rate.Limit(qps), burst), tick: tick}
 }
 
 // TryAccept takes a token if one is there.
-func (l *Limiter) TryAccept() bool { return l.bucket.AllowN(l.now(), 1) }
+func (l *Limiter) TryAccept() bool { return l.bucket.Allow() }
 
 // Accept waits for a token.
 func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
@@ -44,12 +42,12 @@ func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
 func (l *Limiter) Stop() {}
 
 // QPS is the rate the Limiter was made with.
-func (l *Limiter) QPS() float32 { return l.qps }
+func (l *Limiter) QPS() float32 { return float32(l.bucket.Limit()) }
 
 // Wait takes a token, waiting for it to be due and then for the next tick.
 // If ctx ends first the token is given back.
 func (l *Limiter) Wait(ctx context.Context) error {
-	now := l.now()
+	now := time.Now()
 	r := l.bucket.ReserveN(now, 1)
 	if !r.OK() {
 		return fmt.Errorf("rate limiter: a burst of %d allows no request", l.bucket.Burst())
