@@ -142,13 +142,8 @@ func main() {
 		os.Exit(1)
 	}
 
-	r := &controller.Reconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("indexedbatchjob-controller"),
-		Clock:    clock.RealClock{},
-		Backoff:  controller.Backoff{Base: backoffBase, Max: backoffMax},
-	}
+	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"),
+		clock.RealClock{}, controller.Backoff{Base: backoffBase, Max: backoffMax})
 	if err := r.SetupWithManager(mgr, watched, maxConcurrent); err != nil {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)

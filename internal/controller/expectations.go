@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -167,3 +168,6 @@ func (e *expectations) jobStale(uid types.UID, cachedVersion string) bool {
 	}
 	return true
 }
+
+// parseVersion reads a resourceVersion as the number etcd makes it.
+func parseVersion(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }

@@ -4,9 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -111,4 +114,86 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 
 func policyOf(rules ...batchv1.PodFailurePolicyRule) *batchv1.PodFailurePolicy {
 	return &batchv1.PodFailurePolicy{Rules: rules}
+}
+
+func TestClassifyFailure(t *testing.T) {
+	policy := []batchv1.PodFailurePolicyRule{
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
+	}
+	perIndex := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodFailurePolicy(policy...).Obj()
+	global := utils.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()
+	failed := func(job *ibjv1.IndexedBatchJob, earlierFailures, code int32) *cachedPod {
+		return makePodFor(job, podToCreate{attempt: earlierFailures, failures: earlierFailures}).failedAt(testNow, code).obj()
+	}
+	failJobMessage := "Container main for pod ns/a-0-1 failed with exit code 42 matching FailJob rule at index 0"
+	cases := []struct {
+		name string
+		job  *ibjv1.IndexedBatchJob
+		pod  *cachedPod
+		want podFailure
+	}{
+		{"running", perIndex, makePod(perIndex, 0).running().obj(), podFailure{}},
+		{"succeeded", perIndex, makePod(perIndex, 0).succeededAt(testNow).obj(), podFailure{}},
+		{"discarded", perIndex, makePod(perIndex, 0).failedAt(testNow, 1).discarded().obj(), podFailure{}},
+		{"counted, index under its limit", perIndex, failed(perIndex, 0, 1), podFailure{failed: true, counted: true}},
+		{"counted, index over its limit", perIndex, failed(perIndex, 1, 1), podFailure{failed: true, counted: true, failsIndex: true}},
+		{"FailJob under the limit", perIndex, failed(perIndex, 0, 42), podFailure{failed: true, counted: true,
+			failsJob: "Container main for pod ns/a-0-0 failed with exit code 42 matching FailJob rule at index 0"}},
+		{"FailJob over the limit fails the index too", perIndex, failed(perIndex, 1, 42), podFailure{failed: true, counted: true, failsIndex: true, failsJob: failJobMessage}},
+		{"FailIndex", perIndex, failed(perIndex, 0, 43), podFailure{failed: true, counted: true, failsIndex: true}},
+		{"Ignore, even over the limit", perIndex, failed(perIndex, 1, 44), podFailure{failed: true, ignored: true}},
+		{"terminating under Failed replacement is not failed yet", perIndex, makePod(perIndex, 0).running().deletedAt(testNow).obj(), podFailure{}},
+		{"terminating under TerminatingOrFailed is failed", global, makePod(global, 0).running().deletedAt(testNow).obj(), podFailure{failed: true, counted: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, classifyFailure(tc.job, tc.pod), cmp.AllowUnexported(podFailure{})); diff != "" {
+				t.Errorf("classifyFailure (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt holds the two
+// places that decide whether a failed pod fails its index to one answer:
+// recording the pod, and rebuilding failedIndexes from the pods after the
+// status was found unreadable. They once disagreed on a FailJob match.
+func TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(1).PodFailurePolicy(
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
+	).Obj()
+	cases := []struct {
+		name            string
+		earlierFailures int32
+		exitCode        int32
+		want            string
+	}{
+		{"Count under the limit", 0, 1, ""},
+		{"Count over the limit", 1, 1, "0"},
+		{"FailJob under the limit", 0, 42, ""},
+		{"FailJob over the limit", 1, 42, "0"},
+		{"FailIndex", 0, 43, "0"},
+		{"Ignore over the limit", 1, 44, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := makePodFor(job, podToCreate{attempt: tc.earlierFailures, failures: tc.earlierFailures}).failedAt(testNow, tc.exitCode)
+			recorded := syncOnce(job.DeepCopy(), pod.obj())
+
+			unreadable := job.DeepCopy()
+			unreadable.Status.FailedIndexes = ptr.To("not an index set")
+			rebuilt := syncOnce(unreadable, pod.withoutFinalizer().obj())
+
+			if got := ptr.Deref(recorded.status.FailedIndexes, "<nil>"); got != tc.want {
+				t.Errorf("failedIndexes when the pod is recorded = %q, want %q", got, tc.want)
+			}
+			if got := ptr.Deref(rebuilt.status.FailedIndexes, "<nil>"); got != tc.want {
+				t.Errorf("failedIndexes rebuilt from the pods = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
 // Metrics modelled on the built-in Job controller's (job_sync_duration_seconds,
@@ -43,4 +47,25 @@ func init() {
 	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted)
 }
 
-func boolLabel(b bool) string { return strconv.FormatBool(b) }
+// recordMetrics counts what a sync recorded: finished pods, finished
+// indexes and the job's end.
+func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
+	for _, f := range p.recorded {
+		result := "failed"
+		if f.succeeded {
+			result = "succeeded"
+		}
+		podsFinished.WithLabelValues(result).Inc()
+	}
+	perIndex := strconv.FormatBool(job.Spec.BackoffLimitPerIndex != nil)
+	if p.newlyCompleted > 0 {
+		finishedIndexes.WithLabelValues("succeeded", perIndex).Add(float64(p.newlyCompleted))
+	}
+	if p.newlyFailedIndexes > 0 {
+		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(p.newlyFailedIndexes))
+	}
+	if c := p.newlyFinished; c != nil {
+		jobsFinished.WithLabelValues(c.Type, c.Reason).Inc()
+		log.FromContext(ctx).Info("Job finished", "condition", c.Type, "reason", c.Reason)
+	}
+}

@@ -8,9 +8,107 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
+
+// The setters below each write one part of the status a sync computes; the
+// decision core calls them with what its phases decided.
+
+// setStartTime gives a job that is not suspended a startTime. As upstream, a
+// job that is not suspended has started, whatever the sync decides: a job
+// that finishes in the sync that starts or resumes it (completions 0, a
+// failure seen on resume) still gets one.
+func setStartTime(st *ibjv1.IndexedBatchJobStatus, job *ibjv1.IndexedBatchJob, now time.Time) {
+	if st.StartTime == nil && !isSuspended(job) {
+		st.StartTime = &metav1.Time{Time: now}
+	}
+}
+
+// setSuspended sets condition Suspended and clears startTime: the deadline
+// does not run while suspended, and a suspended job that never started may
+// have its scheduling directives changed. It reports whether the job was
+// not suspended before.
+func setSuspended(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time) bool {
+	st.StartTime = nil
+	return setCondition(st, gen, now, ibjv1.ConditionSuspended, metav1.ConditionTrue, ibjv1.ReasonJobSuspended, "Job suspended")
+}
+
+// setResumed turns condition Suspended False and resets startTime, if the
+// job was suspended; it reports whether it was.
+func setResumed(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time) bool {
+	if !isTrue(st, ibjv1.ConditionSuspended) {
+		return false
+	}
+	setCondition(st, gen, now, ibjv1.ConditionSuspended, metav1.ConditionFalse, ibjv1.ReasonJobResumed, "Job resumed")
+	st.StartTime = nil
+	return true
+}
+
+// setFinished sets the terminal condition that follows target (Complete
+// after SuccessCriteriaMet, with completionTime; Failed after
+// FailureTarget), with the target's reason and message, and returns it.
+func setFinished(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, target *metav1.Condition) *metav1.Condition {
+	final := ibjv1.ConditionFailed
+	if target.Type == ibjv1.ConditionSuccessCriteriaMet {
+		final = ibjv1.ConditionComplete
+		st.CompletionTime = &metav1.Time{Time: now}
+	}
+	setCondition(st, gen, now, final, metav1.ConditionTrue, target.Reason, target.Message)
+	return meta.FindStatusCondition(st.Conditions, final)
+}
+
+// setPodCounts sets the active, ready and terminating pod counts.
+func setPodCounts(st *ibjv1.IndexedBatchJobStatus, active, ready, terminating int) {
+	st.Active = int32(active)
+	st.Ready = ptr.To(int32(ready))
+	st.Terminating = ptr.To(int32(terminating))
+}
+
+// setIndexSets writes completedIndexes and, only for a job with
+// backoffLimitPerIndex, failedIndexes, as compressed interval strings.
+func setIndexSets(st *ibjv1.IndexedBatchJobStatus, job *ibjv1.IndexedBatchJob, completed, failed indexset.Set) {
+	st.CompletedIndexes = completed.String()
+	st.FailedIndexes = nil
+	if job.Spec.BackoffLimitPerIndex != nil {
+		st.FailedIndexes = ptr.To(failed.String())
+	}
+}
+
+// setUncounted writes uncountedTerminatedPods, sorted so that an unchanged
+// set never looks like a change; nil when both sets are empty.
+func setUncounted(st *ibjv1.IndexedBatchJobStatus, succeeded, failed sets.Set[types.UID]) {
+	st.UncountedTerminatedPods = nil
+	if succeeded.Len() == 0 && failed.Len() == 0 {
+		return
+	}
+	u := &batchv1.UncountedTerminatedPods{}
+	if succeeded.Len() > 0 {
+		u.Succeeded = sets.List(succeeded)
+	}
+	if failed.Len() > 0 {
+		u.Failed = sets.List(failed)
+	}
+	st.UncountedTerminatedPods = u
+}
+
+// setPhase summarises the conditions for `kubectl get`.
+func setPhase(st *ibjv1.IndexedBatchJobStatus) {
+	switch {
+	case isTrue(st, ibjv1.ConditionFailed):
+		st.Phase = ibjv1.PhaseFailed
+	case isTrue(st, ibjv1.ConditionComplete):
+		st.Phase = ibjv1.PhaseComplete
+	case isTrue(st, ibjv1.ConditionSuspended):
+		st.Phase = ibjv1.PhaseSuspended
+	case st.StartTime != nil:
+		st.Phase = ibjv1.PhaseRunning
+	default:
+		st.Phase = ibjv1.PhasePending
+	}
+}
 
 // setCondition sets a condition, keeping its transition time when only the
 // message changes, as meta.SetStatusCondition does. It reports whether the
@@ -33,6 +131,17 @@ func isTrue(st *ibjv1.IndexedBatchJobStatus, typ string) bool {
 	return meta.IsStatusConditionTrue(st.Conditions, typ)
 }
 
+// currentTarget is the FailureTarget or SuccessCriteriaMet condition already
+// set: once set, the job's end is decided and never revisited.
+func currentTarget(st *ibjv1.IndexedBatchJobStatus) *metav1.Condition {
+	for _, typ := range []string{ibjv1.ConditionFailureTarget, ibjv1.ConditionSuccessCriteriaMet} {
+		if c := meta.FindStatusCondition(st.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
 // IsFinished tells whether the job reached Complete or Failed.
 func IsFinished(job *ibjv1.IndexedBatchJob) bool {
 	return isTrue(&job.Status, ibjv1.ConditionComplete) || isTrue(&job.Status, ibjv1.ConditionFailed)
@@ -49,41 +158,4 @@ func finishedAt(job *ibjv1.IndexedBatchJob) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-// phaseOf summarises the conditions for `kubectl get`.
-func phaseOf(st *ibjv1.IndexedBatchJobStatus) ibjv1.Phase {
-	switch {
-	case isTrue(st, ibjv1.ConditionFailed):
-		return ibjv1.PhaseFailed
-	case isTrue(st, ibjv1.ConditionComplete):
-		return ibjv1.PhaseComplete
-	case isTrue(st, ibjv1.ConditionSuspended):
-		return ibjv1.PhaseSuspended
-	case st.StartTime != nil:
-		return ibjv1.PhaseRunning
-	default:
-		return ibjv1.PhasePending
-	}
-}
-
-// uidSet reads one list of uncountedTerminatedPods.
-func uidSet(uids []types.UID) sets.Set[types.UID] {
-	return sets.New(uids...)
-}
-
-// uncountedOf writes the uncounted sets back, sorted so that an unchanged
-// set never looks like a change; nil when both are empty.
-func uncountedOf(succeeded, failed sets.Set[types.UID]) *batchv1.UncountedTerminatedPods {
-	if succeeded.Len() == 0 && failed.Len() == 0 {
-		return nil
-	}
-	u := &batchv1.UncountedTerminatedPods{}
-	if succeeded.Len() > 0 {
-		u.Succeeded = sets.List(succeeded)
-	}
-	if failed.Len() > 0 {
-		u.Failed = sets.List(failed)
-	}
-	return u
 }

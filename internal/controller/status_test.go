@@ -4,13 +4,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -32,6 +35,191 @@ func TestSetConditionKeepsTransitionTimeWhenOnlyTheMessageChanges(t *testing.T) 
 	}
 	if c := meta.FindStatusCondition(st.Conditions, ibjv1.ConditionSuspended); !c.LastTransitionTime.Time.Equal(later) {
 		t.Errorf("transition time = %v, want %v", c.LastTransitionTime, later)
+	}
+}
+
+func TestSetStartTime(t *testing.T) {
+	earlier := &metav1.Time{Time: testNow.Add(-time.Hour)}
+	cases := []struct {
+		name    string
+		suspend bool
+		st      ibjv1.IndexedBatchJobStatus
+		want    ibjv1.IndexedBatchJobStatus
+	}{
+		{name: "a job that is not suspended has started", want: ibjv1.IndexedBatchJobStatus{StartTime: &metav1.Time{Time: testNow}}},
+		{name: "an earlier start is kept", st: ibjv1.IndexedBatchJobStatus{StartTime: earlier}, want: ibjv1.IndexedBatchJobStatus{StartTime: earlier}},
+		{name: "a suspended job has not started", suspend: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := utils.MakeIndexedBatchJob("a", "ns").Suspend(tc.suspend).Obj()
+			setStartTime(&tc.st, job, testNow)
+			if diff := cmp.Diff(tc.want, tc.st); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetSuspendedAndResumed(t *testing.T) {
+	started := &metav1.Time{Time: testNow.Add(-time.Hour)}
+	suspended := metav1.Condition{Type: ibjv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: ibjv1.ReasonJobSuspended,
+		Message: "Job suspended", ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(testNow)}
+	resumed := metav1.Condition{Type: ibjv1.ConditionSuspended, Status: metav1.ConditionFalse, Reason: ibjv1.ReasonJobResumed,
+		Message: "Job resumed", ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(testNow)}
+	earlierSuspended := suspended
+	earlierSuspended.LastTransitionTime = metav1.NewTime(testNow.Add(-time.Minute))
+	earlierSuspended.ObservedGeneration = 1
+	cases := []struct {
+		name        string
+		set         func(*ibjv1.IndexedBatchJobStatus, int64, time.Time) bool
+		st          ibjv1.IndexedBatchJobStatus
+		want        ibjv1.IndexedBatchJobStatus
+		wantChanged bool
+	}{
+		{
+			name: "suspending a running job clears its start time", set: setSuspended,
+			st:   ibjv1.IndexedBatchJobStatus{StartTime: started},
+			want: ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{suspended}}, wantChanged: true,
+		},
+		{
+			name: "suspending again keeps the transition time", set: setSuspended,
+			st:   ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{earlierSuspended}},
+			want: ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{func() metav1.Condition {
+				c := earlierSuspended
+				c.ObservedGeneration = 2
+				return c
+			}()}},
+		},
+		{
+			name: "resuming turns Suspended False and resets the start time", set: setResumed,
+			st:   ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{earlierSuspended}},
+			want: ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{resumed}}, wantChanged: true,
+		},
+		{
+			name: "a job never suspended has nothing to resume", set: setResumed,
+			st:   ibjv1.IndexedBatchJobStatus{StartTime: started},
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.set(&tc.st, 2, testNow); got != tc.wantChanged {
+				t.Errorf("changed = %v, want %v", got, tc.wantChanged)
+			}
+			if diff := cmp.Diff(tc.want, tc.st); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetFinished(t *testing.T) {
+	target := func(typ, reason string) *metav1.Condition {
+		return &metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: "why"}
+	}
+	final := func(typ, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: "why", ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(testNow)}
+	}
+	cases := []struct {
+		name   string
+		target *metav1.Condition
+		want   ibjv1.IndexedBatchJobStatus
+	}{
+		{
+			name:   "success criteria met become Complete with a completion time",
+			target: target(ibjv1.ConditionSuccessCriteriaMet, ibjv1.ReasonSuccessPolicy),
+			want: ibjv1.IndexedBatchJobStatus{
+				CompletionTime: &metav1.Time{Time: testNow},
+				Conditions:     []metav1.Condition{final(ibjv1.ConditionComplete, ibjv1.ReasonSuccessPolicy)},
+			},
+		},
+		{
+			name:   "a failure target becomes Failed without a completion time",
+			target: target(ibjv1.ConditionFailureTarget, ibjv1.ReasonDeadlineExceeded),
+			want:   ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{final(ibjv1.ConditionFailed, ibjv1.ReasonDeadlineExceeded)}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var st ibjv1.IndexedBatchJobStatus
+			got := setFinished(&st, 3, testNow, tc.target)
+			if diff := cmp.Diff(tc.want, st); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(&tc.want.Conditions[0], got); diff != "" {
+				t.Errorf("returned condition (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetPodCounts(t *testing.T) {
+	var st ibjv1.IndexedBatchJobStatus
+	setPodCounts(&st, 3, 2, 1)
+	want := ibjv1.IndexedBatchJobStatus{Active: 3, Ready: ptr.To[int32](2), Terminating: ptr.To[int32](1)}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+}
+
+func TestSetIndexSets(t *testing.T) {
+	cases := []struct {
+		name              string
+		perIndex          bool
+		completed, failed []int32
+		want              ibjv1.IndexedBatchJobStatus
+	}{
+		{name: "compressed intervals", perIndex: true, completed: []int32{0, 3, 4, 5, 6, 7}, failed: []int32{1, 2},
+			want: ibjv1.IndexedBatchJobStatus{CompletedIndexes: "0,3-7", FailedIndexes: ptr.To("1,2")}},
+		{name: "empty failed indexes are written with backoffLimitPerIndex", perIndex: true,
+			want: ibjv1.IndexedBatchJobStatus{FailedIndexes: ptr.To("")}},
+		{name: "no failedIndexes without backoffLimitPerIndex", completed: []int32{1},
+			want: ibjv1.IndexedBatchJobStatus{CompletedIndexes: "1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := utils.MakeIndexedBatchJob("a", "ns").Completions(10)
+			if tc.perIndex {
+				b = b.BackoffLimitPerIndex(1)
+			}
+			st := ibjv1.IndexedBatchJobStatus{FailedIndexes: ptr.To("9")}
+			setIndexSets(&st, b.Obj(), setOf(tc.completed...), setOf(tc.failed...))
+			if diff := cmp.Diff(tc.want, st); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func setOf(ixs ...int32) indexset.Set {
+	s := indexset.Set{}
+	for _, ix := range ixs {
+		s = s.Add(ix)
+	}
+	return s
+}
+
+func TestSetUncounted(t *testing.T) {
+	cases := []struct {
+		name              string
+		succeeded, failed []types.UID
+		want              *batchv1.UncountedTerminatedPods
+	}{
+		{name: "nil when empty, so an empty record is not written"},
+		{name: "sorted, so an unchanged set is no change", succeeded: []types.UID{"c", "a", "b"},
+			want: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"a", "b", "c"}}},
+		{name: "both lists", succeeded: []types.UID{"s"}, failed: []types.UID{"f2", "f1"},
+			want: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"s"}, Failed: []types.UID{"f1", "f2"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := ibjv1.IndexedBatchJobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"old"}}}
+			setUncounted(&st, sets.New(tc.succeeded...), sets.New(tc.failed...))
+			if diff := cmp.Diff(tc.want, st.UncountedTerminatedPods); diff != "" {
+				t.Errorf("uncountedTerminatedPods (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -64,21 +252,12 @@ func TestFinishedAtAndPhase(t *testing.T) {
 			if IsFinished(job) != tc.wantFinished || ok != tc.wantFinished || !at.Equal(tc.wantAt) {
 				t.Errorf("IsFinished = %v, finishedAt = %v, %v; want %v, %v", IsFinished(job), at, ok, tc.wantFinished, tc.wantAt)
 			}
-			if got := phaseOf(&tc.st); got != tc.wantPhase {
-				t.Errorf("phase = %s, want %s", got, tc.wantPhase)
+			st := tc.st
+			setPhase(&st)
+			if st.Phase != tc.wantPhase {
+				t.Errorf("phase = %s, want %s", st.Phase, tc.wantPhase)
 			}
 		})
-	}
-}
-
-func TestUncountedIsSortedAndNilWhenEmpty(t *testing.T) {
-	if got := uncountedOf(sets.New[types.UID](), sets.New[types.UID]()); got != nil {
-		t.Errorf("uncountedOf(empty) = %+v, want nil so an empty record is not written", got)
-	}
-	got := uncountedOf(sets.New[types.UID]("c", "a", "b"), sets.New[types.UID]())
-	want := &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"a", "b", "c"}}
-	if len(got.Succeeded) != 3 || got.Succeeded[0] != want.Succeeded[0] || got.Succeeded[2] != "c" || got.Failed != nil {
-		t.Errorf("uncountedOf = %+v, want %+v", got, want)
 	}
 }
 

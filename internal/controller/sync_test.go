@@ -260,7 +260,7 @@ func TestBackoffLimitExceededFailsJobOnlyOnceEverythingIsAccounted(t *testing.T)
 	if p.status.Failed != 2 || p.status.Phase != ibjv1.PhaseFailed || p.status.CompletionTime != nil || p.newlyFinished == nil {
 		t.Errorf("failed = %d, phase = %s, completionTime = %v, newlyFinished = %v", p.status.Failed, p.status.Phase, p.status.CompletionTime, p.newlyFinished)
 	}
-	if len(p.events) == 0 || p.events[len(p.events)-1].reason != ibjv1.ReasonBackoffLimitExceeded || !p.events[len(p.events)-1].warning {
+	if len(p.events) == 0 || p.events[len(p.events)-1].reason != ibjv1.ReasonBackoffLimitExceeded || p.events[len(p.events)-1].eventType != corev1.EventTypeWarning {
 		t.Errorf("events = %+v, want a BackoffLimitExceeded warning", p.events)
 	}
 }
@@ -749,7 +749,7 @@ func TestUnreadableIndexesInStatusAreRebuiltFromPods(t *testing.T) {
 	if p.status.CompletedIndexes != "1" {
 		t.Errorf("completedIndexes = %q, want 1", p.status.CompletedIndexes)
 	}
-	if len(p.events) == 0 || p.events[0].reason != "InvalidStatus" || !p.events[0].warning {
+	if len(p.events) == 0 || p.events[0].reason != "InvalidStatus" || p.events[0].eventType != corev1.EventTypeWarning {
 		t.Errorf("events = %+v, want an InvalidStatus warning", p.events)
 	}
 }

@@ -113,13 +113,7 @@ func startOperator(namespaces ...string) *operator {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	r := &controller.Reconciler{
-		Client:   mgr.GetClient(),
-		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorder("indexedbatchjob-controller"),
-		Clock:    clock.RealClock{},
-		Backoff:  testBackoff,
-	}
+	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"), clock.RealClock{}, testBackoff)
 	Expect(r.SetupWithManager(mgr, namespaces, 4)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, done: make(chan struct{})}

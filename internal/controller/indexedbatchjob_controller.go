@@ -1,0 +1,189 @@
+// Package controller reconciles IndexedBatchJobs: a thin reconciler (this
+// file and apply.go) around a pure decision core (syncJob in sync.go, its
+// phases in sync.go and manage.go, the status setters in status.go).
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// PodJobNameIndex indexes the cached pods by their job-name label, so a sync
+// finds its pods, and pods left behind by a deleted job of the same name,
+// without scanning the namespace.
+const PodJobNameIndex = "batch.indexedjob.dev/job-name"
+
+// Reconciler runs IndexedBatchJobs.
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	clock    clock.PassiveClock
+	backoff  Backoff
+
+	exp *expectations
+	// pods is the cache of the jobs' pods (see podSource), set up by
+	// SetupWithManager.
+	pods *podSource
+	// uids maps a job's namespaced name to the UID its expectations are kept
+	// under, so that they are dropped when the job is found gone.
+	uids sync.Map
+}
+
+// NewReconciler returns a Reconciler that writes through c, reports events
+// to recorder (nil reports none), reads the time from clk and delays the
+// replacement of failed pods by backoff.
+func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.PassiveClock, backoff Backoff) *Reconciler {
+	return &Reconciler{client: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations()}
+}
+
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/status,verbs=get;update
+// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile reads the job and its pods from the cache, lets syncJob decide,
+// then applies the plan (apply.go). A job that is gone or being deleted
+// only has its pods' finalizers released.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
+	defer observeSync(time.Now(), &err)
+	job, err := r.getJob(ctx, req.NamespacedName)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case job == nil:
+		return ctrl.Result{}, r.releaseForeignPods(ctx, req.Namespace, req.Name, "")
+	case isManagedElsewhere(job):
+		log.FromContext(ctx).V(4).Info("Skipped job managed by another controller", "managedBy", *job.Spec.ManagedBy)
+		return ctrl.Result{}, nil
+	case job.DeletionTimestamp != nil:
+		r.exp.forget(job.UID)
+		return ctrl.Result{}, r.releaseForeignPods(ctx, job.Namespace, job.Name, "")
+	case r.exp.jobStale(job.UID, job.ResourceVersion):
+		// Our own last status write is not in the cache yet; its update
+		// event will bring the job back. Deciding now could retry an index
+		// that write marked failed.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	pods, err := r.ownPods(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.apply(ctx, job, syncJob(r.syncInput(job, pods)))
+}
+
+// getJob reads the job from the cache, nil when it is gone. It keeps r.uids
+// current, dropping the expectations of a job that is gone or was deleted
+// and created again under the same name.
+func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibjv1.IndexedBatchJob, error) {
+	job := &ibjv1.IndexedBatchJob{}
+	if err := r.client.Get(ctx, key, job); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if uid, ok := r.uids.LoadAndDelete(key); ok {
+			r.exp.forget(uid.(types.UID))
+		}
+		return nil, nil
+	}
+	if old, loaded := r.uids.Swap(key, job.UID); loaded && old.(types.UID) != job.UID {
+		r.exp.forget(old.(types.UID))
+	}
+	return job, nil
+}
+
+// isManagedElsewhere: spec.managedBy names another controller, which the
+// operator leaves the job to.
+func isManagedElsewhere(job *ibjv1.IndexedBatchJob) bool {
+	return job.Spec.ManagedBy != nil && *job.Spec.ManagedBy != ibjv1.ControllerName
+}
+
+// ownPods returns the cached pods the job controls. Foreign pods (labelled
+// with the job's name but not controlled by it) lose their tracking
+// finalizer, with an event.
+func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*cachedPod, error) {
+	listed, err := r.pods.list(job.Namespace, job.Name)
+	if err != nil {
+		return nil, err
+	}
+	own, foreign := splitByOwner(listed, job.UID)
+	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
+		return nil, err
+	}
+	for _, pod := range foreign {
+		r.emit(job, warningEvent("ForeignPod", "Released pod %s without counting it: it carries this job's labels but is not controlled by it", pod.Name))
+	}
+	return own, nil
+}
+
+// splitByOwner divides the pods labelled with a job's name into those the
+// job with UID owner controls and the foreign ones that still carry the
+// tracking finalizer: pods of a deleted job or of an earlier job of the same
+// name, which must not stay stuck. An empty owner (the job is gone) makes
+// every tracked pod foreign.
+func splitByOwner(pods []*cachedPod, owner types.UID) (own, foreign []*cachedPod) {
+	own = make([]*cachedPod, 0, len(pods))
+	for _, pod := range pods {
+		switch {
+		case owner != "" && pod.ownerUID == owner:
+			own = append(own, pod)
+		case hasTrackingFinalizer(pod):
+			foreign = append(foreign, pod)
+		}
+	}
+	return own, foreign
+}
+
+// releaseForeignPods removes the tracking finalizer of the foreign pods
+// labelled with the job's name (see splitByOwner).
+func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name string, owner types.UID) error {
+	listed, err := r.pods.list(namespace, name)
+	if err != nil {
+		return err
+	}
+	_, foreign := splitByOwner(listed, owner)
+	return forEachPod(ctx, foreign, r.removeFinalizer)
+}
+
+// syncInput is what syncJob decides from: the job, its pods, the time, and
+// whether the cache shows every pod this process created for it.
+func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*cachedPod) syncInput {
+	now := r.clock.Now()
+	r.exp.observeFinalizers(job.UID, pods, now)
+	return syncInput{
+		job:                   job,
+		pods:                  pods,
+		now:                   now,
+		backoff:               r.backoff,
+		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
+	}
+}
+
+// SetupWithManager registers the controller: jobs, from the manager's
+// cache, and their pods, from a podSource of its own over the given
+// namespaces (all when empty).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
+	pods, err := newPodSource(mgr.GetConfig(), namespaces)
+	if err != nil {
+		return err
+	}
+	r.pods = pods
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&ibjv1.IndexedBatchJob{}).
+		WatchesRawSource(pods).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		Named("indexedbatchjob").
+		Complete(r)
+}

@@ -1,0 +1,200 @@
+package controller
+
+import (
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// runPods runs a job that has not reached its end: it suspends or resumes
+// it, keeps at most one active pod per unfinished index and no more than
+// parallelism, and starts pods for the indexes that need one (after their
+// backoff). It leaves in the state the active, ready and terminating counts
+// the status should show once the plan is applied.
+func (s *syncState) runPods() {
+	if isSuspended(s.job) {
+		s.suspend()
+		return
+	}
+	s.resume()
+	s.keepOnePodPerIndex()
+	if !s.expectationsSatisfied {
+		// The cache has not seen all of this controller's own creates and
+		// deletes: acting on it now could start a second pod for an index.
+		return
+	}
+	s.startPods()
+}
+
+// suspend deletes every active pod without counting it.
+func (s *syncState) suspend() {
+	for _, ix := range s.order {
+		st := s.indexes[ix]
+		s.terminating += st.terminating
+		for _, pod := range st.active {
+			s.deleteUncounted(pod, "job suspended")
+		}
+	}
+	if setSuspended(s.status, s.job.Generation, s.now) {
+		s.plan.inform("Suspended", "Job suspended")
+	}
+}
+
+// resume marks a suspended job resumed and makes sure it has a start time,
+// from which its deadline runs.
+func (s *syncState) resume() {
+	if setResumed(s.status, s.job.Generation, s.now) {
+		s.plan.inform("Resumed", "Job resumed")
+	}
+	if s.status.StartTime == nil {
+		s.status.StartTime = &metav1.Time{Time: s.now}
+	}
+	if d := s.job.Spec.ActiveDeadlineSeconds; d != nil {
+		s.plan.requeue(s.status.StartTime.Add(time.Duration(*d) * time.Second).Sub(s.now))
+	}
+}
+
+// keepOnePodPerIndex removes active pods that were discarded, belong to a
+// finished index or duplicate another pod of their index, then the highest
+// indexes beyond parallelism.
+func (s *syncState) keepOnePodPerIndex() {
+	var keep []*cachedPod
+	for _, ix := range s.order {
+		st := s.indexes[ix]
+		s.terminating += st.terminating
+		for i, pod := range st.active {
+			switch {
+			case isDiscarded(pod):
+				s.deleteUncounted(pod, "pod was discarded")
+			case s.indexFinished(ix):
+				s.deleteUncounted(pod, "index already finished")
+			case i > 0:
+				s.deleteUncounted(pod, "duplicate pod for index")
+				s.plan.warn("DuplicatePodIndex", "Deleted pod %s without counting it: pod %s already runs index %d", pod.Name, st.active[0].Name, ix)
+			default:
+				keep = append(keep, pod)
+			}
+		}
+	}
+	parallelism := int(ptr.Deref(s.job.Spec.Parallelism, 1))
+	for len(keep) > parallelism {
+		s.deleteUncounted(keep[len(keep)-1], "more active pods than parallelism")
+		keep = keep[:len(keep)-1]
+	}
+	s.active = len(keep)
+	for _, pod := range keep {
+		if pod.ready {
+			s.ready++
+		}
+	}
+}
+
+// indexFinished: the index completed or failed for good.
+func (s *syncState) indexFinished(ix int32) bool {
+	return s.completed.Has(ix) || s.failedIndexes.Has(ix)
+}
+
+// startPods creates pods for the lowest unfinished indexes without one,
+// within parallelism. Under podReplacementPolicy Failed terminating pods
+// still take their slot.
+func (s *syncState) startPods() {
+	slots := int(ptr.Deref(s.job.Spec.Parallelism, 1)) - s.active
+	if onlyReplaceFailed(s.job) {
+		slots -= s.terminating
+	}
+	if slots <= 0 {
+		return
+	}
+	if s.job.Spec.BackoffLimitPerIndex == nil {
+		if wait := s.globalBackoffLeft(); wait > 0 {
+			s.plan.requeue(wait)
+			return
+		}
+	}
+	for ix := int32(0); ix < s.job.Spec.Completions && slots > 0; ix++ {
+		if s.indexFinished(ix) {
+			continue
+		}
+		next, ok := s.nextPod(ix)
+		if !ok {
+			continue
+		}
+		s.plan.create = append(s.plan.create, next)
+		slots--
+		s.active++
+	}
+}
+
+// nextPod is the pod to create for an unfinished index, or false while the
+// index has a pod that is active (or terminating, under
+// podReplacementPolicy Failed) or waits for its per-index backoff.
+func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
+	st := s.indexes[ix]
+	if st == nil {
+		return podToCreate{index: ix}, true
+	}
+	if len(st.active) > 0 || (onlyReplaceFailed(s.job) && st.terminating > 0) {
+		return podToCreate{}, false
+	}
+	next := s.nextAttempt(st.latest)
+	if s.job.Spec.BackoffLimitPerIndex != nil && s.failureOf(st.latest).failed {
+		if wait := st.latest.finishedAt.Add(s.backoff.Delay(next.failures + next.ignored)).Sub(s.now); wait > 0 {
+			s.plan.requeue(wait)
+			return podToCreate{}, false
+		}
+	}
+	return next, true
+}
+
+// nextAttempt numbers the index's next pod and carries its failure counts
+// forward from the latest pod's annotations, so that they survive restarts
+// the way upstream's job-index-failure-count annotation does.
+func (s *syncState) nextAttempt(last *cachedPod) podToCreate {
+	next := podToCreate{index: last.index, attempt: last.attempt + 1, failures: last.failures, ignored: last.ignored}
+	switch f := s.failureOf(last); {
+	case f.ignored:
+		next.ignored++
+	case f.counted:
+		next.failures++
+	}
+	return next
+}
+
+// globalBackoffLeft is the replacement delay of a job without per-index
+// backoff: it grows with the failures since the last success and runs from
+// the latest failure, as upstream's backoff record.
+func (s *syncState) globalBackoffLeft() time.Duration {
+	type end struct {
+		at     time.Time
+		failed bool
+	}
+	var ends []end
+	for _, st := range s.indexes {
+		for _, pod := range st.pods {
+			switch {
+			case pod.phase == corev1.PodSucceeded:
+				ends = append(ends, end{at: pod.finishedAt})
+			case classifyFailure(s.job, pod).failed:
+				ends = append(ends, end{at: pod.finishedAt, failed: true})
+			}
+		}
+	}
+	sort.Slice(ends, func(a, b int) bool { return ends[a].at.Before(ends[b].at) })
+	var failures int32
+	var last time.Time
+	for _, e := range ends {
+		if e.failed {
+			failures++
+			last = e.at
+		} else {
+			failures = 0
+		}
+	}
+	if failures == 0 {
+		return 0
+	}
+	return last.Add(s.backoff.Delay(failures)).Sub(s.now)
+}

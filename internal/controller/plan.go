@@ -1,0 +1,91 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// plan is everything one sync decided. The reconciler applies it in order:
+// deletes and creates, then the status (if changed), then finalizer removals
+// (only once the status holding their result is written), then events.
+type plan struct {
+	status          ibjv1.IndexedBatchJobStatus
+	create          []podToCreate
+	delete          []podDeletion
+	removeFinalizer []*cachedPod
+	// discard are pods whose finalizer goes without their end being counted.
+	discard  []*cachedPod
+	events   []event
+	recorded []finishedPod
+	// newlyFinished is the terminal condition reached in this sync, if any.
+	newlyFinished *metav1.Condition
+	// newlyCompleted and newlyFailedIndexes are how many indexes this sync
+	// added to completedIndexes and failedIndexes, for metrics.
+	newlyCompleted, newlyFailedIndexes int
+	deleteJob                          bool
+	requeueAfter                       time.Duration
+}
+
+// event is a Kubernetes event the reconciler emits once the status is
+// written; eventType is corev1.EventTypeNormal or EventTypeWarning.
+type event struct {
+	eventType string
+	reason    string
+	message   string
+}
+
+// podDeletion is a pod to delete. stripFinalizer removes the tracking
+// finalizer first, so the pod's end is never counted (suspend, excess pods,
+// lingering pods after success, pods with an invalid index).
+type podDeletion struct {
+	pod            *cachedPod
+	stripFinalizer bool
+	reason         string
+}
+
+// finishedPod is a pod whose result this sync records, for metrics.
+type finishedPod struct {
+	index     int32
+	succeeded bool
+}
+
+// requeue asks for another sync after d at the latest.
+func (p *plan) requeue(d time.Duration) {
+	if d <= 0 {
+		d = time.Second
+	}
+	if p.requeueAfter == 0 || d < p.requeueAfter {
+		p.requeueAfter = d
+	}
+}
+
+// inform adds a Normal event.
+func (p *plan) inform(reason, format string, args ...any) {
+	p.events = append(p.events, normalEvent(reason, format, args...))
+}
+
+// warn adds a Warning event.
+func (p *plan) warn(reason, format string, args ...any) {
+	p.events = append(p.events, warningEvent(reason, format, args...))
+}
+
+func normalEvent(reason, format string, args ...any) event {
+	return event{eventType: corev1.EventTypeNormal, reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+func warningEvent(reason, format string, args ...any) event {
+	return event{eventType: corev1.EventTypeWarning, reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// finishedEvent announces the terminal condition c.
+func finishedEvent(c *metav1.Condition) event {
+	if c.Type == ibjv1.ConditionComplete {
+		return event{eventType: corev1.EventTypeNormal, reason: "Completed", message: c.Message}
+	}
+	return event{eventType: corev1.EventTypeWarning, reason: c.Reason, message: c.Message}
+}
