@@ -2,7 +2,6 @@ package controller
 
 import (
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -351,50 +350,12 @@ func TestMaxFailedIndexesExceededFailsJobAndDeletesActivePods(t *testing.T) {
 	}
 }
 
-func TestFailJobRuleFailsJobNamingThePod(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
-	p := syncOnce(job,
-		makePod(job, 0).running().obj(),
-		makePod(job, 1).failedAt(testNow, 42).obj(),
-		makePod(job, 2).succeededAt(testNow).obj())
-	wantCondition(t, p.status, ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy)
-	c := meta.FindStatusCondition(p.status.Conditions, ibjv1.ConditionFailureTarget)
-	if !strings.Contains(c.Message, "ns/a-1-0") || !strings.Contains(c.Message, "42") {
-		t.Errorf("message = %q, want it to name pod ns/a-1-0 and the exit code", c.Message)
-	}
-	if got := deletions(p); len(got) != 1 || got["a-0-0"] {
-		t.Errorf("deletions = %v, want the running pod deleted", got)
-	}
-	if succ, fail := uncounted(p.status); len(succ) != 1 || len(fail) != 2 {
-		t.Errorf("uncounted = %v/%v: the succeeded pod still counts as succeeded", succ, fail)
-	}
-}
-
 func TestFailJobRuleIsNotCountedBeforeBackoffLimitExceeded(t *testing.T) {
 	// A FailJob match wins over the backoff limit in upstream's order.
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimit(0).
 		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 	p := syncOnce(job, makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).failedAt(testNow, 42).obj())
 	wantCondition(t, p.status, ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy)
-}
-
-func TestFailIndexRuleFailsOnlyThatIndex(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimitPerIndex(5).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43)).Obj()
-	p := syncOnce(job,
-		makePod(job, 0).failedAt(testNow.Add(-time.Hour), 43).obj(),
-		makePod(job, 1).running().obj(),
-		makePod(job, 2).failedAt(testNow.Add(-time.Hour), 1).obj())
-	if got := *p.status.FailedIndexes; got != "0" {
-		t.Errorf("failedIndexes = %q, want 0 (index 2's ordinary failure is retried)", got)
-	}
-	if currentTarget(&p.status) != nil || len(p.delete) != 0 {
-		t.Errorf("FailIndex ended the job or deleted pods")
-	}
-	if got := createdIndexes(p); !slices.Equal(got, []int32{2}) {
-		t.Errorf("created %v, want only index 2 retried", got)
-	}
 }
 
 func TestIgnoredFailureIsNotCounted(t *testing.T) {
@@ -633,27 +594,6 @@ func TestSuspendDeletesActivePodsWithoutCountingThem(t *testing.T) {
 	}
 }
 
-func TestResumeSetsSuspendedFalseAndResetsStartTime(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Suspend(false).Obj()
-	job.Status.Conditions = []metav1.Condition{cond(ibjv1.ConditionSuspended, testNow.Add(-time.Hour))}
-	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-2 * time.Hour)}
-
-	p := syncOnce(job)
-	c := meta.FindStatusCondition(p.status.Conditions, ibjv1.ConditionSuspended)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ibjv1.ReasonJobResumed || !c.LastTransitionTime.Time.Equal(testNow) {
-		t.Errorf("Suspended = %+v, want False, JobResumed, now", c)
-	}
-	if !p.status.StartTime.Time.Equal(testNow) {
-		t.Errorf("startTime = %v, want reset to now", p.status.StartTime)
-	}
-	if got := createdIndexes(p); !slices.Equal(got, []int32{0, 1}) {
-		t.Errorf("created %v, want [0 1]", got)
-	}
-	if len(p.events) != 1 || p.events[0].reason != "Resumed" {
-		t.Errorf("events = %+v, want one Resumed event", p.events)
-	}
-}
-
 func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -716,41 +656,6 @@ func TestGlobalBackoffDelaysReplacement(t *testing.T) {
 				t.Errorf("created %v, requeueAfter %v; want %v, %v", got, p.requeueAfter, tc.wantCreates, tc.wantRequeue)
 			}
 		})
-	}
-}
-
-func TestStatusIndexesAreCompressedIntervals(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(2).BackoffLimitPerIndex(0).Obj()
-	var pods []*cachedPod
-	for _, ix := range []int32{7, 0, 4, 3, 6, 5} {
-		pods = append(pods, makePod(job, ix).succeededAt(testNow).obj())
-	}
-	for _, ix := range []int32{2, 1} {
-		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
-	}
-	p := syncOnce(job, pods...)
-	if p.status.CompletedIndexes != "0,3-7" || ptr.Deref(p.status.FailedIndexes, "") != "1,2" {
-		t.Errorf("completedIndexes = %q, failedIndexes = %q; want 0,3-7 and 1,2", p.status.CompletedIndexes, ptr.Deref(p.status.FailedIndexes, "<nil>"))
-	}
-	if got := createdIndexes(p); !slices.Equal(got, []int32{8, 9}) {
-		t.Errorf("created %v, want [8 9]", got)
-	}
-
-	noPerIndex := utils.MakeIndexedBatchJob("a", "ns").Completions(10).Obj()
-	if p := syncOnce(noPerIndex); p.status.FailedIndexes != nil {
-		t.Errorf("failedIndexes = %q without backoffLimitPerIndex, want unset", *p.status.FailedIndexes)
-	}
-}
-
-func TestUnreadableIndexesInStatusAreRebuiltFromPods(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
-	job.Status.CompletedIndexes = "0-"
-	p := syncOnce(job, makePod(job, 1).succeededAt(testNow).obj())
-	if p.status.CompletedIndexes != "1" {
-		t.Errorf("completedIndexes = %q, want 1", p.status.CompletedIndexes)
-	}
-	if len(p.events) == 0 || p.events[0].reason != "InvalidStatus" || p.events[0].eventType != corev1.EventTypeWarning {
-		t.Errorf("events = %+v, want an InvalidStatus warning", p.events)
 	}
 }
 

@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+// decision is a plan as a table row states it: the whole status, and the
+// pods the plan touches by name.
+type decision struct {
+	Status ibjv1.IndexedBatchJobStatus
+	// Create names the pods to create, with the failure counts they carry.
+	Create []string
+	// Delete names the pods to delete; "(uncounted)" when their finalizer
+	// goes first so their end is not counted.
+	Delete          []string
+	RemoveFinalizer []string
+	Discard         []string
+	// Events are "Type Reason: message".
+	Events       []string
+	RequeueAfter time.Duration
+}
+
+func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
+	d := decision{Status: p.status, RequeueAfter: p.requeueAfter}
+	for _, c := range p.create {
+		d.Create = append(d.Create, fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.index, c.attempt), c.failures, c.ignored))
+	}
+	for _, del := range p.delete {
+		name := del.pod.Name
+		if del.stripFinalizer {
+			name += " (uncounted)"
+		}
+		d.Delete = append(d.Delete, name)
+	}
+	d.RemoveFinalizer = names(p.removeFinalizer)
+	d.Discard = names(p.discard)
+	for _, e := range p.events {
+		d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
+	}
+	return d
+}
+
+func TestSyncJob(t *testing.T) {
+	now := &metav1.Time{Time: testNow}
+	condition := func(typ, reason, message string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
+	}
+	base := utils.MakeIndexedBatchJob("a", "ns")
+	failJob := base.Clone().Completions(3).Parallelism(3).
+		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
+	failIndex := base.Clone().Completions(3).Parallelism(3).BackoffLimitPerIndex(5).
+		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43)).Obj()
+	deadline := base.Clone().Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
+	deadline.Status.StartTime = &metav1.Time{Time: testNow.Add(-61 * time.Second)}
+	suspended := base.Clone().Completions(4).Parallelism(3).Suspend(true).ActiveDeadlineSeconds(10).Obj()
+	suspended.Status.StartTime = &metav1.Time{Time: testNow.Add(-5 * time.Second)}
+	resumed := base.Clone().Completions(2).Parallelism(2).Suspend(false).Obj()
+	resumed.Status.StartTime = &metav1.Time{Time: testNow.Add(-2 * time.Hour)}
+	resumed.Status.Conditions = []metav1.Condition{cond(ibjv1.ConditionSuspended, testNow.Add(-time.Hour))}
+	perIndex := base.Clone().Completions(10).Parallelism(2).BackoffLimitPerIndex(0).Obj()
+	maxFailed := base.Clone().Completions(4).Parallelism(4).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
+	unreadable := base.Clone().Completions(3).Parallelism(3).Obj()
+	unreadable.Status.CompletedIndexes = "0-"
+	completed1 := base.Clone().Completions(8).Parallelism(3).Obj()
+	completed1.Status.CompletedIndexes = "1"
+
+	cases := []struct {
+		name string
+		job  *ibjv1.IndexedBatchJob
+		pods func(*ibjv1.IndexedBatchJob) []*cachedPod
+		want decision
+	}{
+		{
+			name: "a new job starts the lowest indexes up to parallelism",
+			job:  base.Clone().Completions(8).Parallelism(3).Obj(),
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 3, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0"},
+			},
+		},
+		{
+			name: "active and completed indexes are skipped",
+			job:  completed1,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 0).ready().obj()} },
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Ready: ptr.To[int32](1), Terminating: ptr.To[int32](0), Active: 3, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
+			},
+		},
+		{
+			name: "a FailJob match fails the job naming the pod, and the running pod counts as failed",
+			job:  failJob,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).failedAt(testNow, 42).obj(), makePod(j, 2).succeededAt(testNow).obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, CompletedIndexes: "2", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
+					Conditions: []metav1.Condition{condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy,
+						"Container main for pod ns/a-1-0 failed with exit code 42 matching FailJob rule at index 0")},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-2-0"}, Failed: []types.UID{"uid-a-0-0", "uid-a-1-0"}},
+				},
+				Delete:          []string{"a-0-0"},
+				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0"},
+			},
+		},
+		{
+			name: "a FailIndex match fails only its index; an ordinary failure is retried",
+			job:  failIndex,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{
+					makePod(j, 0).failedAt(testNow.Add(-time.Hour), 43).obj(),
+					makePod(j, 1).running().obj(),
+					makePod(j, 2).failedAt(testNow.Add(-time.Hour), 1).obj(),
+				}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, FailedIndexes: ptr.To("0"), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0", "uid-a-2-0"}},
+				},
+				Create: []string{"a-2-1 failures=1 ignored=0"},
+				// Index 2's pod keeps its finalizer until its replacement
+				// exists: it carries the index's failure count.
+				RemoveFinalizer: []string{"a-0-0"},
+			},
+		},
+		{
+			name: "past the deadline the job fails and its running pods go",
+			job:  deadline,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).succeededAt(testNow).obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: deadline.Status.StartTime, CompletedIndexes: "1", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
+					Conditions:              []metav1.Condition{condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonDeadlineExceeded, "Job was active longer than specified deadline")},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-1-0"}, Failed: []types.UID{"uid-a-0-0"}},
+				},
+				Delete:          []string{"a-0-0"},
+				RemoveFinalizer: []string{"a-0-0", "a-1-0"},
+			},
+		},
+		{
+			name: "suspend deletes active pods without counting them and stops the deadline",
+			job:  suspended,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).obj(), makePod(j, 2).succeededAt(testNow).obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					CompletedIndexes: "2", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](2), Phase: ibjv1.PhaseSuspended,
+					Conditions:              []metav1.Condition{condition(ibjv1.ConditionSuspended, ibjv1.ReasonJobSuspended, "Job suspended")},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-2-0"}},
+				},
+				Delete:          []string{"a-0-0 (uncounted)", "a-1-0 (uncounted)"},
+				RemoveFinalizer: []string{"a-2-0"},
+				Events:          []string{"Normal Suspended: Job suspended"},
+			},
+		},
+		{
+			name: "resume turns Suspended False, resets the start time and starts pods",
+			job:  resumed,
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
+					Conditions: []metav1.Condition{{Type: ibjv1.ConditionSuspended, Status: metav1.ConditionFalse, Reason: ibjv1.ReasonJobResumed,
+						Message: "Job resumed", LastTransitionTime: metav1.NewTime(testNow)}},
+				},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0"},
+				Events: []string{"Normal Resumed: Job resumed"},
+			},
+		},
+		{
+			name: "index sets are written as compressed intervals",
+			job:  perIndex,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				var pods []*cachedPod
+				for _, ix := range []int32{7, 0, 4, 3, 6, 5} {
+					pods = append(pods, makePod(j, ix).succeededAt(testNow).obj())
+				}
+				for _, ix := range []int32{2, 1} {
+					pods = append(pods, makePod(j, ix).failedAt(testNow, 1).obj())
+				}
+				return pods
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, CompletedIndexes: "0,3-7", FailedIndexes: ptr.To("1,2"), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{
+						Succeeded: []types.UID{"uid-a-0-0", "uid-a-3-0", "uid-a-4-0", "uid-a-5-0", "uid-a-6-0", "uid-a-7-0"},
+						Failed:    []types.UID{"uid-a-1-0", "uid-a-2-0"},
+					},
+				},
+				Create:          []string{"a-8-0 failures=0 ignored=0", "a-9-0 failures=0 ignored=0"},
+				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0", "a-3-0", "a-4-0", "a-5-0", "a-6-0", "a-7-0"},
+			},
+		},
+		{
+			name: "more failed indexes than maxFailedIndexes fail the job at once",
+			job:  maxFailed,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{
+					makePod(j, 0).failedAt(testNow, 1).obj(), makePod(j, 1).failedAt(testNow, 1).obj(),
+					makePod(j, 2).running().obj(), makePod(j, 3).obj(),
+				}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, FailedIndexes: ptr.To("0,1"), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](2), Phase: ibjv1.PhaseRunning,
+					Conditions: []metav1.Condition{condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonMaxFailedIndexesExceeded,
+						"Job has exceeded the specified maximal number of failed indexes")},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0", "uid-a-1-0", "uid-a-2-0", "uid-a-3-0"}},
+				},
+				Delete:          []string{"a-2-0", "a-3-0"},
+				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0", "a-3-0"},
+			},
+		},
+		{
+			name: "an unreadable completedIndexes is rebuilt from the pods, with a warning",
+			job:  unreadable,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0"},
+				Events: []string{`Warning InvalidStatus: Ignored unreadable status.completedIndexes "0-": ` + parseError("0-", 3) + "; rebuilt it from the pods"},
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var pods []*cachedPod
+			if tc.pods != nil {
+				pods = tc.pods(tc.job)
+			}
+			got := decisionOf(tc.job, syncOnce(tc.job, pods...))
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// parseError is the error indexset.Parse gives for s.
+func parseError(s string, completions int32) string {
+	_, err := indexset.Parse(s, completions)
+	return err.Error()
+}
