@@ -22,10 +22,10 @@ import (
 
 // cachedPod is what the controller keeps of one of its pods: the few facts
 // a sync reads, taken from the pod when its watch event arrives. A decoded
-// Pod costs about 3.5 KB in the cache even without its spec (the Pod struct
-// alone is 1.2 KB, each label or annotation map several hundred bytes);
-// this is about a fifth of that, which is most of the operator's memory for
-// a job of 100,000 pods.
+// Pod is large even without its spec (the Pod struct itself, and a map for
+// each of its labels and annotations); this is a small fraction of it, and
+// the pod cache is most of the operator's memory for a large job
+// (docs/bench has the measured figures).
 type cachedPod struct {
 	// ObjectMeta holds the name, namespace, UID, resourceVersion, creation
 	// and deletion timestamps and the deletion grace period, nothing more.
