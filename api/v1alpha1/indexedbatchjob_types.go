@@ -22,6 +22,9 @@ const (
 	// pods of its index failed in a way a podFailurePolicy Ignore rule matched.
 	// The backoff delay still counts them, the limits do not.
 	IndexIgnoredFailureCountAnnotation = "batch.indexedjob.dev/job-index-ignored-failure-count"
+	// AttemptAnnotation numbers the pods of one index 0, 1, 2…; it is the
+	// last part of the pod's deterministic name, <job>-<index>-<attempt>.
+	AttemptAnnotation = "batch.indexedjob.dev/attempt"
 	// TrackingFinalizer keeps a finished pod until its result is in the job's status.
 	TrackingFinalizer = "batch.indexedjob.dev/tracking"
 	// CompletionIndexEnvName is set in every container and init container.

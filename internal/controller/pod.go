@@ -11,9 +11,6 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
-// attemptAnnotation numbers the pods of one index 0, 1, 2…; it is the last
-// part of the pod's deterministic name (see newPod).
-const attemptAnnotation = "batch.indexedjob.dev/attempt"
 
 // podToCreate is one pod the decision core asks the reconciler to create.
 type podToCreate struct {
@@ -67,7 +64,7 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	pod.Labels[ibjv1.ControllerUIDLabel] = string(job.UID)
 	pod.Labels[ibjv1.CompletionIndexLabel] = index
 	pod.Annotations[ibjv1.CompletionIndexLabel] = index
-	pod.Annotations[attemptAnnotation] = strconv.Itoa(int(p.attempt))
+	pod.Annotations[ibjv1.AttemptAnnotation] = strconv.Itoa(int(p.attempt))
 	if job.Spec.BackoffLimitPerIndex != nil {
 		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(int(p.failures))
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.ignored))

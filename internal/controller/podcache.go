@@ -89,7 +89,7 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
 		},
 		jobName:  pod.Labels[ibjv1.JobNameLabel],
-		attempt:  annotationInt(pod.Annotations, attemptAnnotation),
+		attempt:  annotationInt(pod.Annotations, ibjv1.AttemptAnnotation),
 		failures: annotationInt(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
 		ignored:  annotationInt(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
 		phase:    internPhase(pod.Status.Phase),

@@ -57,7 +57,7 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 			if ix == 1 || ix == 2 {
 				want = 2
 			}
-			Expect(w.runs(ix)).To(Equal(want), "pods of index %d", ix)
+			Expect(w.RunsOf(ix)).To(Equal(want), "pods of index %d", ix)
 			Expect(podsOfIndex(ctx, ns, job, ix)).To(HaveLen(want), "pods of index %d left", ix)
 		}
 		Eventually(func() []string {
@@ -150,7 +150,7 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 				g.Expect(j.Status.Active).To(Equal(int32(2)))
 				g.Expect(j.Status.Failed).To(Equal(int32(1)))
 			}, timeout, poll).Should(Succeed())
-			Expect(w.doubles()).To(BeEmpty(), "two pods of one index ran at once")
+			Expect(w.Doubles()).To(BeEmpty(), "two pods of one index ran at once")
 		})
 
 		It("TerminatingOrFailed: replaces a deleted pod at once, while it still terminates", func() {
@@ -236,8 +236,8 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 			j := getJob(ctx, ns, job.Name)
 			Expect(j.Status.Failed).To(BeZero(), "an ignored failure is not counted, even with backoffLimit 0")
 			Expect(j.Status.Succeeded).To(Equal(int32(2)))
-			Expect(w.runs(0)).To(Equal(2))
-			Expect(w.runs(1)).To(Equal(1))
+			Expect(w.RunsOf(0)).To(Equal(2))
+			Expect(w.RunsOf(1)).To(Equal(1))
 			replacement := podsOfIndex(ctx, ns, job.Name, 0)
 			Expect(replacement).To(HaveLen(1))
 			Expect(replacement[0].Spec.NodeName).NotTo(Equal(node), "the drained node is cordoned")
@@ -369,7 +369,7 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 			if ix == 1 {
 				want = 2
 			}
-			Expect(w.runs(ix)).To(Equal(want), fmt.Sprintf("pods of index %d", ix))
+			Expect(w.RunsOf(ix)).To(Equal(want), fmt.Sprintf("pods of index %d", ix))
 		}
 	})
 })

@@ -2,24 +2,22 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 const (
@@ -119,75 +117,13 @@ func hasTrackingFinalizer(p *corev1.Pod) bool {
 	return false
 }
 
-// podWatch polls the pods of a job, as `kubectl get pods -w` would, and
-// records every pod it saw per index and whether two unfinished pods of
-// one index ever existed at once. Pods are told apart by UID: a pod name
-// may come back once the pod it named is gone.
-type podWatch struct {
-	mu     sync.Mutex
-	seen   map[string]map[types.UID]bool // index -> pods
-	double string
-	stop   context.CancelFunc
-	done   chan struct{}
-}
-
-func watchPods(ns, job string) *podWatch {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &podWatch{seen: map[string]map[types.UID]bool{}, stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for ctx.Err() == nil {
-			var list corev1.PodList
-			if err := k8sClient.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: job}); err == nil {
-				unfinished := map[string][]string{}
-				w.mu.Lock()
-				for i := range list.Items {
-					p := &list.Items[i]
-					ix := p.Labels[ibjv1.CompletionIndexLabel]
-					if w.seen[ix] == nil {
-						w.seen[ix] = map[types.UID]bool{}
-					}
-					w.seen[ix][p.UID] = true
-					if !finished(p) {
-						unfinished[ix] = append(unfinished[ix], p.Name)
-					}
-				}
-				for ix, names := range unfinished {
-					if len(names) > 1 && w.double == "" {
-						w.double = fmt.Sprintf("index %s: %v at %s", ix, names, time.Now().Format(time.RFC3339Nano))
-					}
-				}
-				w.mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+// watchPods records the pods of a job, as `kubectl get pods -w` would,
+// until the spec ends: every pod seen per index, and whether two unfinished
+// pods of one index ever existed at once.
+func watchPods(ns, job string) *utils.PodWatch {
+	w := utils.WatchPods(k8sClient, ns, job, 100*time.Millisecond)
 	DeferCleanup(w.Stop)
 	return w
-}
-
-// Stop ends the watch.
-func (w *podWatch) Stop() {
-	w.stop()
-	<-w.done
-}
-
-// runs is how many pods the watch saw for an index.
-func (w *podWatch) runs(index int) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.seen[strconv.Itoa(index)])
-}
-
-// doubles describes the first time two unfinished pods of an index were
-// seen at once, or is empty.
-func (w *podWatch) doubles() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.double
 }
 
 // tail is the last n lines of s.

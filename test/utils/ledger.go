@@ -1,6 +1,7 @@
 package utils
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"sync"
@@ -8,12 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
-// PodLedger is what a test kubelet saw of one job's pods over time: every
-// pod of each index, the most pods unfinished at once, and the first moment
+// PodLedger is what a test saw of one job's pods over time: every pod of
+// each index (told apart by UID, since a name may come back once the pod
+// it named is gone), the most pods unfinished at once, and the first moment
 // an index had two unfinished pods. Safe for concurrent use.
 type PodLedger struct {
 	mu          sync.Mutex
@@ -29,7 +32,7 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 	if l.seen == nil {
 		l.seen = map[int]map[types.UID]bool{}
 	}
-	unfinished := map[int]int{}
+	unfinished := map[int][]string{}
 	total := 0
 	for _, p := range pods {
 		ix, _ := strconv.Atoi(p.Labels[v1alpha1.CompletionIndexLabel])
@@ -38,11 +41,13 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 		}
 		l.seen[ix][p.UID] = true
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			unfinished[ix]++
+			unfinished[ix] = append(unfinished[ix], p.Name)
 			total++
-			if unfinished[ix] > 1 && l.firstDouble == "" {
-				l.firstDouble = fmt.Sprintf("index %d at %s", ix, time.Now().Format(time.RFC3339Nano))
-			}
+		}
+	}
+	for ix, names := range unfinished {
+		if len(names) > 1 && l.firstDouble == "" {
+			l.firstDouble = fmt.Sprintf("index %d: %v at %s", ix, names, time.Now().Format(time.RFC3339Nano))
 		}
 	}
 	l.peak = max(l.peak, total)
@@ -55,7 +60,8 @@ func (l *PodLedger) RunsOf(index int) int {
 	return len(l.seen[index])
 }
 
-// Doubles names the first index seen with two unfinished pods, or "".
+// Doubles names the first index seen with two unfinished pods, and the
+// pods, or is "".
 func (l *PodLedger) Doubles() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -67,4 +73,52 @@ func (l *PodLedger) PeakUnfinished() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.peak
+}
+
+// PodWatch lists the pods of one job on a steady tick, as `kubectl get pods
+// -w` would, and records every listing in its PodLedger until stopped.
+type PodWatch struct {
+	PodLedger
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// WatchPods starts a PodWatch of the pods of job in namespace, listing them
+// every interval. Stop it when the test ends.
+func WatchPods(c client.Client, namespace, job string, every time.Duration) *PodWatch {
+	return startPodWatch(c, namespace, job, every, nil)
+}
+
+// startPodWatch starts a PodWatch that also hands each listing, once
+// recorded, to act (if not nil) from the watch's goroutine.
+func startPodWatch(c client.Client, namespace, job string, every time.Duration,
+	act func(context.Context, []corev1.Pod)) *PodWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &PodWatch{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			var list corev1.PodList
+			// An error is the watch stopping, or a transient one the
+			// next listing gets past.
+			if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.JobNameLabel: job}); err == nil {
+				w.Observe(list.Items)
+				if act != nil {
+					act(ctx, list.Items)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return w
+}
+
+// Stop stops the watch and waits until it has; stopping twice is fine.
+func (w *PodWatch) Stop() {
+	w.stop()
+	<-w.done
 }

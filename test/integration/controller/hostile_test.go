@@ -97,7 +97,7 @@ var _ = Describe("Hostile and odd pods", func() {
 		job := utils.MakeIndexedBatchJob("dup", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{stay: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: stay} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 		dup := strayPod(getJob(ctx, ns, job.Name), "dup-0-9", "0", true)
@@ -112,15 +112,15 @@ var _ = Describe("Hostile and odd pods", func() {
 		job := utils.MakeIndexedBatchJob("tampered", ns).Completions(3).Parallelism(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		release := make(chan struct{})
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 2 {
 				select {
 				case <-release:
 				default:
-					return outcome{stay: true}
+					return utils.PodOutcome{StayRunning: true}
 				}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func() string { return getJob(ctx, ns, job.Name).Status.CompletedIndexes }, timeout).Should(Equal("0,1"))

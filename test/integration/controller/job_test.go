@@ -18,7 +18,7 @@ import (
 
 const timeout = 60 * time.Second
 
-func succeedAll(int, int) outcome { return outcome{} }
+func succeedAll(int, int) utils.PodOutcome { return utils.PodOutcome{} }
 
 // expectCompleted waits until the job is Complete with exactly succeeded
 // pods counted and completedIndexes as given.
@@ -80,11 +80,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("runs the seed's per-index example: indexes 1 and 2 fail twice, the rest succeed", func() {
 		job := utils.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 1 || ix == 2 {
-				return outcome{exitCode: 1}
+				return utils.PodOutcome{ExitCode: 1}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 
@@ -108,7 +108,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("fails with BackoffLimitExceeded, replacing failed pods only after the backoff delay", func() {
 		job := utils.MakeIndexedBatchJob("backoff", ns).Completions(1).BackoffLimit(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{exitCode: 3} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{ExitCode: 3} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
@@ -134,7 +134,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("fails with DeadlineExceeded and terminates its pods", func() {
 		job := utils.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(3).ActiveDeadlineSeconds(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{stay: true} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
@@ -152,7 +152,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		job := utils.MakeIndexedBatchJob("suspend", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{stay: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: stay} })
 		defer k.Stop()
 
 		By("creating no pod while suspended")
@@ -220,7 +220,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("leaves no tracking finalizer behind when the job is deleted mid-run", func() {
 		job := utils.MakeIndexedBatchJob("deleted", ns).Completions(3).Parallelism(3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{stay: true} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(3)))
 		Expect(k8sClient.Delete(ctx, getJob(ctx, ns, job.Name))).To(Succeed())
@@ -252,11 +252,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("keeps counts exact across an operator restart mid-run", func() {
 		job := utils.MakeIndexedBatchJob("restart", ns).Completions(20).Parallelism(4).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix%5 == 0 {
-				return outcome{exitCode: 2}
+				return utils.PodOutcome{ExitCode: 2}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Succeeded }, timeout, 50*time.Millisecond).
@@ -308,11 +308,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		defer second.stop()
 		job := utils.MakeIndexedBatchJob("two-operators", ns).Completions(30).Parallelism(10).BackoffLimitPerIndex(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) utils.PodOutcome {
 			if ix%3 == 0 && attempt == 0 {
-				return outcome{exitCode: 1} // a third of the indexes fail once, then succeed
+				return utils.PodOutcome{ExitCode: 1} // a third of the indexes fail once, then succeed
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {

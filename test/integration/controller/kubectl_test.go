@@ -21,11 +21,11 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 
 		job := utils.MakeIndexedBatchJob("columns", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 1 {
-				return outcome{exitCode: 1}
+				return utils.PodOutcome{ExitCode: 1}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func() string { return utils.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).

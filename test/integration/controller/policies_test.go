@@ -19,7 +19,7 @@ import (
 
 var _ = Describe("Failure handling", func() {
 
-	runForever := func(int, int) outcome { return outcome{stay: true} }
+	runForever := func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} }
 
 	// deletePodOfIndex deletes the running pod of an index, as a preemption would.
 	deletePodOfIndex := func(job string, index string) *corev1.Pod {
@@ -47,7 +47,7 @@ var _ = Describe("Failure handling", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()
-		k.setHold(true)
+		k.HoldTerminating(true)
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 
 		old := deletePodOfIndex(job.Name, "0")
@@ -60,7 +60,7 @@ var _ = Describe("Failure handling", func() {
 		}, 3*time.Second, 100*time.Millisecond).Should(Succeed())
 
 		By("letting the kubelet finish the terminating pod")
-		k.setHold(false)
+		k.HoldTerminating(false)
 		Eventually(func(g Gomega) {
 			g.Expect(podsOfIndex(job.Name, "0")).To(HaveLen(1))
 			g.Expect(podsOfIndex(job.Name, "0")[0].UID).NotTo(Equal(old.UID), "the replacement")
@@ -77,7 +77,7 @@ var _ = Describe("Failure handling", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()
-		k.setHold(true)
+		k.HoldTerminating(true)
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 
 		// A finalizer of the test's own keeps the old pod terminating after
@@ -98,11 +98,11 @@ var _ = Describe("Failure handling", func() {
 		job := utils.MakeIndexedBatchJob("fail-job", ns).Completions(3).Parallelism(3).
 			PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 1 {
-				return outcome{exitCode: 42}
+				return utils.PodOutcome{ExitCode: 42}
 			}
-			return outcome{stay: true}
+			return utils.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -125,11 +125,11 @@ var _ = Describe("Failure handling", func() {
 		job := utils.MakeIndexedBatchJob("ignore", ns).Completions(2).Parallelism(2).BackoffLimit(0).
 			PodFailurePolicy(utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) utils.PodOutcome {
 			if ix == 0 && attempt < 2 {
-				return outcome{disrupted: true}
+				return utils.PodOutcome{Disrupted: true}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -149,7 +149,7 @@ var _ = Describe("Failure handling", func() {
 				utils.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
 			).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) outcome { return outcome{exitCode: 5} })
+		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{ExitCode: 5} })
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
@@ -163,11 +163,11 @@ var _ = Describe("Failure handling", func() {
 		job := utils.MakeIndexedBatchJob("fail-index", ns).Completions(4).Parallelism(2).BackoffLimitPerIndex(3).
 			PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 7)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 1 {
-				return outcome{exitCode: 7}
+				return utils.PodOutcome{ExitCode: 7}
 			}
-			return outcome{}
+			return utils.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -183,11 +183,11 @@ var _ = Describe("Failure handling", func() {
 	It("fails with MaxFailedIndexesExceeded at once and terminates the remaining pods", func() {
 		job := utils.MakeIndexedBatchJob("max-failed", ns).Completions(6).Parallelism(3).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix < 2 {
-				return outcome{exitCode: 1}
+				return utils.PodOutcome{ExitCode: 1}
 			}
-			return outcome{stay: true}
+			return utils.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -215,11 +215,11 @@ var _ = Describe("Failure handling", func() {
 	It("succeeds by successPolicy and terminates lingering pods without counting them as failed", func() {
 		job := utils.MakeIndexedBatchJob("leader", ns).Completions(3).Parallelism(3).SuccessPolicy(utils.SucceededIndexes("0")).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) outcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
 			if ix == 0 {
-				return outcome{}
+				return utils.PodOutcome{}
 			}
-			return outcome{stay: true}
+			return utils.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {

@@ -144,10 +144,22 @@ func seedExitCode(index int) int32 {
 	return 0
 }
 
+// startKubelet starts the shared fake kubelet for the seed example's pods,
+// each running for runFor and exiting as seedExitCode says; it stops when
+// the spec ends.
+func startKubelet(namespace, job string, runFor time.Duration) *utils.Kubelet {
+	k := utils.StartKubelet(k8sClient, namespace, job, utils.KubeletOptions{
+		RunFor:  runFor,
+		Outcome: func(index, _ int) utils.PodOutcome { return utils.PodOutcome{ExitCode: seedExitCode(index)} },
+	})
+	DeferCleanup(k.Stop)
+	return k
+}
+
 // expectSeedOutcome waits for the seed example's final status and checks it
 // is exact: six indexes succeeded once, indexes 1 and 2 failed twice each
 // (the first run and one retry), nothing ran twice at once.
-func expectSeedOutcome(ctx context.Context, k *kubelet, namespace, name string, timeout time.Duration) {
+func expectSeedOutcome(ctx context.Context, k *utils.Kubelet, namespace, name string, timeout time.Duration) {
 	job := &ibjv1.IndexedBatchJob{}
 	Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, job)).To(Succeed())
@@ -262,7 +274,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			"the only replica should take the lease: the leader election Role covers leases")
 
 		namespace := newNamespace(ctx, "seed")
-		k := startKubelet(namespace, "per-index", 0, seedExitCode)
+		k := startKubelet(namespace, "per-index", 0)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		expectSeedOutcome(ctx, k, namespace, "per-index", 60*time.Second)
 
@@ -319,9 +331,9 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		leader, standby := first, second
 
 		namespace := newNamespace(ctx, "handover")
-		k := startKubelet(namespace, "per-index", time.Second, seedExitCode)
+		k := startKubelet(namespace, "per-index", time.Second)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
-		Eventually(k.finishedPods, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
+		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
 		leader.kill()
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
