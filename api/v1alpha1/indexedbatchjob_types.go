@@ -90,7 +90,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || [self.template.spec.containers.map(c, c.name) + (has(self.template.spec.initContainers) ? self.template.spec.initContainers.map(c, c.name) : [])].all(names, self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || r.onExitCodes.containerName in names))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="successPolicy rules' succeededCount must be less than or equal to completions"
-// +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions",message="completions is immutable"
+// +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions || (has(self.parallelism) && self.parallelism == self.completions)",message="completions can only be modified in tandem with spec.parallelism"
+// +kubebuilder:validation:XValidation:rule="has(self.indexes) == has(oldSelf.indexes) && (!has(self.indexes) || self.indexes == oldSelf.indexes)",message="indexes is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.podFailurePolicy) == has(oldSelf.podFailurePolicy) && (!has(self.podFailurePolicy) || self.podFailurePolicy == oldSelf.podFailurePolicy)",message="podFailurePolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.successPolicy) == has(oldSelf.successPolicy) && (!has(self.successPolicy) || self.successPolicy == oldSelf.successPolicy)",message="successPolicy is immutable"
@@ -105,7 +106,11 @@ type IndexedBatchJobSpec struct {
 	Parallelism *int32 `json:"parallelism,omitempty"`
 
 	// completions is the number of indexes, 0 to completions-1; each must
-	// succeed once. Immutable.
+	// succeed once. It may change only together with parallelism, to the same
+	// value (an elastic job, as upstream's): scaling down removes the pods of
+	// the indexes that no longer exist without counting them as failures and
+	// drops those indexes from completedIndexes and failedIndexes; scaling up
+	// starts the new indexes.
 	// +required
 	// +kubebuilder:validation:Minimum=0
 	Completions int32 `json:"completions"`
@@ -180,6 +185,51 @@ type IndexedBatchJobSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="managedBy must be a domain-prefixed path such as example.com/my-controller"
 	ManagedBy *string `json:"managedBy,omitempty"`
+
+	// indexes limits the job to these completion indexes, written as
+	// status.completedIndexes is: increasing, comma-separated indexes and
+	// ranges such as "1,2,5-7", each below completions. Unset, every index 0
+	// to completions-1 runs. A listed index keeps its number
+	// (JOB_COMPLETION_INDEX, the pod hostname); the job succeeds once every
+	// listed index succeeded (or its successPolicy is met), fails with
+	// FailedIndexes once every listed index finished and some failed, and
+	// maxFailedIndexes counts failed indexes among them. It is how the failed
+	// indexes of an earlier job are rerun. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Indexes *string `json:"indexes,omitempty"`
+
+	// retryBackoff sets the delay before a failed pod is replaced: the first
+	// replacement waits initialDelaySeconds, each further one twice as long as
+	// the one before, never more than maxDelaySeconds. Unset fields take the
+	// operator's defaults (--pod-failure-backoff and --pod-failure-backoff-max,
+	// 10 s and 10 min unless changed, as the built-in Job controller).
+	// +optional
+	RetryBackoff *RetryBackoff `json:"retryBackoff,omitempty"`
+}
+
+// RetryBackoff is the exponential delay before a failed pod is replaced.
+// Without backoffLimitPerIndex it counts the job's failures since its last
+// success; with it, each index's own failures.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.initialDelaySeconds) || !has(self.maxDelaySeconds) || self.initialDelaySeconds <= self.maxDelaySeconds",message="retryBackoff.initialDelaySeconds must be less than or equal to maxDelaySeconds"
+type RetryBackoff struct {
+	// initialDelaySeconds is the delay before the first replacement of a
+	// failed pod. 0 replaces failed pods at once (for workloads whose failures
+	// are not transient infrastructure ones). Defaults to the operator's
+	// --pod-failure-backoff (10 s unless changed).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	InitialDelaySeconds *int32 `json:"initialDelaySeconds,omitempty"`
+
+	// maxDelaySeconds caps the delay. Defaults to the operator's
+	// --pod-failure-backoff-max (10 min unless changed).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	MaxDelaySeconds *int32 `json:"maxDelaySeconds,omitempty"`
 }
 
 // IndexedBatchJobStatus is the observed state of an IndexedBatchJob. Field

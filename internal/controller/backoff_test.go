@@ -3,6 +3,11 @@ package controller
 import (
 	"testing"
 	"time"
+
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 func TestBackoffDelayDoublesFromTenSecondsUpToTenMinutes(t *testing.T) {
@@ -45,5 +50,38 @@ func TestBackoffDelayWithBaseAboveMaxIsMax(t *testing.T) {
 	b := Backoff{Base: time.Minute, Max: 30 * time.Second}
 	if got := b.Delay(1); got != 30*time.Second {
 		t.Errorf("Delay(1) = %v, want the cap 30s", got)
+	}
+}
+
+func TestBackoffOfAJobTakesItsRetryBackoffOverTheDefaults(t *testing.T) {
+	operator := Backoff{Base: 5 * time.Second, Max: time.Minute}
+	cases := []struct {
+		name  string
+		spec  *ibjv1.RetryBackoff
+		want  Backoff
+		delay []time.Duration // for 1, 2, 3 … failures
+	}{
+		{"unset: the operator's", nil, operator, []time.Duration{5 * time.Second, 10 * time.Second}},
+		{"both set", &ibjv1.RetryBackoff{InitialDelaySeconds: ptr.To[int32](1), MaxDelaySeconds: ptr.To[int32](3)},
+			Backoff{Base: time.Second, Max: 3 * time.Second}, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}},
+		{"only the cap", &ibjv1.RetryBackoff{MaxDelaySeconds: ptr.To[int32](7)},
+			Backoff{Base: 5 * time.Second, Max: 7 * time.Second}, []time.Duration{5 * time.Second, 7 * time.Second}},
+		{"zero delay replaces at once", &ibjv1.RetryBackoff{InitialDelaySeconds: ptr.To[int32](0)},
+			Backoff{Base: 0, Max: time.Minute}, []time.Duration{0, 0, 0, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+			job.Spec.RetryBackoff = tc.spec
+			got := operator.forJob(job)
+			if got != tc.want {
+				t.Errorf("forJob = %+v, want %+v", got, tc.want)
+			}
+			for i, want := range tc.delay {
+				if d := got.Delay(int32(i + 1)); d != want {
+					t.Errorf("Delay(%d) = %v, want %v", i+1, d, want)
+				}
+			}
+		})
 	}
 }

@@ -97,10 +97,13 @@ func (s *syncState) indexFinished(ix int32) bool {
 	return s.completed.Has(ix) || s.failedIndexes.Has(ix)
 }
 
-// startPods creates pods for the lowest unfinished indexes without one,
-// within parallelism. Under podReplacementPolicy Failed terminating pods
+// startPods creates pods for the lowest unfinished wanted indexes without
+// one, within parallelism. Under podReplacementPolicy Failed terminating pods
 // still take their slot.
 func (s *syncState) startPods() {
+	if s.unreadableIndexes {
+		return
+	}
 	slots := int(ptr.Deref(s.job.Spec.Parallelism, 1)) - s.active
 	if onlyReplaceFailed(s.job) {
 		slots -= s.terminating
@@ -114,18 +117,17 @@ func (s *syncState) startPods() {
 			return
 		}
 	}
-	for ix := int32(0); ix < s.job.Spec.Completions && slots > 0; ix++ {
+	s.wanted.Each(func(ix int32) bool {
 		if s.indexFinished(ix) {
-			continue
+			return true
 		}
-		next, ok := s.nextPod(ix)
-		if !ok {
-			continue
+		if next, ok := s.nextPod(ix); ok {
+			s.plan.create = append(s.plan.create, next)
+			slots--
+			s.active++
 		}
-		s.plan.create = append(s.plan.create, next)
-		slots--
-		s.active++
-	}
+		return slots > 0
+	})
 }
 
 // nextPod is the pod to create for an unfinished index, or false while the

@@ -11,7 +11,6 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
-
 // podToCreate is one pod the decision core asks the reconciler to create.
 type podToCreate struct {
 	index    int32

@@ -84,7 +84,7 @@ func TestSetSuspendedAndResumed(t *testing.T) {
 		},
 		{
 			name: "suspending again keeps the transition time", set: setSuspended,
-			st:   ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{earlierSuspended}},
+			st: ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{earlierSuspended}},
 			want: ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{func() metav1.Condition {
 				c := earlierSuspended
 				c.ObservedGeneration = 2

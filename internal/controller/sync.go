@@ -47,11 +47,18 @@ type syncState struct {
 	// be read and is rebuilt from the pods.
 	rebuildCompleted, rebuildFailed bool
 
+	// wanted are the indexes the job runs: spec.indexes, or 0..completions-1.
+	wanted indexset.Set
+	// unreadableIndexes: spec.indexes could not be read (only a CRD without
+	// its validation lets that through); no pod starts and the job does not
+	// end, but no pod is removed either.
+	unreadableIndexes bool
+
 	indexes map[int32]*indexState
 	order   []int32 // the keys of indexes, ascending
-	// invalidIndexPods are the unfinished pods without a valid index; they
-	// count as terminating until they are gone.
-	invalidIndexPods int
+	// unwantedPods are the unfinished pods without a valid index or of an
+	// index the job does not run; they count as terminating until gone.
+	unwantedPods int
 
 	// failJob is the message of the first FailJob match among the pods
 	// recorded in this sync, "" without one.
@@ -105,29 +112,41 @@ func newSyncState(in syncInput) *syncState {
 	s := &syncState{syncInput: in, plan: plan{status: *in.job.Status.DeepCopy()}}
 	s.status = &s.plan.status
 	s.status.ObservedGeneration = in.job.Generation
+	s.backoff = in.backoff.forJob(in.job)
+	s.wanted = indexset.Range(0, in.job.Spec.Completions-1)
+	if listed := in.job.Spec.Indexes; listed != nil {
+		set, err := indexset.Parse(*listed, in.job.Spec.Completions)
+		if err != nil {
+			s.plan.warn("InvalidIndexes", "Started no pod: spec.indexes %q cannot be read: %v", *listed, err)
+			s.unreadableIndexes = true
+		} else {
+			s.wanted = set
+		}
+	}
 	return s
 }
 
 // readRecordedResults reads what earlier syncs recorded: the uncounted pods
-// and the index sets. An index set that cannot be read (someone wrote the
-// status by hand) is reported and rebuilt from the pods.
+// and the index sets, without the indexes the job no longer runs (an
+// elastic job scaled down). An index set that cannot be read (someone wrote
+// the status by hand) is reported and rebuilt from the pods.
 func (s *syncState) readRecordedResults() {
 	s.uncountedSucceeded, s.uncountedFailed = sets.New[types.UID](), sets.New[types.UID]()
 	if u := s.status.UncountedTerminatedPods; u != nil {
 		s.uncountedSucceeded, s.uncountedFailed = sets.New(u.Succeeded...), sets.New(u.Failed...)
 	}
-	completions := s.job.Spec.Completions
 	var err error
-	if s.completed, err = indexset.Parse(s.status.CompletedIndexes, completions); err != nil {
+	if s.completed, err = indexset.Parse(s.status.CompletedIndexes, 0); err != nil {
 		s.plan.warn("InvalidStatus", "Ignored unreadable status.completedIndexes %q: %v; rebuilt it from the pods", s.status.CompletedIndexes, err)
 		s.completed, s.rebuildCompleted = indexset.Set{}, true
 	}
 	if s.job.Spec.BackoffLimitPerIndex != nil && s.status.FailedIndexes != nil {
-		if s.failedIndexes, err = indexset.Parse(*s.status.FailedIndexes, completions); err != nil {
+		if s.failedIndexes, err = indexset.Parse(*s.status.FailedIndexes, 0); err != nil {
 			s.plan.warn("InvalidStatus", "Ignored unreadable status.failedIndexes %q: %v; rebuilt it from the pods", *s.status.FailedIndexes, err)
 			s.failedIndexes, s.rebuildFailed = indexset.Set{}, true
 		}
 	}
+	s.completed, s.failedIndexes = s.completed.Intersect(s.wanted), s.failedIndexes.Intersect(s.wanted)
 	s.completedBefore, s.failedBefore = s.completed.Len(), s.failedIndexes.Len()
 }
 
@@ -158,13 +177,13 @@ func (s *syncState) countReleasedPods() {
 }
 
 // groupPodsByIndex sorts the pods into their indexes. A pod without a valid
-// index is deleted without counting it.
+// index, or of an index the job does not run (any more), is deleted without
+// counting it.
 func (s *syncState) groupPodsByIndex() {
-	completions := s.job.Spec.Completions
 	s.indexes = map[int32]*indexState{}
 	for _, pod := range s.pods {
-		if !pod.indexOK || pod.index >= completions {
-			s.removeInvalidIndexPod(pod)
+		if !pod.indexOK || !s.wanted.Has(pod.index) {
+			s.removeUnwantedPod(pod)
 			continue
 		}
 		st := s.indexes[pod.index]
@@ -191,16 +210,27 @@ func (s *syncState) groupPodsByIndex() {
 	sort.Slice(s.order, func(a, b int) bool { return s.order[a] < s.order[b] })
 }
 
-func (s *syncState) removeInvalidIndexPod(pod *cachedPod) {
-	if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
-		s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "invalid completion index"})
+// removeUnwantedPod deletes, uncounted, a pod whose index is malformed or
+// not among the job's indexes. Until it is gone it counts as terminating.
+func (s *syncState) removeUnwantedPod(pod *cachedPod) {
+	reason := "invalid completion index"
+	if pod.indexOK {
+		reason = "index removed"
 	}
-	if pod.DeletionTimestamp == nil {
+	if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
+		s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: reason})
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+	case !pod.indexOK:
 		s.plan.warn("InvalidPodIndex", "Deleted pod %s without counting it: its completion index %q is not in 0..%d",
 			pod.Name, pod.badIndex, s.job.Spec.Completions-1)
+	default:
+		s.plan.inform("IndexRemoved", "Deleted pod %s without counting it: index %d is not among the job's indexes (completions %d)",
+			pod.Name, pod.index, s.job.Spec.Completions)
 	}
 	if !isFinished(pod) {
-		s.invalidIndexPods++
+		s.unwantedPods++
 	}
 }
 
@@ -295,7 +325,8 @@ func (s *syncState) decideTarget() {
 // newTarget checks the end conditions in upstream's order: a FailJob rule,
 // the backoff limit, the maximal number of failed indexes, the deadline,
 // the success policy, all indexes completed, all indexes finished with some
-// failed.
+// failed. "All indexes" are the job's wanted indexes; completed and
+// failedIndexes hold no other.
 func (s *syncState) newTarget() *metav1.Condition {
 	job := s.job
 	fail := func(reason, msg string) *metav1.Condition {
@@ -304,8 +335,10 @@ func (s *syncState) newTarget() *metav1.Condition {
 	succeed := func(reason, msg string) *metav1.Condition {
 		return &metav1.Condition{Type: ibjv1.ConditionSuccessCriteriaMet, Reason: reason, Message: msg}
 	}
-	completions := int(job.Spec.Completions)
+	wanted := s.wanted.Len()
 	switch {
+	case s.unreadableIndexes:
+		return nil
 	case s.failJob != "":
 		return fail(ibjv1.ReasonPodFailurePolicy, s.failJob)
 	case s.exceedsBackoffLimit():
@@ -316,9 +349,9 @@ func (s *syncState) newTarget() *metav1.Condition {
 		return fail(ibjv1.ReasonDeadlineExceeded, "Job was active longer than specified deadline")
 	case matchSuccessPolicy(job.Spec.SuccessPolicy, job.Spec.Completions, s.completed):
 		return succeed(ibjv1.ReasonSuccessPolicy, "Matched rules of the success policy")
-	case s.completed.Len() >= completions:
+	case s.completed.Len() >= wanted:
 		return succeed(ibjv1.ReasonCompletionsReached, "Reached expected number of succeeded pods")
-	case s.failedIndexes.Len() > 0 && s.completed.Len()+s.failedIndexes.Len() >= completions:
+	case s.failedIndexes.Len() > 0 && s.completed.Len()+s.failedIndexes.Len() >= wanted:
 		return fail(ibjv1.ReasonFailedIndexes, "Job has failed indexes")
 	}
 	return nil
@@ -451,7 +484,7 @@ func (s *syncState) heldForRetry() sets.Set[types.UID] {
 // is left running or terminating, every finished pod is counted, and the
 // cache is current.
 func (s *syncState) decideEnd() {
-	s.terminating += s.invalidIndexPods
+	s.terminating += s.unwantedPods
 	if s.target == nil || s.terminating > 0 || s.uncountedSucceeded.Len() > 0 || s.uncountedFailed.Len() > 0 || !s.expectationsSatisfied {
 		return
 	}

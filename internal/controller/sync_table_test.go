@@ -77,6 +77,17 @@ func TestSyncJob(t *testing.T) {
 	completed1 := base.Clone().Completions(8).Parallelism(3).Obj()
 	completed1.Status.CompletedIndexes = "1"
 
+	// An elastic job scaled from 8 to 2 (parallelism with it): indexes 0 and
+	// 5 completed, 6 failed, 1, 2 and 7 still run.
+	scaledDown := base.Clone().Completions(2).Parallelism(2).BackoffLimitPerIndex(0).Obj()
+	scaledDown.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "0,5", FailedIndexes: ptr.To("6"), Succeeded: 2, Failed: 1}
+	scaledUp := base.Clone().Completions(4).Parallelism(4).Obj()
+	scaledUp.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "0,1", Succeeded: 2}
+	subset := base.Clone().Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Indexes("1,2,6").Obj()
+	subsetDone := subset.DeepCopy()
+	subsetDone.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1,6", FailedIndexes: ptr.To("2"), Succeeded: 2, Failed: 1}
+	unreadableSubset := base.Clone().Completions(3).Parallelism(3).Indexes("2-1").Obj()
+
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
@@ -239,6 +250,97 @@ func TestSyncJob(t *testing.T) {
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-0-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0"},
 				Events: []string{`Warning InvalidStatus: Ignored unreadable status.completedIndexes "0-": ` + parseError("0-", 3) + "; rebuilt it from the pods"},
+			},
+		},
+		{
+			name: "an elastic job scaled down removes the pods of the indexes gone, uncounted, and trims its index sets",
+			job:  scaledDown,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{
+					makePod(j, 0).succeededAt(testNow).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj(),
+					makePod(j, 2).running().obj(),
+					makePod(j, 7).succeededAt(testNow).obj(),
+				}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, CompletedIndexes: "0", FailedIndexes: ptr.To(""), Succeeded: 2, Failed: 1,
+					Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Active: 1, Phase: ibjv1.PhaseRunning,
+				},
+				Delete: []string{"a-2-0 (uncounted)", "a-7-0 (uncounted)"},
+				Events: []string{
+					"Normal IndexRemoved: Deleted pod a-2-0 without counting it: index 2 is not among the job's indexes (completions 2)",
+					"Normal IndexRemoved: Deleted pod a-7-0 without counting it: index 7 is not among the job's indexes (completions 2)",
+				},
+			},
+		},
+		{
+			name: "an elastic job scaled up starts the new indexes",
+			job:  scaledUp,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).succeededAt(testNow).withoutFinalizer().obj(), makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "0,1", Succeeded: 2, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
+			},
+		},
+		{
+			name: "a job with spec.indexes runs only those, each under its own number",
+			job:  subset,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 4).running().obj()} },
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Active: 3, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-1-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0", "a-6-0 failures=0 ignored=0"},
+				Delete: []string{"a-4-0 (uncounted)"},
+				Events: []string{"Normal IndexRemoved: Deleted pod a-4-0 without counting it: index 4 is not among the job's indexes (completions 8)"},
+			},
+		},
+		{
+			name: "a job with spec.indexes fails with FailedIndexes once every listed index finished",
+			job:  subsetDone,
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, CompletedIndexes: "1,6", FailedIndexes: ptr.To("2"), Succeeded: 2, Failed: 1,
+					Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseFailed,
+					Conditions: []metav1.Condition{
+						condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonFailedIndexes, "Job has failed indexes"),
+						condition(ibjv1.ConditionFailed, ibjv1.ReasonFailedIndexes, "Job has failed indexes"),
+					},
+				},
+				Events: []string{"Warning FailedIndexes: Job has failed indexes"},
+			},
+		},
+		{
+			name: "a job with retryBackoff 0 replaces a failed pod at once",
+			job:  base.Clone().Completions(1).BackoffLimit(3).RetryBackoff(0, 0).Obj(),
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).failedAt(testNow, 1).withoutFinalizer().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0"},
+			},
+		},
+		{
+			name: "a job's retryBackoff replaces the operator's delay",
+			job:  base.Clone().Completions(1).BackoffLimit(3).RetryBackoff(30, 60).Obj(),
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
+				return []*cachedPod{makePod(j, 0).failedAt(testNow.Add(-20*time.Second), 1).withoutFinalizer().obj()}
+			},
+			want: decision{
+				Status:       ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseRunning},
+				RequeueAfter: 10 * time.Second,
+			},
+		},
+		{
+			name: "an unreadable spec.indexes starts nothing, removes nothing and says why",
+			job:  unreadableSubset,
+			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 1).running().obj()} },
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
+				Events: []string{`Warning InvalidIndexes: Started no pod: spec.indexes "2-1" cannot be read: ` + parseError("2-1", 3)},
 			},
 		},
 	}

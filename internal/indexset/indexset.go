@@ -39,6 +39,14 @@ func Of(indexes ...int32) Set {
 	return Set{ivs: ivs}
 }
 
+// Range returns the indexes first..last; the empty set when last < first.
+func Range(first, last int32) Set {
+	if last < first {
+		return Set{}
+	}
+	return Set{ivs: []Interval{{first, last}}}
+}
+
 // Parse reads a comma-separated list of indexes and ranges ("0,3-7"). It
 // accepts any order and overlaps, as a user may write them, and merges them.
 // It rejects empty parts, negative numbers, reversed ranges and indexes at or
@@ -152,6 +160,24 @@ func (s Set) Union(o Set) Set {
 
 // Add returns s with the given indexes added.
 func (s Set) Add(indexes ...int32) Set { return s.Union(Of(indexes...)) }
+
+// Intersect returns the indexes in both s and o.
+func (s Set) Intersect(o Set) Set {
+	var ivs []Interval
+	i, j := 0, 0
+	for i < len(s.ivs) && j < len(o.ivs) {
+		a, b := s.ivs[i], o.ivs[j]
+		if lo, hi := max(a.First, b.First), min(a.Last, b.Last); lo <= hi {
+			ivs = append(ivs, Interval{lo, hi})
+		}
+		if a.Last < b.Last {
+			i++
+		} else {
+			j++
+		}
+	}
+	return Set{ivs: ivs}
+}
 
 // CountIn is the number of indexes of s that are also in o.
 func (s Set) CountIn(o Set) int {

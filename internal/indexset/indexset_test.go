@@ -154,3 +154,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestRangeAndIntersect(t *testing.T) {
+	cases := []struct {
+		name string
+		a, b Set
+		want string
+	}{
+		{"a range", Range(2, 5), Range(0, 9), "2-5"},
+		{"an empty range", Range(3, 2), Range(0, 9), ""},
+		{"trimmed to a shorter range", Of(0, 3, 4, 5, 6, 7), Range(0, 4), "0,3,4"},
+		{"disjoint", Of(1, 2), Of(5, 6), ""},
+		{"interleaved", Of(0, 1, 2, 5, 6, 7, 9), Of(2, 3, 4, 5, 9, 10), "2,5,9"},
+		{"with the empty set", Of(1, 2), Set{}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.a.Intersect(c.b).String(); got != c.want {
+				t.Errorf("%v ∩ %v = %q, want %q", c.a, c.b, got, c.want)
+			}
+			if got := c.b.Intersect(c.a).String(); got != c.want {
+				t.Errorf("%v ∩ %v = %q, want %q (the other way round)", c.b, c.a, got, c.want)
+			}
+			if n := c.a.CountIn(c.b); n != c.a.Intersect(c.b).Len() {
+				t.Errorf("CountIn = %d, want the intersection's size", n)
+			}
+		})
+	}
+}

@@ -107,6 +107,21 @@ func (w *JobWrapper) Suspend(suspend bool) *JobWrapper {
 	return w
 }
 
+// Indexes sets spec.indexes, the subset of indexes the job runs.
+func (w *JobWrapper) Indexes(indexes string) *JobWrapper {
+	w.job.Spec.Indexes = ptr.To(indexes)
+	return w
+}
+
+// RetryBackoff sets spec.retryBackoff in seconds.
+func (w *JobWrapper) RetryBackoff(initialDelaySeconds, maxDelaySeconds int32) *JobWrapper {
+	w.job.Spec.RetryBackoff = &v1alpha1.RetryBackoff{
+		InitialDelaySeconds: ptr.To(initialDelaySeconds),
+		MaxDelaySeconds:     ptr.To(maxDelaySeconds),
+	}
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *JobWrapper) ManagedBy(controller string) *JobWrapper {
 	w.job.Spec.ManagedBy = ptr.To(controller)

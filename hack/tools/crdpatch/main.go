@@ -20,8 +20,9 @@ import (
 
 type obj = map[string]any
 
-// indexesFormat is the syntax of successPolicy succeededIndexes: sorted,
-// comma-separated indexes and ranges such as "0,2-5".
+// indexesFormat is the syntax of a list of indexes (successPolicy
+// succeededIndexes, spec.indexes): comma-separated indexes and ranges such
+// as "0,2-5".
 const indexesFormat = `^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`
 
 func main() {
@@ -141,15 +142,9 @@ func patchSpec(spec obj) error {
 	// times the budget of a rule, so the CRD would not install; 4 KiB (hundreds
 	// of ranges) keeps the order rule within it.
 	indexes["maxLength"] = 4096
-	indexes["x-kubernetes-validations"] = validations(
-		rule{`self.matches('` + indexesFormat + `')`, `succeededIndexes must be comma-separated indexes or ranges such as "0,2-5"`},
-		// Integers a_0 < a_1 < ... are strictly increasing exactly when
-		// a_i - i never decreases, which isSorted can check in one pass.
-		// Digit runs longer than 10 are out of range (the range rule on spec
-		// says so), and would overflow int().
-		rule{`!self.matches('` + indexesFormat + `') || self.matches('[0-9]{11}') || self.findAll('[0-9]+').transformList(i, n, int(n) - i).isSorted()`,
-			`succeededIndexes must be in increasing order, without repeated indexes or overlapping ranges, and each range must go from the lower index to the higher`},
-	)
+	indexes["x-kubernetes-validations"] = indexListRules("succeededIndexes")
+	// spec.indexes is one field, not twenty: it affords a longer list.
+	mustObj(props, "indexes")["x-kubernetes-validations"] = indexListRules("indexes")
 
 	// A template without a spec cannot run, and the rules on spec read
 	// template.spec without has(): require it, as upstream's pod validation does.
@@ -160,9 +155,25 @@ func patchSpec(spec obj) error {
 		validations(
 			rule{"!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededIndexes) || r.succeededIndexes.findAll('[0-9]+').all(n, size(n) <= 10 && int(n) < self.completions))",
 				"successPolicy rules' succeededIndexes must be within 0 and completions-1"},
+			rule{"!has(self.indexes) || self.indexes.findAll('[0-9]+').all(n, size(n) <= 10 && int(n) < self.completions)",
+				"indexes must be within 0 and completions-1"},
 			templateRule(props),
 		)...)
 	return nil
+}
+
+// indexListRules are the rules of a list of indexes in the syntax of
+// status.completedIndexes; field names it in the messages.
+func indexListRules(field string) []any {
+	return validations(
+		rule{`self.matches('` + indexesFormat + `')`, field + ` must be comma-separated indexes or ranges such as "0,2-5"`},
+		// Integers a_0 < a_1 < ... are strictly increasing exactly when
+		// a_i - i never decreases, which isSorted can check in one pass.
+		// Digit runs longer than 10 are out of range (the range rule on spec
+		// says so), and would overflow int().
+		rule{`!self.matches('` + indexesFormat + `') || self.matches('[0-9]{11}') || self.findAll('[0-9]+').transformList(i, n, int(n) - i).isSorted()`,
+			field + ` must be in increasing order, without repeated indexes or overlapping ranges, and each range must go from the lower index to the higher`},
+	)
 }
 
 func existing(o obj) []any {
@@ -171,7 +182,8 @@ func existing(o obj) []any {
 	var out []any
 	for _, r := range v {
 		m := r.(obj)
-		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "successPolicy rules' succeededIndexes") || strings.HasPrefix(msg, "template is immutable") {
+		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "successPolicy rules' succeededIndexes") ||
+			strings.HasPrefix(msg, "indexes must be within") || strings.HasPrefix(msg, "template is immutable") {
 			continue
 		}
 		out = append(out, r)

@@ -41,6 +41,12 @@ const (
 	msgNameNotDNSLabel          = "metadata.name must be a DNS label"
 	msgHostnameTooLong          = "metadata.name is too long: the pod hostname <name>-<completions-1> must be at most 63 characters"
 	msgManagedByFormat          = "managedBy must be a domain-prefixed path such as example.com/my-controller"
+	msgCompletionsInTandem      = "completions can only be modified in tandem with spec.parallelism"
+	msgIndexesFormat            = `indexes must be comma-separated indexes or ranges such as "0,2-5"`
+	msgIndexesOrder             = "indexes must be in increasing order, without repeated indexes or overlapping ranges, and each range must go from the lower index to the higher"
+	msgIndexesRange             = "indexes must be within 0 and completions-1"
+	msgIndexesImmutable         = "indexes is immutable"
+	msgRetryBackoffOrder        = "retryBackoff.initialDelaySeconds must be less than or equal to maxDelaySeconds"
 	msgTemplateImmutable        = "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended"
 )
 
@@ -218,6 +224,14 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("malformed succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("1-")).Obj(), msgSucceededIndexesFormat),
 		Entry("succeededIndexes that are not numbers", job().SuccessPolicy(utils.SucceededIndexes("a,b")).Obj(), msgSucceededIndexesFormat),
 		Entry("succeededIndexes beyond completions-1", job().Completions(4).SuccessPolicy(utils.SucceededIndexes("0,2-4")).Obj(), msgSucceededIndexesRange),
+		Entry("indexes beyond completions-1", job().Completions(4).Indexes("1,4").Obj(), msgIndexesRange),
+		Entry("indexes out of order", job().Completions(8).Indexes("3,1").Obj(), msgIndexesOrder),
+		Entry("indexes with a reversed range", job().Completions(8).Indexes("5-2").Obj(), msgIndexesOrder),
+		Entry("indexes that are not a list", job().Completions(8).Indexes("1;2").Obj(), msgIndexesFormat),
+		Entry("empty indexes", job().Completions(8).Indexes("").Obj(), "should be at least 1 chars long"),
+		Entry("retryBackoff with the first delay above the cap", job().RetryBackoff(60, 10).Obj(), msgRetryBackoffOrder),
+		Entry("a negative retryBackoff delay", job().RetryBackoff(-1, 10).Obj(), msgNotNegative),
+		Entry("a retryBackoff cap above a day", job().RetryBackoff(1, 86401).Obj(), "should be less than or equal to 86400"),
 		Entry("a descending succeededIndexes range", job().SuccessPolicy(utils.SucceededIndexes("3-1")).Obj(), msgSucceededIndexesOrder),
 		Entry("a succeededIndexes range from an index to itself", job().SuccessPolicy(utils.SucceededIndexes("2-2")).Obj(), msgSucceededIndexesOrder),
 		Entry("unsorted succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("3,1")).Obj(), msgSucceededIndexesOrder),
@@ -281,6 +295,13 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("a name whose last pod hostname is exactly 63 characters",
 			job().Name(nameOfLength(60)).Completions(100).Obj()), // 60 + "-99"
 		Entry("a 63-character name with zero completions, which has no pods", job().Name(nameOfLength(63)).Completions(0).Obj()),
+		Entry("indexes within completions", job().Completions(8).Indexes("1,2,5-7").Obj()),
+		Entry("retryBackoff of zero delay", job().RetryBackoff(0, 0).Obj()),
+		Entry("retryBackoff with only a cap", func() *v1alpha1.IndexedBatchJob {
+			j := job().Obj()
+			j.Spec.RetryBackoff = &v1alpha1.RetryBackoff{MaxDelaySeconds: ptr.To[int32](60)}
+			return j
+		}()),
 		Entry("managedBy naming this operator", job().ManagedBy(v1alpha1.ControllerName).Obj()),
 		Entry("managedBy naming MultiKueue", job().ManagedBy("kueue.x-k8s.io/multikueue").Obj()),
 		Entry("managedBy of exactly 63 characters", job().ManagedBy("example.com/"+strings.Repeat("c", 51)).Obj()),
@@ -291,10 +312,24 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			expectRejected(update(base, change), message)
 		},
 
-		Entry("of completions", job().Completions(4).Obj(),
-			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, "completions is immutable"),
+		Entry("of completions alone", job().Completions(4).Parallelism(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, msgCompletionsInTandem),
 		Entry("of completions while suspended", suspendedJob().Completions(4).Obj(),
-			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, "completions is immutable"),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Completions = 5 }, msgCompletionsInTandem),
+		Entry("of completions to a value other than the new parallelism", job().Completions(4).Parallelism(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Completions = 8
+				j.Spec.Parallelism = ptr.To[int32](6)
+			}, msgCompletionsInTandem),
+		Entry("of completions below an index the job lists", job().Completions(4).Parallelism(4).Indexes("1,3").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Completions = 2
+				j.Spec.Parallelism = ptr.To[int32](2)
+			}, msgIndexesRange),
+		Entry("of indexes", job().Completions(4).Indexes("1").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Indexes = ptr.To("2") }, msgIndexesImmutable),
+		Entry("setting indexes", job().Completions(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Indexes = ptr.To("2") }, msgIndexesImmutable),
 		Entry("of managedBy", job().ManagedBy("example.com/a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
 		Entry("setting managedBy", job().Obj(),
@@ -385,6 +420,18 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			}),
 		Entry("of maxFailedIndexes", job().BackoffLimitPerIndex(1).MaxFailedIndexes(1).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.MaxFailedIndexes = ptr.To[int32](2) }),
+		Entry("of completions together with parallelism, up (an elastic job)", job().Completions(4).Parallelism(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Completions = 8
+				j.Spec.Parallelism = ptr.To[int32](8)
+			}),
+		Entry("of completions together with parallelism, down", job().Completions(8).Parallelism(8).BackoffLimitPerIndex(1).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Completions = 2
+				j.Spec.Parallelism = ptr.To[int32](2)
+			}),
+		Entry("of retryBackoff", job().RetryBackoff(10, 600).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.RetryBackoff.InitialDelaySeconds = ptr.To[int32](0) }),
 	)
 
 	// kubectl users often leave out the template's metadata, which typed Go
