@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -90,6 +93,44 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 			MatchRegexp(`Normal\s+SuccessfulCreate\s+.*indexedbatchjob-controller\s+Created \d+ pod\(s\)`),
 			MatchRegexp(`Warning\s+FailedIndexes\s+`),
 		))
+	})
+
+	It("reruns only the failed indexes of the seed example with spec.indexes, as the README shows", func() {
+		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
+		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
+
+		By("creating the rerun with the README's kubectl | jq | kubectl pipeline")
+		w := watchPods(ns, "per-index-rerun")
+		script := `kubectl() { "$KUBECTL" --kubeconfig "$KUBECONFIG" -n "$NS" "$@"; }
+kubectl get ibj per-index -o json \
+  | jq '{apiVersion, kind, metadata: {name: (.metadata.name + "-rerun")},
+         spec: (.spec + {indexes: .status.failedIndexes})}' \
+  | kubectl create -f -`
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = append(os.Environ(), "KUBECTL="+filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl"),
+			"KUBECONFIG="+cluster.Kubeconfig, "NS="+ns)
+		out, err := cmd.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+
+		// The sample's fake-kubelet annotations still fail indexes 1 and 2:
+		// the rerun fails them again, and runs nothing else.
+		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun", "--timeout=120s")
+		j := getJob(ctx, ns, "per-index-rerun")
+		Expect(j.Spec.Indexes).To(Equal(ptr.To("1,2")))
+		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
+		Expect(j.Status.CompletedIndexes).To(BeEmpty())
+		Expect(j.Status.Failed).To(Equal(int32(4)))
+		for ix := range 8 {
+			want := 0
+			if ix == 1 || ix == 2 {
+				want = 2
+			}
+			Expect(w.RunsOf(ix)).To(Equal(want), "pods of index %d", ix)
+		}
+		for _, p := range jobPods(ctx, ns, "per-index-rerun") {
+			Expect(p.Spec.Hostname).To(Equal("per-index-rerun-" + p.Labels[ibjv1.CompletionIndexLabel]))
+		}
 	})
 
 	It("completes a job that kubectl wait --for=condition=Complete waits for", func() {
