@@ -63,6 +63,25 @@ const (
 	ReasonJobResumed               = "JobResumed"
 )
 
+// Condition PeerDNSReady and its reasons, for a job with
+// network.enableDNSHostnames. batch/v1 has no such condition.
+const (
+	// ConditionPeerDNSReady is True while the job's headless Service exists
+	// and is controlled by the job, so that its pods' hostnames resolve;
+	// False when the Service's name is taken by a Service the job does not
+	// control, or the Service could not be created.
+	ConditionPeerDNSReady = "PeerDNSReady"
+	// ReasonServiceCreated: the operator created the headless Service (in
+	// this or an earlier sync) and the job controls it.
+	ReasonServiceCreated = "ServiceCreated"
+	// ReasonServiceNameTaken: a Service of the wanted name exists and is not
+	// controlled by this job; the operator leaves it unchanged.
+	ReasonServiceNameTaken = "ServiceNameTaken"
+	// ReasonServiceCreateFailed: the API server refused to create the
+	// Service (for example a quota); the message is its answer.
+	ReasonServiceCreateFailed = "ServiceCreateFailed"
+)
+
 // Phase is a one-word summary of the conditions, for `kubectl get ibj`.
 // +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed
 type Phase string
@@ -93,6 +112,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions || (has(self.parallelism) && self.parallelism == self.completions)",message="completions can only be modified in tandem with spec.parallelism"
 // +kubebuilder:validation:XValidation:rule="has(self.indexes) == has(oldSelf.indexes) && (!has(self.indexes) || self.indexes == oldSelf.indexes)",message="indexes is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",message="managedBy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.network) == has(oldSelf.network) && (!has(self.network) || self.network == oldSelf.network)",message="network is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.podFailurePolicy) == has(oldSelf.podFailurePolicy) && (!has(self.podFailurePolicy) || self.podFailurePolicy == oldSelf.podFailurePolicy)",message="podFailurePolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.successPolicy) == has(oldSelf.successPolicy) && (!has(self.successPolicy) || self.successPolicy == oldSelf.successPolicy)",message="successPolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.backoffLimitPerIndex) == has(oldSelf.backoffLimitPerIndex) && (!has(self.backoffLimitPerIndex) || self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex)",message="backoffLimitPerIndex is immutable"
@@ -207,6 +227,49 @@ type IndexedBatchJobSpec struct {
 	// 10 s and 10 min unless changed, as the built-in Job controller).
 	// +optional
 	RetryBackoff *RetryBackoff `json:"retryBackoff,omitempty"`
+
+	// network gives the pods stable DNS names through a headless Service
+	// the operator creates for the job (peer DNS, as JobSet's spec.network).
+	// Unset, the operator creates no Service and the pods get the template's
+	// subdomain. Immutable.
+	// +optional
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is the job's peer DNS: a headless Service that makes the pod of
+// index i reachable as <job>-<i>.<subdomain> within the namespace (and as
+// <job>-<i>.<subdomain>.<namespace>.svc from anywhere in the cluster).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.subdomain) || (has(self.enableDNSHostnames) && self.enableDNSHostnames)",message="network.subdomain can only be set when network.enableDNSHostnames is true"
+type Network struct {
+	// enableDNSHostnames, when true, makes the operator create a headless
+	// Service named subdomain in the job's namespace: clusterIP None,
+	// selecting only this job's pods (by their
+	// batch.indexedjob.dev/controller-uid label), publishing the addresses
+	// of pods that are not Ready yet (so that workers can find each other
+	// while they start), and controlled by the job, so that it is deleted
+	// with the job by the garbage collector. Every pod's spec.subdomain is
+	// set to the Service's name; its hostname is <job>-<index> as always.
+	// If a Service of that name exists and the job does not control it, the
+	// operator never changes or adopts it: it reports it in condition
+	// PeerDNSReady (False, reason ServiceNameTaken) and a Warning event,
+	// checks again every 30 seconds, and runs the pods all the same (as
+	// JobSet does), since such a Service may be one the user made for them.
+	// The operator does not undo changes made to its Service; it recreates
+	// the Service if it is deleted while the job runs. Defaults to false.
+	// +optional
+	EnableDNSHostnames *bool `json:"enableDNSHostnames,omitempty"`
+
+	// subdomain is the name of the headless Service, and so the pods' DNS
+	// subdomain. It must be a DNS-1035 label, as every Service name: at most
+	// 63 lowercase letters, digits and '-', starting with a letter. Only
+	// with enableDNSHostnames. Defaults to the job's name (which must then
+	// start with a letter).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="network.subdomain must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+	Subdomain *string `json:"subdomain,omitempty"`
 }
 
 // RetryBackoff is the exponential delay before a failed pod is replaced.
@@ -244,7 +307,8 @@ type IndexedBatchJobStatus struct {
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
-	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete, Failed.
+	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete,
+	// Failed; and PeerDNSReady for a job with network.enableDNSHostnames.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -318,6 +382,8 @@ type IndexedBatchJobStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lowercase letters, digits and '-'), since it prefixes the pods' hostnames"
 // +kubebuilder:validation:XValidation:rule="self.spec.completions == 0 || size(self.metadata.name) + 1 + size(string(self.spec.completions - 1)) <= 63",message="metadata.name is too long: the pod hostname <name>-<completions-1> must be at most 63 characters"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.network) || !has(self.spec.network.enableDNSHostnames) || !self.spec.network.enableDNSHostnames || has(self.spec.network.subdomain) || self.metadata.name.matches('^[a-z]')",message="metadata.name must start with a letter when network.enableDNSHostnames is true and network.subdomain is unset: the name is then the headless Service's, which must be a DNS-1035 label; or set network.subdomain"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.network) || !has(self.spec.network.enableDNSHostnames) || !self.spec.network.enableDNSHostnames || !has(self.spec.template.spec.subdomain) || size(self.spec.template.spec.subdomain) == 0 || self.spec.template.spec.subdomain == (has(self.spec.network.subdomain) ? self.spec.network.subdomain : self.metadata.name)",message="template.spec.subdomain must be unset or equal to the headless Service's name (network.subdomain, or metadata.name when that is unset) when network.enableDNSHostnames is true"
 type IndexedBatchJob struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

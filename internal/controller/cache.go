@@ -11,11 +11,12 @@ import (
 )
 
 // CacheOptions configures the manager's cache over the given namespaces
-// (all when empty), which holds the jobs without their managedFields. The
-// controller keeps its pods in a cache of its own (podSource) and never
+// (all when empty), which holds the jobs and their headless Services without
+// their managedFields. Services are limited to the operator's own (those
+// with the controller-uid label) rather than every Service of the cluster.
+// The controller keeps its pods in a cache of its own (podSource) and never
 // reads pods through the manager's; should anything ever do so, that cache
-// is limited to this operator's pods (those with the controller-uid label)
-// rather than every pod of the cluster.
+// is limited to this operator's pods in the same way.
 func CacheOptions(namespaces []string) cache.Options {
 	ours, err := labels.NewRequirement(ibjv1.ControllerUIDLabel, selection.Exists, nil)
 	if err != nil {
@@ -24,7 +25,8 @@ func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Service{}: {Label: labels.NewSelector().Add(*ours)},
 		},
 	}
 	if len(namespaces) > 0 {

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 func TestManagerCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
@@ -34,5 +35,27 @@ func TestManagerCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
 	}
 	if all := CacheOptions(nil); all.DefaultNamespaces != nil {
 		t.Errorf("no namespaces should watch all, got %v", all.DefaultNamespaces)
+	}
+}
+
+// TestManagerCacheHoldsOnlyOperatorServices: the headless Services are
+// watched (Owns) through the manager's cache, which must not hold every
+// Service of the cluster.
+func TestManagerCacheHoldsOnlyOperatorServices(t *testing.T) {
+	var sel labels.Selector
+	for obj, by := range CacheOptions(nil).ByObject {
+		if _, ok := obj.(*corev1.Service); ok {
+			sel = by.Label
+		}
+	}
+	if sel == nil {
+		t.Fatal("no label selector for services: the cache would hold every Service in the cluster")
+	}
+	svc := newService(utils.MakeIndexedBatchJob("a", "ns").UID("123").PeerDNS("").Obj())
+	if !sel.Matches(labels.Set(svc.Labels)) {
+		t.Errorf("selector does not match the operator's Service, labelled %v", svc.Labels)
+	}
+	if sel.Matches(labels.Set{"app": "web"}) || sel.Matches(labels.Set{ibjv1.JobNameLabel: "a"}) {
+		t.Error("selector matches Services the operator did not create")
 	}
 }

@@ -5,11 +5,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,13 +42,25 @@ type Reconciler struct {
 	// uids maps a job's namespaced name to the UID its expectations are kept
 	// under, so that they are dropped when the job is found gone.
 	uids sync.Map
+	// apiReader reads from the API server, past the manager's cache, which
+	// holds only the operator's own Services (see ensureService); it is
+	// the manager's API reader once SetupWithManager ran.
+	apiReader client.Reader
+	// takenServices remembers, by job UID, a headless Service name found
+	// taken by a Service the job does not control, for
+	// serviceRecheckInterval.
+	takenServices *utilcache.Expiring
 }
 
 // NewReconciler returns a Reconciler that writes through c, reports events
 // to recorder (nil reports none), reads the time from clk and delays the
 // replacement of failed pods by backoff.
 func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.PassiveClock, backoff Backoff) *Reconciler {
-	return &Reconciler{client: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations()}
+	taken := utilcache.NewExpiring()
+	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
+		taken = utilcache.NewExpiringWithClock(full)
+	}
+	return &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), takenServices: taken}
 }
 
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
@@ -54,7 +69,8 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile reads the job and its pods from the cache, lets syncJob decide,
+// Reconcile reads the job and its pods from the cache, creates the job's
+// headless Service if it asks for one (service.go), lets syncJob decide,
 // then applies the plan (apply.go). A job that is gone or being deleted
 // only has its pods' finalizers released.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
@@ -77,11 +93,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// that write marked failed.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	// A Service the API server refuses is reported in the status; the pods
+	// run all the same, and the error brings a retry.
+	svc, svcErr := r.ensureService(ctx, job)
 	pods, err := r.ownPods(ctx, job)
 	if err != nil {
+		return ctrl.Result{}, errors.Join(svcErr, err)
+	}
+	in := r.syncInput(job, pods)
+	in.service = svc
+	result, err := r.apply(ctx, job, syncJob(in))
+	if err = errors.Join(svcErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.apply(ctx, job, syncJob(r.syncInput(job, pods)))
+	return result, nil
 }
 
 // getJob reads the job from the cache, nil when it is gone. It keeps r.uids
@@ -171,17 +196,21 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*cachedPod) sy
 	}
 }
 
-// SetupWithManager registers the controller: jobs, from the manager's
-// cache, and their pods, from a podSource of its own over the given
-// namespaces (all when empty).
+// SetupWithManager registers the controller: jobs and their headless
+// Services, from the manager's cache (which holds only the operator's
+// Services, see CacheOptions), so that a deleted Service is created again;
+// and their pods, from a podSource of its own over the given namespaces
+// (all when empty).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
 	pods, err := newPodSource(mgr.GetConfig(), namespaces)
 	if err != nil {
 		return err
 	}
 	r.pods = pods
+	r.apiReader = mgr.GetAPIReader()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&ibjv1.IndexedBatchJob{}).
+		Owns(&corev1.Service{}).
 		WatchesRawSource(pods).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("indexedbatchjob").

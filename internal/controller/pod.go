@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
@@ -31,25 +30,19 @@ func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 
 // newPod builds the pod for one index from the job's template: the fixed
 // labels and annotations of SPEC.md, JOB_COMPLETION_INDEX in every container,
-// hostname <job>-<index>, the owner reference and the tracking finalizer.
+// hostname <job>-<index> (in the job's headless Service's subdomain with peer
+// DNS), the owner reference and the tracking finalizer.
 func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	tmpl := job.Spec.Template.DeepCopy()
 	index := strconv.Itoa(int(p.index))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        podName(job, p.index, p.attempt),
-			Namespace:   job.Namespace,
-			Labels:      tmpl.Labels,
-			Annotations: tmpl.Annotations,
-			Finalizers:  []string{ibjv1.TrackingFinalizer},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         ibjv1.GroupVersion.String(),
-				Kind:               "IndexedBatchJob",
-				Name:               job.Name,
-				UID:                job.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
+			Name:            podName(job, p.index, p.attempt),
+			Namespace:       job.Namespace,
+			Labels:          tmpl.Labels,
+			Annotations:     tmpl.Annotations,
+			Finalizers:      []string{ibjv1.TrackingFinalizer},
+			OwnerReferences: []metav1.OwnerReference{controllerRef(job)},
 		},
 		Spec: tmpl.Spec,
 	}
@@ -69,7 +62,7 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.ignored))
 	}
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.index)
-	pod.Spec.Subdomain = tmpl.Spec.Subdomain
+	pod.Spec.Subdomain = podSubdomain(job)
 	for i := range pod.Spec.InitContainers {
 		pod.Spec.InitContainers[i].Env = withIndexEnv(pod.Spec.InitContainers[i].Env, index)
 	}
@@ -77,6 +70,13 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 		pod.Spec.Containers[i].Env = withIndexEnv(pod.Spec.Containers[i].Env, index)
 	}
 	return pod
+}
+
+// controllerRef makes the job the controller of a pod or Service it
+// creates: the garbage collector deletes them with the job, and
+// BlockOwnerDeletion keeps a foreground deletion of the job waiting for them.
+func controllerRef(job *ibjv1.IndexedBatchJob) metav1.OwnerReference {
+	return *metav1.NewControllerRef(job, ibjv1.GroupVersion.WithKind("IndexedBatchJob"))
 }
 
 // withIndexEnv puts JOB_COMPLETION_INDEX first, so that later variables of

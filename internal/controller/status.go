@@ -94,6 +94,22 @@ func setUncounted(st *ibjv1.IndexedBatchJobStatus, succeeded, failed sets.Set[ty
 	st.UncountedTerminatedPods = u
 }
 
+// setPeerDNSReady sets condition PeerDNSReady to what the reconciler found
+// of the headless Service of job jobName (peerDNSCondition), and returns the
+// condition if its status or reason changed, nil otherwise: a Service name
+// taken after a failed create is a change worth an event, though the
+// condition stays False.
+func setPeerDNSReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, jobName string, svc peerService) *metav1.Condition {
+	want := peerDNSCondition(jobName, svc)
+	old := meta.FindStatusCondition(st.Conditions, want.Type)
+	changed := old == nil || old.Status != want.Status || old.Reason != want.Reason
+	setCondition(st, gen, now, want.Type, want.Status, want.Reason, want.Message)
+	if !changed {
+		return nil
+	}
+	return meta.FindStatusCondition(st.Conditions, want.Type)
+}
+
 // setPhase summarises the conditions for `kubectl get`.
 func setPhase(st *ibjv1.IndexedBatchJobStatus) {
 	switch {

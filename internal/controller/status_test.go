@@ -264,3 +264,73 @@ func TestFinishedAtAndPhase(t *testing.T) {
 func cond(typ string, at time.Time) metav1.Condition {
 	return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: "Test", LastTransitionTime: metav1.NewTime(at)}
 }
+
+func TestSetPeerDNSReady(t *testing.T) {
+	earlier := testNow.Add(-time.Hour)
+	condition := func(status metav1.ConditionStatus, reason, message string) func(time.Time, int64) metav1.Condition {
+		return func(at time.Time, gen int64) metav1.Condition {
+			return metav1.Condition{Type: ibjv1.ConditionPeerDNSReady, Status: status, Reason: reason, Message: message,
+				ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(at)}
+		}
+	}
+	ready := condition(metav1.ConditionTrue, ibjv1.ReasonServiceCreated,
+		"Headless service workers resolves the pod of index i as tf-<i>.workers")
+	taken := condition(metav1.ConditionFalse, ibjv1.ReasonServiceNameTaken,
+		"Service workers exists and is not controlled by this job: the operator leaves it unchanged, and tf-<i>.workers resolves "+
+			"only if that Service selects the pods. Delete it, or recreate the job with another network.subdomain")
+	failed := condition(metav1.ConditionFalse, ibjv1.ReasonServiceCreateFailed,
+		`Error creating headless service workers: services "workers" is forbidden: exceeded quota`)
+	resumed := metav1.Condition{Type: ibjv1.ConditionSuspended, Status: metav1.ConditionFalse, Reason: ibjv1.ReasonJobResumed,
+		LastTransitionTime: metav1.NewTime(earlier)}
+	owned := peerService{name: "workers", state: serviceOwned}
+	nameTaken := peerService{name: "workers", state: serviceNameTaken}
+	createFailed := peerService{name: "workers", state: serviceCreateFailed, err: `services "workers" is forbidden: exceeded quota`}
+	cases := []struct {
+		name        string
+		before      []metav1.Condition
+		svc         peerService
+		want        []metav1.Condition
+		wantChanged *metav1.Condition
+	}{
+		{
+			name: "the first Service created turns it True", svc: owned,
+			want: []metav1.Condition{ready(testNow, 2)}, wantChanged: ptr.To(ready(testNow, 2)),
+		},
+		{
+			name:   "still owned: the transition time is kept and nothing is reported",
+			before: []metav1.Condition{ready(earlier, 1)}, svc: owned,
+			want: []metav1.Condition{ready(earlier, 2)},
+		},
+		{
+			name: "a taken name turns it False", svc: nameTaken,
+			want: []metav1.Condition{taken(testNow, 2)}, wantChanged: ptr.To(taken(testNow, 2)),
+		},
+		{
+			name:   "a name still taken is not reported again",
+			before: []metav1.Condition{taken(earlier, 2)}, svc: nameTaken,
+			want: []metav1.Condition{taken(earlier, 2)},
+		},
+		{
+			name:   "a failed create after a taken name is reported though the condition stays False",
+			before: []metav1.Condition{taken(earlier, 2)}, svc: createFailed,
+			want: []metav1.Condition{failed(earlier, 2)}, wantChanged: ptr.To(failed(earlier, 2)),
+		},
+		{
+			name:   "other conditions are left alone",
+			before: []metav1.Condition{resumed}, svc: owned,
+			want: []metav1.Condition{resumed, ready(testNow, 2)}, wantChanged: ptr.To(ready(testNow, 2)),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &ibjv1.IndexedBatchJobStatus{Conditions: tc.before}
+			changed := setPeerDNSReady(st, 2, testNow, "tf", tc.svc)
+			if diff := cmp.Diff(tc.want, st.Conditions); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantChanged, changed); diff != "" {
+				t.Errorf("reported change (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

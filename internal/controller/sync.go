@@ -19,14 +19,18 @@ import (
 const defaultBackoffLimit = 6
 
 // syncInput is what the decision core sees: the job, its pods from the cache
-// (owned by the job), the time, and whether the cache has caught up with this
-// controller's own creates and deletes.
+// (owned by the job), the time, whether the cache has caught up with this
+// controller's own creates and deletes, and what the reconciler found of the
+// job's headless Service.
 type syncInput struct {
 	job                   *ibjv1.IndexedBatchJob
 	pods                  []*cachedPod
 	now                   time.Time
 	backoff               Backoff
 	expectationsSatisfied bool
+	// service is what the reconciler found of the job's headless Service
+	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
+	service peerService
 }
 
 // syncState is one sync's view of its job: what the last status recorded,
@@ -104,6 +108,7 @@ func syncJob(in syncInput) plan {
 	}
 	s.releaseFinalizers()
 	s.decideEnd()
+	s.reportService()
 	s.computeStatus()
 	return s.plan
 }

@@ -122,6 +122,17 @@ func (w *JobWrapper) RetryBackoff(initialDelaySeconds, maxDelaySeconds int32) *J
 	return w
 }
 
+// PeerDNS sets spec.network.enableDNSHostnames, and network.subdomain when
+// subdomain is not empty (the headless Service takes the job's name
+// otherwise).
+func (w *JobWrapper) PeerDNS(subdomain string) *JobWrapper {
+	w.job.Spec.Network = &v1alpha1.Network{EnableDNSHostnames: ptr.To(true)}
+	if subdomain != "" {
+		w.job.Spec.Network.Subdomain = ptr.To(subdomain)
+	}
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *JobWrapper) ManagedBy(controller string) *JobWrapper {
 	w.job.Spec.ManagedBy = ptr.To(controller)

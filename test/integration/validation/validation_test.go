@@ -48,6 +48,11 @@ const (
 	msgIndexesImmutable         = "indexes is immutable"
 	msgRetryBackoffOrder        = "retryBackoff.initialDelaySeconds must be less than or equal to maxDelaySeconds"
 	msgTemplateImmutable        = "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended"
+	msgSubdomainNeedsDNS        = "network.subdomain can only be set when network.enableDNSHostnames is true"
+	msgSubdomainFormat          = "network.subdomain must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+	msgServiceNameFromJobName   = "metadata.name must start with a letter when network.enableDNSHostnames is true and network.subdomain is unset: the name is then the headless Service's, which must be a DNS-1035 label; or set network.subdomain"
+	msgTemplateSubdomain        = "template.spec.subdomain must be unset or equal to the headless Service's name (network.subdomain, or metadata.name when that is unset) when network.enableDNSHostnames is true"
+	msgNetworkImmutable         = "network is immutable"
 )
 
 // Messages the API server writes for the OpenAPI schema's own bounds.
@@ -80,6 +85,14 @@ func job() *utils.JobWrapper {
 // template's scheduling directives may change.
 func suspendedJob() *utils.JobWrapper {
 	return job().Suspend(true)
+}
+
+// withNetwork is job() with spec.network set to n, for the combinations
+// the builder's PeerDNS does not make.
+func withNetwork(n v1alpha1.Network) *v1alpha1.IndexedBatchJob {
+	j := job().Obj()
+	j.Spec.Network = &n
+	return j
 }
 
 // exitCodes returns from, from+1, ..., to.
@@ -232,6 +245,20 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("retryBackoff with the first delay above the cap", job().RetryBackoff(60, 10).Obj(), msgRetryBackoffOrder),
 		Entry("a negative retryBackoff delay", job().RetryBackoff(-1, 10).Obj(), msgNotNegative),
 		Entry("a retryBackoff cap above a day", job().RetryBackoff(1, 86401).Obj(), "should be less than or equal to 86400"),
+		Entry("network.subdomain without enableDNSHostnames", withNetwork(v1alpha1.Network{Subdomain: ptr.To("workers")}), msgSubdomainNeedsDNS),
+		Entry("network.subdomain with enableDNSHostnames false",
+			withNetwork(v1alpha1.Network{EnableDNSHostnames: ptr.To(false), Subdomain: ptr.To("workers")}), msgSubdomainNeedsDNS),
+		Entry("a network.subdomain starting with a digit", job().PeerDNS("1workers").Obj(), msgSubdomainFormat),
+		Entry("a network.subdomain with a dot", job().PeerDNS("workers.ml").Obj(), msgSubdomainFormat),
+		Entry("a network.subdomain with capitals", job().PeerDNS("Workers").Obj(), msgSubdomainFormat),
+		Entry("a network.subdomain ending with '-'", job().PeerDNS("workers-").Obj(), msgSubdomainFormat),
+		Entry("a network.subdomain of 64 characters", job().PeerDNS(nameOfLength(64)).Obj(), msgAtMost63Bytes),
+		Entry("an empty network.subdomain", withNetwork(v1alpha1.Network{EnableDNSHostnames: ptr.To(true), Subdomain: ptr.To("")}),
+			"should be at least 1 chars long"),
+		Entry("peer DNS named after a job whose name starts with a digit", job().Name("1job").PeerDNS("").Obj(), msgServiceNameFromJobName),
+		Entry("peer DNS with a template subdomain other than network.subdomain",
+			job().PeerDNS("workers").Subdomain("mine").Obj(), msgTemplateSubdomain),
+		Entry("peer DNS with a template subdomain other than the job's name", job().PeerDNS("").Subdomain("mine").Obj(), msgTemplateSubdomain),
 		Entry("a descending succeededIndexes range", job().SuccessPolicy(utils.SucceededIndexes("3-1")).Obj(), msgSucceededIndexesOrder),
 		Entry("a succeededIndexes range from an index to itself", job().SuccessPolicy(utils.SucceededIndexes("2-2")).Obj(), msgSucceededIndexesOrder),
 		Entry("unsorted succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("3,1")).Obj(), msgSucceededIndexesOrder),
@@ -302,6 +329,14 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			j.Spec.RetryBackoff = &v1alpha1.RetryBackoff{MaxDelaySeconds: ptr.To[int32](60)}
 			return j
 		}()),
+		Entry("peer DNS named after the job", job().PeerDNS("").Obj()),
+		Entry("peer DNS with network.subdomain", job().PeerDNS("workers").Obj()),
+		Entry("peer DNS with a 63-character network.subdomain", job().PeerDNS(nameOfLength(63)).Obj()),
+		Entry("peer DNS with network.subdomain for a job whose name starts with a digit", job().Name("1job").PeerDNS("workers").Obj()),
+		Entry("peer DNS with the template subdomain equal to network.subdomain", job().PeerDNS("workers").Subdomain("workers").Obj()),
+		Entry("peer DNS with the template subdomain equal to the job's name", job().PeerDNS("").Subdomain("job").Obj()),
+		Entry("network with enableDNSHostnames false", withNetwork(v1alpha1.Network{EnableDNSHostnames: ptr.To(false)})),
+		Entry("a template subdomain without peer DNS", job().Subdomain("mine").Obj()),
 		Entry("managedBy naming this operator", job().ManagedBy(v1alpha1.ControllerName).Obj()),
 		Entry("managedBy naming MultiKueue", job().ManagedBy("kueue.x-k8s.io/multikueue").Obj()),
 		Entry("managedBy of exactly 63 characters", job().ManagedBy("example.com/"+strings.Repeat("c", 51)).Obj()),
@@ -330,6 +365,16 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Indexes = ptr.To("2") }, msgIndexesImmutable),
 		Entry("setting indexes", job().Completions(4).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Indexes = ptr.To("2") }, msgIndexesImmutable),
+		Entry("enabling peer DNS", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Network = &v1alpha1.Network{EnableDNSHostnames: ptr.To(true)}
+			}, msgNetworkImmutable),
+		Entry("disabling peer DNS", job().PeerDNS("").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Network.EnableDNSHostnames = ptr.To(false) }, msgNetworkImmutable),
+		Entry("removing network", job().PeerDNS("").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Network = nil }, msgNetworkImmutable),
+		Entry("of network.subdomain", job().PeerDNS("workers").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Network.Subdomain = ptr.To("trainers") }, msgNetworkImmutable),
 		Entry("of managedBy", job().ManagedBy("example.com/a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
 		Entry("setting managedBy", job().Obj(),
@@ -407,6 +452,8 @@ var _ = Describe("IndexedBatchJob admission", func() {
 				j.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
 			}),
 		Entry("of parallelism", job().Parallelism(2).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](3) }),
+		Entry("of parallelism of a job with peer DNS, network unchanged", job().PeerDNS("workers").Parallelism(2).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](3) }),
 		Entry("suspending the job", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Suspend = ptr.To(true) }),
