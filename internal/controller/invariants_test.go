@@ -1,49 +1,87 @@
 package controller
 
 import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
-// cluster plays the API server, the kubelet and the reconciler's apply step
-// around the pure core: every sync hands syncJob a copy of the job and its
-// pods, then applies the plan in the reconciler's order (deletes, creates,
-// status write, finalizer removals, discards). It keeps a ledger of what
-// the controller must count and checks the invariants of SPEC.md after
-// every step.
+// cluster plays the API server (a controller-runtime fake client) and the
+// kubelet around the controller: every sync fills the reconciler's pod
+// cache with the pods the API server holds, runs syncJob and hands the plan
+// to the reconciler's own apply, whose writes pass an interceptor that
+// injects faults and checks each write as it lands. It keeps a ledger of
+// what the controller must count and checks the invariants of SPEC.md
+// after every step.
 type cluster struct {
-	t       testing.TB
-	job     *ibjv1.IndexedBatchJob
-	pods    []*corev1.Pod // in creation order
-	seen    []*corev1.Pod // the pods as the last sync saw them
+	t testing.TB
+	// api is the API server, written directly by the kubelet and the users;
+	// the reconciler writes through an interceptor around it.
+	api   client.WithWatch
+	r     *Reconciler
+	cache *podSource // r.pods, filled with c.pods before every sync
+	clock *testingclock.FakePassiveClock
+
+	job     *ibjv1.IndexedBatchJob // as the API server holds it
+	pods    []*corev1.Pod          // as the API server holds them, in creation order
+	seen    []*corev1.Pod          // the pods as the last sync saw them
 	now     time.Time
 	backoff Backoff
 	uids    int
 
 	jobDeleted bool
 	// crashAt stops the next apply after that step (1 deletes, 2 creates,
-	// 3 status write, 4 finalizer removals), as a controller restart would;
-	// the following sync starts from the last written status.
+	// 3 status write, 4 finalizer removals), as a controller restart would:
+	// every later write fails, and the following sync runs in a new
+	// reconciler from what reached the API server.
 	crashAt int
+	// fault, if set, is the fault of the next apply (crashAt is one kind).
+	fault *writeFault
 	// lagging makes the next sync see unsatisfied expectations.
 	lagging bool
 	// ignores is the oracle of the failure policy's Ignore rules.
 	ignores func(*corev1.Pod) bool
+
+	// applying is the apply under way, for the interceptor.
+	applying *applying
+	// mu guards what the interceptor's hooks change: apply writes from
+	// several goroutines.
+	mu sync.Mutex
+	// order numbers the pods in creation order; deletedAt is when each
+	// deleted pod was deleted, by the cluster's clock.
+	order     map[types.UID]int
+	deletedAt map[types.UID]time.Time
 
 	// The ledger. recordedSucc/recordedFail: every UID ever written to
 	// uncountedTerminatedPods. mustCount: pods the sim saw end (succeeded,
@@ -58,6 +96,25 @@ type cluster struct {
 	stripped sets.Set[int32]
 }
 
+// kubeletFinalizer stands for the kubelet's part in a graceful deletion.
+// The API server keeps a deleted pod until its kubelet has stopped it; the
+// fake client deletes an object without finalizers at once. Every pod gets
+// this finalizer when it is created, and kubelet() removes it.
+const kubeletFinalizer = "test.indexedjob.dev/kubelet"
+
+// simScheme and simDecoder serve every cluster's fake client.
+var (
+	simScheme = sync.OnceValue(func() *runtime.Scheme {
+		s := runtime.NewScheme()
+		utilruntime.Must(corev1.AddToScheme(s))
+		utilruntime.Must(ibjv1.AddToScheme(s))
+		return s
+	})
+	simDecoder = sync.OnceValue(func() runtime.Decoder {
+		return serializer.NewCodecFactory(simScheme()).UniversalDecoder()
+	})
+)
+
 func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 	if job.UID == "" {
 		job.UID = "job-uid"
@@ -67,6 +124,9 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 	}
 	c := &cluster{
 		t: t, job: job, now: testNow, backoff: DefaultBackoff,
+		clock:        testingclock.NewFakePassiveClock(testNow),
+		order:        map[types.UID]int{},
+		deletedAt:    map[types.UID]time.Time{},
 		recordedSucc: sets.New[types.UID](), recordedFail: sets.New[types.UID](),
 		mustCount: map[types.UID]bool{}, indexOfUID: map[types.UID]int32{},
 		stripped: sets.New[int32](),
@@ -74,7 +134,32 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 	c.ignores = func(pod *corev1.Pod) bool {
 		return matchFailurePolicy(c.job.Spec.PodFailurePolicy, newCachedPod(pod)).action == batchv1.PodFailurePolicyActionIgnore
 	}
+	// A plain object tracker: the default one keeps managedFields, which
+	// costs milliseconds a write and nothing here reads.
+	c.api = fake.NewClientBuilder().WithScheme(simScheme()).
+		WithObjectTracker(clienttesting.NewObjectTracker(simScheme(), simDecoder())).
+		WithStatusSubresource(&ibjv1.IndexedBatchJob{}).
+		Build()
+	// The pod cache is never started: every sync fills it.
+	cache, err := newPodSource(&rest.Config{Host: "http://api.invalid"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cache = cache
+	c.r = c.newReconciler()
+	if err := c.api.Create(context.Background(), job.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	c.readJob()
 	return c
+}
+
+// newReconciler is the controller process; a crash starts a new one, with
+// expectations that know nothing of the old one's writes.
+func (c *cluster) newReconciler() *Reconciler {
+	r := NewReconciler(interceptor.NewClient(c.api, c.interceptors()), nil, c.clock, c.backoff)
+	r.pods = c.cache
+	return r
 }
 
 func (c *cluster) errorf(format string, args ...any) {
@@ -98,13 +183,51 @@ func (c *cluster) dump() string {
 	return b.String()
 }
 
-// add puts a pod in the cluster as is (a test's starting state).
-func (c *cluster) add(pods ...*corev1.Pod) {
-	for _, p := range pods {
-		c.pods = append(c.pods, p)
-		ix, _ := parseIndex(p)
-		c.indexOfUID[p.UID] = ix
+// readJob takes the job from the API server into c.job, or notes that it
+// is gone.
+func (c *cluster) readJob() {
+	c.t.Helper()
+	job := &ibjv1.IndexedBatchJob{}
+	switch err := c.api.Get(context.Background(), client.ObjectKeyFromObject(c.job), job); {
+	case apierrors.IsNotFound(err):
+		c.jobDeleted = true
+	case err != nil:
+		c.t.Fatalf("reading the job: %v", err)
+	default:
+		c.job = job
 	}
+}
+
+// reload takes the named pod from the API server into c.pods, or drops it
+// from there if it is gone. c.pods is replaced, not changed, so that a loop
+// over it is not disturbed.
+func (c *cluster) reload(name string) {
+	c.t.Helper()
+	i := slices.IndexFunc(c.pods, func(p *corev1.Pod) bool { return p.Name == name })
+	pod := &corev1.Pod{}
+	switch err := c.api.Get(context.Background(), client.ObjectKey{Namespace: c.job.Namespace, Name: name}, pod); {
+	case apierrors.IsNotFound(err):
+		if i >= 0 {
+			c.pods = slices.Concat(c.pods[:i], c.pods[i+1:])
+		}
+	case err != nil:
+		c.t.Fatalf("reading pod %s: %v", name, err)
+	case i >= 0:
+		c.pods = slices.Clone(c.pods)
+		c.pods[i] = c.restamp(pod)
+	default:
+		c.pods = append(slices.Clone(c.pods), c.restamp(pod))
+		slices.SortFunc(c.pods, func(a, b *corev1.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
+	}
+}
+
+// restamp gives a deleted pod the cluster's time of its deletion: the fake
+// client stamps a deletion with the wall clock.
+func (c *cluster) restamp(p *corev1.Pod) *corev1.Pod {
+	if at, ok := c.deletedAt[p.UID]; ok && p.DeletionTimestamp != nil {
+		p.DeletionTimestamp = &metav1.Time{Time: at}
+	}
+	return p
 }
 
 func (c *cluster) pod(uid types.UID) *corev1.Pod {
@@ -161,153 +284,497 @@ func (c *cluster) observe(p *corev1.Pod) {
 	}
 }
 
-// The kubelet and the users.
+// The kubelet and the users. They act on the pod with p's UID as the API
+// server holds it, if it is still there.
 
-func (c *cluster) succeed(p *corev1.Pod) {
-	if p == nil || isFinished(newCachedPod(p)) {
-		return
+// update writes the pod as changed by change: its status as the kubelet
+// does, or else the object.
+func (c *cluster) update(p *corev1.Pod, status bool, change func(*corev1.Pod)) {
+	c.t.Helper()
+	ctx := context.Background()
+	live := &corev1.Pod{}
+	if err := c.api.Get(ctx, client.ObjectKeyFromObject(p), live); err != nil {
+		c.t.Fatalf("reading pod %s: %v", p.Name, err)
 	}
-	p.Status.Phase = corev1.PodSucceeded
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("main", 0, c.now)}
-	c.observe(p)
+	change(live)
+	var err error
+	if status {
+		err = c.api.Status().Update(ctx, live)
+	} else {
+		err = c.api.Update(ctx, live)
+	}
+	if err != nil {
+		c.t.Fatalf("updating pod %s: %v", p.Name, err)
+	}
 }
 
-func (c *cluster) fail(p *corev1.Pod, code int32, disruption bool) {
-	if p == nil || isFinished(newCachedPod(p)) {
+// unfinished is the pod with p's UID if it is there and has not finished.
+func (c *cluster) unfinished(p *corev1.Pod) *corev1.Pod {
+	if p == nil {
+		return nil
+	}
+	if live := c.pod(p.UID); live != nil && !isFinished(newCachedPod(live)) {
+		return live
+	}
+	return nil
+}
+
+// end lets the kubelet end the pod, its containers terminated now.
+func (c *cluster) end(p *corev1.Pod, phase corev1.PodPhase, code int32, disruption bool) {
+	c.t.Helper()
+	live := c.unfinished(p)
+	if live == nil {
 		return
 	}
-	p.Status.Phase = corev1.PodFailed
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("main", code, c.now)}
-	if disruption {
-		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
-			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(c.now),
-		})
-	}
-	c.observe(p)
+	c.update(live, true, func(pod *corev1.Pod) {
+		pod.Status.Phase = phase
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("main", code, c.now)}
+		if disruption {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+				Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(c.now),
+			})
+		}
+	})
+	c.reload(live.Name)
+	c.observe(c.pod(live.UID))
+}
+
+func (c *cluster) succeed(p *corev1.Pod) { c.end(p, corev1.PodSucceeded, 0, false) }
+
+func (c *cluster) fail(p *corev1.Pod, code int32, disruption bool) {
+	c.end(p, corev1.PodFailed, code, disruption)
 }
 
 // remove is a delete call: the pod gets its deletion timestamp.
 func (c *cluster) remove(p *corev1.Pod) {
-	if p == nil || p.DeletionTimestamp != nil {
+	c.t.Helper()
+	if p == nil {
 		return
 	}
-	p.DeletionTimestamp = &metav1.Time{Time: c.now}
-	c.observe(p)
+	live := c.pod(p.UID)
+	if live == nil || live.DeletionTimestamp != nil {
+		return
+	}
+	if err := c.api.Delete(context.Background(), live); err != nil {
+		c.t.Fatalf("deleting pod %s: %v", live.Name, err)
+	}
+	c.deleted(live.Name)
+	c.reload(live.Name)
 }
 
-// kubelet lets every deleted pod without finalizers go.
+// deleted notes the deletion of the named pod, now, and the end it may be.
+func (c *cluster) deleted(name string) {
+	pod := &corev1.Pod{}
+	if err := c.api.Get(context.Background(), client.ObjectKey{Namespace: c.job.Namespace, Name: name}, pod); err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.deletedAt[pod.UID]; !ok {
+		c.deletedAt[pod.UID] = c.now
+	}
+	c.observe(c.restamp(pod))
+}
+
+// kubelet lets every deleted pod without the tracking finalizer go.
 func (c *cluster) kubelet() {
-	c.pods = slices.DeleteFunc(c.pods, func(p *corev1.Pod) bool {
-		return p.DeletionTimestamp != nil && len(p.Finalizers) == 0
-	})
+	c.t.Helper()
+	for _, p := range c.pods {
+		if p.DeletionTimestamp != nil && slices.Equal(p.Finalizers, []string{kubeletFinalizer}) {
+			c.update(p, false, func(pod *corev1.Pod) { pod.Finalizers = nil })
+			c.reload(p.Name)
+		}
+	}
 }
 
 func (c *cluster) advance(d time.Duration) { c.now = c.now.Add(d) }
 
 func (c *cluster) setSuspend(suspend bool) {
-	c.job.Spec.Suspend = ptr.To(suspend)
-	c.job.Generation++
+	c.t.Helper()
+	job := c.job.DeepCopy()
+	job.Spec.Suspend = ptr.To(suspend)
+	job.Generation++
+	if err := c.api.Update(context.Background(), job); err != nil {
+		c.t.Fatalf("suspending the job: %v", err)
+	}
+	c.job = job
 }
 
-// sync runs the core once and applies its plan.
+// sync runs the controller once: it puts the job's pods into the pod cache,
+// as the informer's transform would, lets syncJob decide, and applies the
+// plan with the reconciler's apply. c.job and c.pods are what the API
+// server holds: whoever writes reads back what it wrote, the kubelet and
+// the users at once, the controller after its apply. (A list of the pods
+// before each sync would read nothing new, at half the fuzzer's speed.)
 func (c *cluster) sync() plan {
 	c.t.Helper()
 	if c.jobDeleted {
 		return plan{}
 	}
-	in := syncInput{
-		job:                   c.job.DeepCopy(),
-		now:                   c.now,
-		backoff:               c.backoff,
-		expectationsSatisfied: !c.lagging,
+	ctx := log.IntoContext(context.Background(), logr.Discard())
+	cached := make([]any, len(c.pods))
+	for i, p := range c.pods {
+		cached[i] = newCachedPod(p)
 	}
-	c.seen = c.seen[:0]
-	for _, p := range c.pods {
-		seen := p.DeepCopy()
-		c.seen = append(c.seen, seen)
-		in.pods = append(in.pods, newCachedPod(seen))
+	if err := c.cache.informers[metav1.NamespaceAll].GetIndexer().Replace(cached, ""); err != nil {
+		c.t.Fatal(err)
 	}
-	c.lagging = false
-	crashAt := c.crashAt
-	c.crashAt = 0
+	c.seen = c.pods
+	c.clock.SetTime(c.now)
+	c.r.backoff = c.backoff
+	job := c.job.DeepCopy()
+	pods, err := c.r.ownPods(ctx, job)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// The cache lists in no order; creation order keeps a run repeatable.
+	slices.SortFunc(pods, func(a, b *cachedPod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
+	in := c.r.syncInput(job, pods)
+	in.expectationsSatisfied = in.expectationsSatisfied && !c.lagging
+	fault := c.fault
+	if c.crashAt > 0 {
+		fault = &writeFault{step: c.crashAt + 1, crash: true}
+	}
+	c.lagging, c.crashAt, c.fault = false, 0, nil
 
 	p := syncJob(in)
 	c.checkPlan(in, p)
-	c.apply(in, p, crashAt)
+	a := newApplying(in, p, fault, c.seen)
+	c.applying = a
+	_, err = c.r.apply(ctx, job, p)
+	c.applying = nil
+	switch refused := a.refusedIn(stepDelete, stepDiscard); {
+	case refused == 0 && err != nil:
+		c.errorf("apply failed: %v", err)
+	case refused > 0 && err == nil:
+		c.errorf("%d writes failed, but apply reported no error (nothing would retry them)", refused)
+	}
+	c.uids += len(p.create)
+	if fault != nil && fault.crash {
+		c.r = c.newReconciler()
+	}
+	c.readJob()
+	for _, name := range sets.List(a.written) {
+		c.reload(name)
+	}
 	c.checkState(p)
+	if !IsFinished(in.job) && a.refusedIn(stepDelete, stepDelete)+a.refusedIn(stepStatus, stepStatus) == 0 {
+		c.checkActive()
+	}
 	return p
 }
 
-// apply is the reconciler's apply, against the simulated API server.
-func (c *cluster) apply(in syncInput, p plan, crashAt int) {
+// checkActive checks that the status counts the active pods on the API
+// server, once every delete of the sync and its status write went through
+// (a failed create is taken off the count).
+func (c *cluster) checkActive() {
 	c.t.Helper()
-	if p.deleteJob {
-		c.jobDeleted = true
-		return
-	}
-	for _, d := range p.delete {
-		pod := c.pod(d.pod.UID)
-		if pod == nil {
-			c.errorf("deleting pod %s that is gone", d.pod.Name)
-			continue
-		}
-		if d.stripFinalizer && hasTrackingFinalizer(newCachedPod(pod)) {
-			pod.Finalizers = nil
-			pod.Annotations[discardedAnnotation] = "true"
-			c.stripped.Insert(c.indexOfUID[pod.UID])
-		}
-		c.remove(pod)
-	}
-	if crashAt == 1 {
-		return
-	}
-	for _, pc := range p.create {
-		pod := newPod(c.job, pc)
-		for _, other := range c.pods {
-			if other.Name == pod.Name {
-				c.errorf("created pod %s, which exists (attempt numbers repeat)", pod.Name)
-			}
-		}
-		c.uids++
-		pod.UID = types.UID(fmt.Sprintf("u%03d", c.uids))
-		pod.CreationTimestamp = metav1.NewTime(c.now)
-		pod.Status.Phase = corev1.PodPending
-		c.add(pod)
-	}
-	if crashAt == 2 {
-		return
-	}
-	if !equality.Semantic.DeepEqual(c.job.Status, p.status) {
-		c.writeStatus(in, p.status)
-	}
-	if crashAt == 3 {
-		return
-	}
-	for _, pod := range p.removeFinalizer {
-		if !IsFinished(in.job) && !c.recordedSucc.Has(pod.UID) && !c.recordedFail.Has(pod.UID) &&
-			!(pod.phase == corev1.PodFailed && c.ignores(c.pod(pod.UID))) {
-			c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", pod.Name, pod.phase)
-		}
-		if live := c.pod(pod.UID); live != nil {
-			live.Finalizers = nil
+	active := 0
+	for _, p := range c.pods {
+		if isActive(newCachedPod(p)) {
+			active++
 		}
 	}
-	if crashAt == 4 {
-		return
-	}
-	for _, pod := range p.discard {
-		if live := c.pod(pod.UID); live != nil {
-			live.Finalizers = nil
-			live.Annotations[discardedAnnotation] = "true"
-		}
+	if int(c.job.Status.Active) != active {
+		c.errorf("status says %d active pods, the API server holds %d", c.job.Status.Active, active)
 	}
 }
 
-// writeStatus is the status update; it checks what a status may say.
-func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
+// The steps of apply, in its order, as a writeFault names them.
+const (
+	stepDelete = 1 + iota
+	stepCreate
+	stepStatus
+	stepRelease
+	stepDiscard
+)
+
+// writeFault is what goes wrong in one apply. The writes are ordered by
+// step, and within a step by the plan's order of their pods (a deletion
+// is two writes when it strips the finalizer first: its patch, then its
+// delete); the interceptor knows a write's place from the pod it names, so
+// a fault strikes the same writes however apply's goroutines interleave.
+type writeFault struct {
+	step int // the first step whose writes fail
+	// within is how many writes of that step still pass.
+	within int
+	// crash: every write after the fault fails too, and the next sync runs
+	// in a new reconciler. Else it is an outage of that step only, and the
+	// reconciler lives on.
+	crash bool
+}
+
+// faultOf decodes a fault from one byte. 0…3 crash after step 1…4, as
+// crashAt does; 4 crashes before the first write.
+func faultOf(b byte) *writeFault {
+	return &writeFault{step: int(b+1)%5 + 1, within: int(b / 5 % 4), crash: b/20%2 == 0}
+}
+
+// allows tells whether the write at place pos of step reaches the server.
+func (f *writeFault) allows(step, pos int) bool {
+	switch {
+	case f == nil || step < f.step:
+		return true
+	case step > f.step:
+		return !f.crash
+	default:
+		return pos < f.within
+	}
+}
+
+// applying is what the interceptor knows of the apply under way: the plan,
+// the places of its pods' writes, and the fault.
+type applying struct {
+	in    syncInput
+	plan  plan
+	fault *writeFault
+	// whole: every write passes, and none is placed (a plan that deletes
+	// the job, whose writes are not apply's steps).
+	whole bool
+	// seen are the pods as the sync saw them, by name; written are those
+	// of them a write changed, and the pods it created.
+	seen    map[string]*corev1.Pod
+	written sets.Set[string]
+	// The place of each pod in the plan's lists, by name; strips are the
+	// deletions that strip the finalizer first.
+	deletes, creates, releases, discards map[string]int
+	strips                               sets.Set[string]
+	// refused counts the writes the fault struck, by step.
+	refused [stepDiscard + 1]atomic.Int32
+}
+
+func newApplying(in syncInput, p plan, fault *writeFault, seen []*corev1.Pod) *applying {
+	a := &applying{
+		in: in, plan: p, fault: fault, seen: map[string]*corev1.Pod{}, written: sets.New[string](),
+		deletes: map[string]int{}, creates: map[string]int{}, releases: map[string]int{}, discards: map[string]int{},
+		strips: sets.New[string](), whole: p.deleteJob,
+	}
+	for _, pod := range seen {
+		a.seen[pod.Name] = pod
+	}
+	for i, d := range p.delete {
+		a.deletes[d.pod.Name] = 2 * i
+		if d.stripFinalizer {
+			a.strips.Insert(d.pod.Name)
+		}
+	}
+	for i, pc := range p.create {
+		a.creates[podName(in.job, pc.index, pc.attempt)] = i
+	}
+	for i, pod := range p.removeFinalizer {
+		a.releases[pod.Name] = i
+	}
+	for i, pod := range p.discard {
+		a.discards[pod.Name] = i
+	}
+	return a
+}
+
+// refusedIn is how many writes of the steps from..to the fault struck.
+func (a *applying) refusedIn(from, to int) int {
+	n := 0
+	for step := from; step <= to; step++ {
+		n += int(a.refused[step].Load())
+	}
+	return n
+}
+
+// refuse returns the error of a write the fault strikes, nil for one that
+// may reach the server.
+func (a *applying) refuse(step, pos int) error {
+	if a.whole || a.fault.allows(step, pos) {
+		return nil
+	}
+	a.refused[step].Add(1)
+	if a.fault.crash {
+		return errors.New("injected: the controller died before this write")
+	}
+	return apierrors.NewServiceUnavailable("injected outage")
+}
+
+// interceptors sit between the reconciler and the API server.
+func (c *cluster) interceptors() interceptor.Funcs {
+	return interceptor.Funcs{
+		Create:            c.createPod,
+		Delete:            c.deletePod,
+		Patch:             c.patchPod,
+		SubResourceUpdate: c.updateStatus,
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			c.errorf("apply updated %T %s; it only patches pods and updates the job's status", obj, obj.GetName())
+			return cl.Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			c.errorf("apply patched %s of %T %s; the status is written with an update", sub, obj, obj.GetName())
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// current is the apply under way. A write outside one is an error (there
+// are no foreign pods to release), and passes unplaced and unchecked.
+func (c *cluster) current(verb string, obj client.Object) *applying {
+	if c.applying == nil {
+		c.errorf("%s %T %s outside apply", verb, obj, obj.GetName())
+		a := newApplying(syncInput{job: c.job}, plan{}, nil, nil)
+		a.whole = true
+		return a
+	}
+	return c.applying
+}
+
+// createPod is what the API server does on a pod create: it gives the pod
+// a UID, stamps the creation, sets the phase Pending (and the kubelet's
+// finalizer), and refuses a name that exists.
+func (c *cluster) createPod(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	a := c.current("create", obj)
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		c.errorf("apply created %T %s", obj, obj.GetName())
+		return cl.Create(ctx, obj, opts...)
+	}
+	pos, planned := a.creates[pod.Name]
+	if !planned && !a.whole {
+		c.errorf("created pod %s, which the plan does not create", pod.Name)
+	}
+	if err := a.refuse(stepCreate, pos); err != nil {
+		return err
+	}
+	seq := c.uids + pos + 1
+	pod.UID = types.UID(fmt.Sprintf("u%03d", seq))
+	pod.CreationTimestamp = metav1.NewTime(c.now)
+	pod.Finalizers = append(pod.Finalizers, kubeletFinalizer)
+	pod.Status.Phase = corev1.PodPending
+	err := cl.Create(ctx, pod, opts...)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		c.errorf("created pod %s, which exists (attempt numbers repeat)", pod.Name)
+	case err == nil:
+		ix, _ := parseIndex(pod)
+		c.mu.Lock()
+		c.order[pod.UID], c.indexOfUID[pod.UID] = seq, ix
+		a.written.Insert(pod.Name)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// deletePod deletes a pod (or, for a plan that deletes it, the job).
+func (c *cluster) deletePod(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+	a := c.current("delete", obj)
+	if _, isJob := obj.(*ibjv1.IndexedBatchJob); isJob {
+		if !a.plan.deleteJob {
+			c.errorf("deleted the job, which the plan does not")
+		}
+		return cl.Delete(ctx, obj, opts...)
+	}
+	pos, planned := a.deletes[obj.GetName()]
+	if !planned && !a.whole {
+		c.errorf("deleted pod %s, which the plan does not delete", obj.GetName())
+	}
+	if err := a.refuse(stepDelete, pos+1); err != nil {
+		return err
+	}
+	err := cl.Delete(ctx, obj, opts...)
+	switch {
+	case apierrors.IsNotFound(err):
+		c.errorf("deleting pod %s that is gone", obj.GetName())
+	case err == nil:
+		c.deleted(obj.GetName())
+		c.mu.Lock()
+		a.written.Insert(obj.GetName())
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// patchPod lets a finalizer patch through, then checks what it did.
+func (c *cluster) patchPod(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	a := c.current("patch", obj)
+	name := obj.GetName()
+	data, err := patch.Data(obj)
+	if err != nil {
+		return err
+	}
+	var step, pos int
+	planned := true
+	switch discard := bytes.Contains(data, []byte(discardedAnnotation)); {
+	case discard && a.strips.Has(name):
+		step, pos = stepDelete, a.deletes[name]
+	case discard:
+		step = stepDiscard
+		pos, planned = a.discards[name]
+	default:
+		step = stepRelease
+		pos, planned = a.releases[name]
+	}
+	if !planned && !a.whole {
+		c.errorf("patched pod %s, which the plan does not release", name)
+	}
+	if err := a.refuse(step, pos); err != nil {
+		return err
+	}
+	if err := cl.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	a.written.Insert(name)
+	c.mu.Unlock()
+	if before := a.seen[name]; before != nil {
+		c.checkRelease(a, before, obj)
+	}
+	return nil
+}
+
+// updateStatus lets a status write through, then checks what it says.
+func (c *cluster) updateStatus(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	a := c.current("update "+sub, obj)
+	job, ok := obj.(*ibjv1.IndexedBatchJob)
+	if !ok || sub != "status" {
+		c.errorf("apply updated %s of %T %s", sub, obj, obj.GetName())
+		return cl.SubResource(sub).Update(ctx, obj, opts...)
+	}
+	if err := a.refuse(stepStatus, 0); err != nil {
+		return err
+	}
+	if err := cl.SubResource(sub).Update(ctx, obj, opts...); err != nil {
+		return err
+	}
+	c.checkStatus(a.in, job.Status)
+	return nil
+}
+
+// checkRelease checks a patch of a pod (before is the pod as the sync saw
+// it) that took its tracking finalizer away: only that finalizer goes, and
+// a pod whose end counts goes only once the status holds its result.
+func (c *cluster) checkRelease(a *applying, before *corev1.Pod, after client.Object) {
+	if slices.Contains(before.Finalizers, kubeletFinalizer) && !slices.Contains(after.GetFinalizers(), kubeletFinalizer) {
+		c.errorf("the patch of pod %s removed another finalizer: %v -> %v", before.Name, before.Finalizers, after.GetFinalizers())
+	}
+	if !slices.Contains(before.Finalizers, ibjv1.TrackingFinalizer) || slices.Contains(after.GetFinalizers(), ibjv1.TrackingFinalizer) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, discarded := after.GetAnnotations()[discardedAnnotation]; discarded {
+		if a.strips.Has(before.Name) {
+			c.stripped.Insert(c.indexOfUID[before.UID])
+		}
+		return
+	}
+	if !IsFinished(a.in.job) && !c.recordedSucc.Has(before.UID) && !c.recordedFail.Has(before.UID) &&
+		!(before.Status.Phase == corev1.PodFailed && c.ignores(before)) {
+		c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", before.Name, before.Status.Phase)
+	}
+}
+
+// checkStatus checks a status the controller wrote, and notes in the
+// ledger the results it records.
+func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	c.t.Helper()
-	before := c.job.Status
-	c.job.Status = *st.DeepCopy()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	job := in.job
+	before := job.Status
 	failing := isTrue(&st, ibjv1.ConditionFailureTarget)
 
 	var uSucc, uFail []types.UID
@@ -354,7 +821,7 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 			c.errorf("succeeded pod %s recorded as failed", p.Name)
 		case failing:
 			// Once the job fails, its unfinished pods count as failed.
-		case p.DeletionTimestamp != nil && !onlyReplaceFailed(c.job):
+		case p.DeletionTimestamp != nil && !onlyReplaceFailed(job):
 			// Replaced as soon as terminating: counted failed at once.
 		default:
 			c.errorf("unfinished pod %s recorded as failed", p.Name)
@@ -373,15 +840,15 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		c.errorf("a counter went down: succeeded %d -> %d, failed %d -> %d", before.Succeeded, st.Succeeded, before.Failed, st.Failed)
 	}
 
-	completed, err1 := indexset.Parse(st.CompletedIndexes, c.job.Spec.Completions)
-	failed, err2 := indexset.Parse(ptr.Deref(st.FailedIndexes, ""), c.job.Spec.Completions)
+	completed, err1 := indexset.Parse(st.CompletedIndexes, job.Spec.Completions)
+	failed, err2 := indexset.Parse(ptr.Deref(st.FailedIndexes, ""), job.Spec.Completions)
 	if err1 != nil || err2 != nil {
 		c.errorf("unreadable index sets: %v, %v", err1, err2)
 	}
 	if completed.CountIn(failed) != 0 {
 		c.errorf("completedIndexes %q and failedIndexes %q overlap", st.CompletedIndexes, *st.FailedIndexes)
 	}
-	if st.FailedIndexes != nil && c.job.Spec.BackoffLimitPerIndex == nil {
+	if st.FailedIndexes != nil && job.Spec.BackoffLimitPerIndex == nil {
 		c.errorf("failedIndexes set without backoffLimitPerIndex")
 	}
 	for _, typ := range []string{ibjv1.ConditionComplete, ibjv1.ConditionFailed} {
@@ -392,16 +859,12 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 			c.errorf("%s while pods are uncounted", typ)
 		}
 		if !isTrue(&before, typ) {
-			for _, p := range c.pods {
-				if !isFinished(newCachedPod(p)) {
-					c.errorf("%s while pod %s has not finished (terminating=%v)", typ, p.Name, p.DeletionTimestamp != nil)
-				}
-			}
+			c.checkAllFinished(typ)
 		}
 		// A job that is not suspended has started. (Suspend clears
 		// startTime, so a job that ends while suspended, when a pod that
 		// was already terminating fails, has none.)
-		if st.StartTime == nil && !isTrue(&before, typ) && !ptr.Deref(c.job.Spec.Suspend, false) {
+		if st.StartTime == nil && !isTrue(&before, typ) && !ptr.Deref(job.Spec.Suspend, false) {
 			c.errorf("%s without startTime", typ)
 		}
 		if st.Active != 0 {
@@ -416,6 +879,20 @@ func (c *cluster) writeStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	}
 	if isTrue(&st, ibjv1.ConditionFailureTarget) && isTrue(&st, ibjv1.ConditionSuccessCriteriaMet) {
 		c.errorf("both FailureTarget and SuccessCriteriaMet")
+	}
+}
+
+// checkAllFinished checks that the job ends (typ) with no pod of it on the
+// API server still running.
+func (c *cluster) checkAllFinished(typ string) {
+	list := &corev1.PodList{}
+	if err := c.api.List(context.Background(), list, client.InNamespace(c.job.Namespace)); err != nil {
+		c.errorf("listing pods: %v", err)
+	}
+	for i := range list.Items {
+		if p := &list.Items[i]; !isFinished(newCachedPod(p)) {
+			c.errorf("%s while pod %s has not finished (terminating=%v)", typ, p.Name, p.DeletionTimestamp != nil)
+		}
 	}
 }
 
@@ -497,7 +974,7 @@ func (c *cluster) checkState(p plan) {
 // every end the controller had to see is counted, exactly once.
 func (c *cluster) settle() {
 	c.t.Helper()
-	c.crashAt, c.lagging = 0, false
+	c.crashAt, c.fault, c.lagging = 0, nil, false
 	if ptr.Deref(c.job.Spec.Suspend, false) {
 		c.setSuspend(false)
 	}
@@ -615,9 +1092,10 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 }
 
 // FuzzSyncInvariants drives a small job through a sequence of pod events,
-// restarts and clock steps decoded from the input, running the core after
-// each, and checks the invariants of SPEC.md at every step and once the
-// controller settled.
+// failed writes (crashes and API outages, see faultOf) and clock steps
+// decoded from the input, running the controller (syncJob and the
+// reconciler's apply) after each, and checks the invariants of SPEC.md at
+// every step and once the controller settled.
 //
 // Input: 4 bytes of job configuration (see fuzzJob), then pairs (op, arg).
 // op%11 picks the event; op ≥ 128 skips the sync after it, so several
@@ -625,6 +1103,12 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 func FuzzSyncInvariants(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 10, 0, 0, 0, 10, 0, 0, 1, 0, 2})
 	f.Add([]byte{4, 3, 0, 0, 1, 0, 6, 2, 1, 0, 6, 10, 1, 0})
+	// The status write fails as a pod's success is recorded: its finalizer stays.
+	f.Add([]byte{3, 0, 6, 0, 0x85, 21, 0, 0, 10, 0, 10, 0})
+	// One of two creates fails: the status counts the pod that exists.
+	f.Add([]byte{8, 0, 6, 0, 0x85, 25, 0x80, 0, 0, 1, 10, 0, 10, 0})
+	// A crash between stripping a suspended pod's finalizer and deleting it.
+	f.Add([]byte{3, 0, 6, 0, 0x85, 9, 7, 0, 10, 0, 7, 0, 10, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			return
@@ -656,7 +1140,7 @@ func FuzzSyncInvariants(f *testing.F) {
 			case 4:
 				c.kubelet()
 			case 5:
-				c.crashAt = int(arg%4) + 1
+				c.fault = faultOf(arg)
 			case 6:
 				c.advance(time.Duration(arg%64+1) * 5 * time.Second)
 			case 7:
