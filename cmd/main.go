@@ -20,7 +20,6 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/memlimit"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
@@ -76,9 +75,6 @@ func main() {
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	if soft := memlimit.Set(memlimit.CgroupV2File); soft > 0 {
-		setupLog.Info("Set the Go soft memory limit below the container's", "bytes", soft, "ratio", memlimit.Ratio)
-	}
 
 	// HTTP/2 stays off unless asked for (CVE-2023-44487 and CVE-2023-39325).
 	var tlsOpts []func(*tls.Config)
@@ -92,7 +88,8 @@ func main() {
 	}
 	if secureMetrics {
 		// controller-runtime's filters.WithAuthenticationAndAuthorization,
-		// without the 30 MB of k8s.io/apiserver it links.
+		// without the k8s.io/apiserver it links (why: internal/metricsauth's
+		// package doc and docs/bench/library-choices.md).
 		metricsOpts.FilterProvider = metricsauth.WithAuthenticationAndAuthorization
 	}
 
@@ -115,9 +112,8 @@ func main() {
 	// otherwise gives each resource's client a bucket of its own), so that
 	// --kube-api-qps bounds all the operator sends, as it does for
 	// kube-controller-manager's clients. Requests it holds back leave
-	// together on a tick, which costs far less CPU than one every 1/QPS
-	// seconds (docs/bench: 0.47x instead of 0.9x of the built-in
-	// controller's CPU at 10,000 pods).
+	// together on a tick, which costs less CPU than one every 1/QPS seconds
+	// (docs/bench/library-choices.md).
 	cfg.RateLimiter = throttle.New(float32(qps), burst, throttleTick)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
