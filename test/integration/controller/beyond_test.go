@@ -68,12 +68,7 @@ var _ = Describe("Beyond batch/v1", func() {
 	It("runs only the indexes listed in spec.indexes, each under its own number", func() {
 		job := utils.MakeIndexedBatchJob("rerun", ns).Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Indexes("1,2,6").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
-			if ix == 2 {
-				return utils.PodOutcome{ExitCode: 1}
-			}
-			return utils.PodOutcome{}
-		})
+		k := startKubelet(ns, job.Name, failingIndexes(2))
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {

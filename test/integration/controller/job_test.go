@@ -80,12 +80,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("runs the seed's per-index example: indexes 1 and 2 fail twice, the rest succeed", func() {
 		job := utils.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
-			if ix == 1 || ix == 2 {
-				return utils.PodOutcome{ExitCode: 1}
-			}
-			return utils.PodOutcome{}
-		})
+		k := startKubelet(ns, job.Name, failingIndexes(1, 2))
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {

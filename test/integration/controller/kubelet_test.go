@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -17,6 +18,17 @@ import (
 // running pod ends as outcome says for its index and attempt.
 func startKubelet(ns, job string, outcome func(index, attempt int) utils.PodOutcome) *utils.Kubelet {
 	return utils.StartKubelet(k8sClient, ns, job, utils.KubeletOptions{Outcome: outcome})
+}
+
+// failingIndexes is a kubelet outcome: pods of the given indexes exit 1,
+// every other pod succeeds.
+func failingIndexes(failing ...int) func(index, attempt int) utils.PodOutcome {
+	return func(ix, _ int) utils.PodOutcome {
+		if slices.Contains(failing, ix) {
+			return utils.PodOutcome{ExitCode: 1}
+		}
+		return utils.PodOutcome{}
+	}
 }
 
 // jobPods lists the pods of a job, by name.
