@@ -62,6 +62,11 @@ verify: manifests generate helm-manifests ## Fail if generated files (and the ch
 build: generate ## Build the manager binary.
 	go build -o bin/manager ./cmd
 
+.PHONY: install-plugin
+install-plugin: ## Install the kubectl plugin kubectl-ibj (`kubectl ibj`) into $GOBIN if set, else bin/.
+	GOBIN=$${GOBIN:-$(LOCALBIN)} go install ./cmd/kubectl-ibj
+	@echo "kubectl ibj works once $${GOBIN:-$(LOCALBIN)} is on your PATH"
+
 .PHONY: run
 run: manifests generate ## Run the controller against the cluster in ~/.kube/config.
 	go run ./cmd
@@ -153,8 +158,9 @@ $(KWOK):
 	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kwok-cluster.
+e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster.
 	go build -o bin/manager ./cmd
+	go build -o bin/kubectl-ibj ./cmd/kubectl-ibj
 	go build -o bin/kwok-cluster ./hack/kwok/cluster
 
 .PHONY: demo
@@ -163,7 +169,7 @@ demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live
 
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.v
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.v
 
 ##@ Benchmarks
 

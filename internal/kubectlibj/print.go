@@ -1,0 +1,128 @@
+package kubectlibj
+
+import (
+	"io"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+)
+
+// printTable prints a table as kubectl get does: upper-case headers,
+// aligned columns, the columns of priority 1 only with -o wide.
+func printTable(out io.Writer, table *metav1.Table, wide bool) error {
+	return printers.NewTablePrinter(printers.PrintOptions{Wide: wide}).PrintObj(table, out)
+}
+
+// indexColumns are the columns of `kubectl ibj indexes`; those of priority
+// 1 show with -o wide.
+var indexColumns = []metav1.TableColumnDefinition{
+	{Name: "Index", Type: "integer", Description: "The completion index."},
+	{Name: "State", Type: "string", Description: "pending, running, retrying (in how long, when known), terminating, succeeded, failed or stopped."},
+	{Name: "Attempts", Type: "integer", Description: "Pods the index has had."},
+	{Name: "Retries-Left", Type: "integer", Description: "backoffLimitPerIndex less the index's counted failures."},
+	{Name: "Exit-Code", Type: "integer", Description: "The exit code that ended the latest pod."},
+	{Name: "Container", Type: "string", Description: "The container of that exit code."},
+	{Name: "Reason", Type: "string", Description: "Why the latest pod failed, and the podFailurePolicy rule that matched it."},
+	{Name: "Node", Type: "string", Description: "The latest pod's node."},
+	{Name: "Duration", Type: "string", Description: "How long the latest pod ran (so far)."},
+	{Name: "Pod", Type: "string", Priority: 1, Description: "The latest pod."},
+	{Name: "Finished", Type: "string", Priority: 1, Description: "When the latest pod ended."},
+	{Name: "Message", Type: "string", Priority: 1, Description: "The podFailurePolicy match, or the pod's status message."},
+}
+
+// indexTable is the rows as a table.
+func indexTable(rows []IndexStatus, now time.Time) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: indexColumns, Rows: make([]metav1.TableRow, 0, len(rows))}
+	for i := range rows {
+		s := &rows[i]
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
+			s.Index, stateText(s, now), orDash(s.Attempts), orDash(s.RetriesLeft), orDash(s.ExitCode),
+			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now),
+			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Message),
+		}})
+	}
+	return t
+}
+
+// stateTable is the indexes of each state, worst state first.
+func stateTable(byState map[string][]int32) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "State", Type: "string"}, {Name: "Count", Type: "integer"}, {Name: "Indexes", Type: "string"},
+	}}
+	for _, state := range stateOrder {
+		if ixs := byState[state]; len(ixs) > 0 {
+			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{state, len(ixs), truncate(indexset.Of(ixs...).String(), 60)}})
+		}
+	}
+	return t
+}
+
+// stateText is the state, with the time left for a retry that is due
+// later.
+func stateText(s *IndexStatus, now time.Time) string {
+	if s.State == StateRetrying && s.RetryAt != nil && s.RetryAt.After(now) {
+		return "retrying in " + duration.HumanDuration(s.RetryAt.Sub(now))
+	}
+	return s.State
+}
+
+// ranFor is how long the latest pod ran: to its end, or until now while it
+// runs.
+func ranFor(s *IndexStatus, now time.Time) string {
+	if s.StartTime == nil {
+		return "-"
+	}
+	end := now
+	if s.FinishTime != nil {
+		end = s.FinishTime.Time
+	}
+	if end.Before(s.StartTime.Time) {
+		return "-"
+	}
+	return duration.HumanDuration(end.Sub(s.StartTime.Time))
+}
+
+func timeText(t *metav1.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(p *int32) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(int(*p))
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// truncate shortens s to at most n bytes, ending in "...".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// when is a time and how long before or after now it is.
+func when(t time.Time, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if t.After(now) {
+		return t.UTC().Format(time.RFC3339) + " (in " + duration.HumanDuration(t.Sub(now)) + ")"
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + duration.HumanDuration(now.Sub(t)) + " ago)"
+}

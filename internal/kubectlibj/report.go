@@ -1,0 +1,98 @@
+package kubectlibj
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// ReportGroupVersion is the apiVersion of what `kubectl ibj indexes -o
+// json|yaml` prints. No API server serves it: it names the document's shape
+// for the tools that read it, as kubectl's own client-side kinds do.
+var ReportGroupVersion = schema.GroupVersion{Group: "kubectl-ibj.indexedjob.dev", Version: "v1alpha1"}
+
+// Index states, as the STATE column and IndexStatus.State spell them.
+const (
+	// StatePending: the index has no pod yet, or its pod has not started.
+	StatePending = "pending"
+	// StateRunning: the index's pod is running.
+	StateRunning = "running"
+	// StateRetrying: the index's latest pod failed and a replacement will
+	// be created once the backoff delay has passed.
+	StateRetrying = "retrying"
+	// StateTerminating: the index's latest pod is being deleted.
+	StateTerminating = "terminating"
+	// StateSucceeded: the index succeeded.
+	StateSucceeded = "succeeded"
+	// StateFailed: the index failed for good (status.failedIndexes, or the
+	// job failed while its latest pod had failed or was being stopped).
+	StateFailed = "failed"
+	// StateStopped: the job ended (it failed, or succeeded by its success
+	// policy) before the index ran to an end of its own.
+	StateStopped = "stopped"
+)
+
+// IndexReport is `kubectl ibj indexes -o json|yaml`: the selected indexes
+// of one job, one item each.
+//
+// +kubebuilder:object:root=true
+type IndexReport struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Job is the job the indexes belong to.
+	Job JobReference `json:"job"`
+	// Time is the moment the report describes: retry times and durations
+	// are relative to it.
+	Time metav1.Time `json:"time"`
+	// Counts is the number of selected indexes in each state.
+	Counts map[string]int32 `json:"counts"`
+	// Items are the selected indexes, in ascending order.
+	Items []IndexStatus `json:"items"`
+}
+
+// JobReference names the job of a report.
+//
+// +kubebuilder:object:generate=true
+type JobReference struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// IndexStatus is what is known of one completion index: from its latest pod
+// when one is left, from the job's status otherwise.
+//
+// +kubebuilder:object:generate=true
+type IndexStatus struct {
+	Index int32 `json:"index"`
+	// State is one of the State constants.
+	State string `json:"state"`
+	// RetryAt is when a retrying index's next pod is due, when known.
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+	// Attempts is the number of pods the index has had, from the latest
+	// pod's attempt number; unset when no pod of the index is left.
+	Attempts *int32 `json:"attempts,omitempty"`
+	// RetriesLeft is backoffLimitPerIndex minus the index's counted
+	// failures; unset without backoffLimitPerIndex or without pods.
+	RetriesLeft *int32 `json:"retriesLeft,omitempty"`
+	// ExitCode and Container are the exit that ended the latest pod: the
+	// container a failure-policy rule matched, else the first that failed,
+	// else (for a pod that succeeded) its last container.
+	ExitCode  *int32 `json:"exitCode,omitempty"`
+	Container string `json:"container,omitempty"`
+	// Reason says why the latest pod failed (disruption, deletion, the
+	// job's reason when the job's end stopped it, the container's reason)
+	// and which podFailurePolicy rule matched it; or why a pending pod has
+	// not started; or where a row without pods comes from.
+	Reason string `json:"reason,omitempty"`
+	// Rule is the index in podFailurePolicy.rules of the rule that matched
+	// the latest pod, and Action that rule's action.
+	Rule   *int32 `json:"rule,omitempty"`
+	Action string `json:"action,omitempty"`
+	// Message is the failure-policy match in words, or the pod's status
+	// message.
+	Message string `json:"message,omitempty"`
+	// Pod, Node, StartTime and FinishTime describe the latest pod.
+	Pod        string       `json:"pod,omitempty"`
+	Node       string       `json:"node,omitempty"`
+	StartTime  *metav1.Time `json:"startTime,omitempty"`
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+}

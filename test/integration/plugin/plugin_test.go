@@ -1,0 +1,235 @@
+package plugin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kubectlibj"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+const (
+	minute = time.Minute
+	second = time.Second
+)
+
+// TestSeedExampleFinished is the seed's per-index example after its run:
+// indexes 1 and 2 failed twice each with exit code 1, the others
+// succeeded, the job failed with FailedIndexes. It is what the README
+// shows, and rerun makes a new job of indexes 1 and 2.
+func TestSeedExampleFinished(t *testing.T) {
+	ns := namespace(t, "seed")
+	job := createJob(t, utils.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase:            ibjv1.PhaseFailed,
+			StartTime:        ptr.To(at(5 * minute)),
+			Succeeded:        6,
+			Failed:           4,
+			CompletedIndexes: "0,3-7",
+			FailedIndexes:    ptr.To("1,2"),
+			Conditions: []metav1.Condition{
+				condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonFailedIndexes, "Job has failed indexes", 4*minute),
+				condition(ibjv1.ConditionFailed, ibjv1.ReasonFailedIndexes, "Job has failed indexes", 4*minute),
+			},
+		})
+	nodes := []string{"kwok-node-0", "kwok-node-1"}
+	for ix := range 8 {
+		start := 5*minute - time.Duration(ix)*5*second
+		if ix == 1 || ix == 2 {
+			createPod(t, job, scriptedPod{index: ix, node: nodes[ix%2], phase: corev1.PodFailed, started: start, finished: start - 2*second, exitCode: 1})
+			createPod(t, job, scriptedPod{index: ix, attempt: 1, failures: 1, node: nodes[(ix+1)%2], phase: corev1.PodFailed,
+				started: start - 20*second, finished: start - 22*second, exitCode: 1})
+			continue
+		}
+		createPod(t, job, scriptedPod{index: ix, node: nodes[ix%2], phase: corev1.PodSucceeded, started: start, finished: start - 2*second})
+	}
+	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 2 pod(s)", 5*minute)
+	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 4*minute+30*second)
+	coreEvent(t, job, corev1.EventTypeWarning, "FailedIndexes", "Job has failed indexes", 1, 4*minute, 4*minute)
+
+	checkGolden(t, ns, "seed", []goldenCommand{
+		{"indexes", []string{"indexes", "per-index"}},
+		{"indexes-failed", []string{"indexes", "per-index", "--failed", "--chunk-size", "3"}},
+		{"indexes-wide", []string{"indexes", "per-index", "--index", "1-3", "-o", "wide"}},
+		{"indexes-json", []string{"indexes", "per-index", "--failed", "-o", "json"}},
+		{"describe", []string{"describe", "per-index"}},
+		{"rerun-dry-run", []string{"rerun", "per-index", "--failed", "--dry-run"}},
+		{"rerun", []string{"rerun", "per-index", "--failed"}},
+		{"rerun-again", []string{"rerun", "per-index", "--index", "2", "-o", "name"}},
+		{"rerun-needs-indexes", []string{"rerun", "per-index"}},
+		{"missing-job", []string{"indexes", "nope"}},
+	})
+
+	var rerun ibjv1.IndexedBatchJob
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "per-index-rerun-1"}, &rerun); err != nil {
+		t.Fatal(err)
+	}
+	want := job.Spec.DeepCopy()
+	want.Indexes = ptr.To("1,2")
+	if diff := cmp.Diff(*want, rerun.Spec); diff != "" {
+		t.Errorf("the rerun's spec is not the job's with indexes 1,2 (-want +got):\n%s", diff)
+	}
+	if got := rerun.Labels[kubectlibj.RerunOfLabel]; got != "per-index" {
+		t.Errorf("label %s = %q, want per-index", kubectlibj.RerunOfLabel, got)
+	}
+	if rerun.Status.Phase != "" || len(rerun.Status.Conditions) > 0 || len(rerun.OwnerReferences) > 0 {
+		t.Errorf("the rerun carries state of the job it reruns: %+v", rerun)
+	}
+	golden(t, "seed-describe-rerun", kubectlIBJ(t, ns, "describe", "per-index-rerun-1"))
+}
+
+// TestRunningJobWithFailurePolicy is a job in the middle of its run, one
+// index in each situation: running, retrying after exit code 1 with no
+// retry left, evicted (an Ignore rule: no retry used), failed for good by a
+// FailIndex rule, not scheduled, deleted while running, not started.
+func TestRunningJobWithFailurePolicy(t *testing.T) {
+	ns := namespace(t, "policies")
+	job := createJob(t, utils.MakeIndexedBatchJob("train", ns).Completions(7).Parallelism(6).BackoffLimitPerIndex(2).
+		RetryBackoff(30, 300).PodReplacementPolicy(batchv1.Failed).
+		PodFailurePolicy(
+			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+			utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
+			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3),
+		).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase:         ibjv1.PhaseRunning,
+			StartTime:     ptr.To(at(3 * minute)),
+			Active:        2,
+			Ready:         ptr.To[int32](1),
+			Terminating:   ptr.To[int32](1),
+			Failed:        3,
+			FailedIndexes: ptr.To("3"),
+		})
+	createPod(t, job, scriptedPod{index: 0, node: "node-a", phase: corev1.PodRunning, started: 90 * second})
+	createPod(t, job, scriptedPod{index: 1, node: "node-a", phase: corev1.PodFailed, started: 170 * second, finished: 100 * second, exitCode: 1})
+	createPod(t, job, scriptedPod{index: 1, attempt: 1, failures: 1, node: "node-b", phase: corev1.PodFailed, started: 60 * second, finished: 10 * second, exitCode: 1})
+	createPod(t, job, scriptedPod{index: 2, node: "node-b", phase: corev1.PodFailed, started: 100 * second, finished: 5 * second, exitCode: 137,
+		conditions: disrupted(6 * second)})
+	createPod(t, job, scriptedPod{index: 3, node: "node-a", phase: corev1.PodFailed, started: 150 * second, finished: 120 * second, exitCode: 3})
+	createPod(t, job, scriptedPod{index: 4, phase: corev1.PodPending, started: 170 * second, waiting: "Unschedulable"})
+	createPod(t, job, scriptedPod{index: 5, node: "node-b", phase: corev1.PodRunning, started: 150 * second, deleted: true})
+	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 6 pod(s)", 3*minute)
+
+	checkGolden(t, ns, "policies", []goldenCommand{
+		{"indexes", []string{"indexes", "train"}},
+		{"indexes-wide", []string{"indexes", "train", "-o", "wide"}},
+		{"indexes-running", []string{"indexes", "train", "--running"}},
+		{"indexes-yaml", []string{"indexes", "train", "--index", "1,2", "-o", "yaml"}},
+		{"describe", []string{"describe", "train"}},
+		{"rerun-index", []string{"rerun", "train", "--index", "1-2,6", "--name", "train-fix", "--dry-run=server", "-o", "name"}},
+	})
+}
+
+// TestJobsThatEnded: a FailJob rule's exit code 42, and the deadline (the
+// pod it stopped fails with DeadlineExceeded, the index that never ran is
+// stopped).
+func TestJobsThatEnded(t *testing.T) {
+	ns := namespace(t, "ended")
+	failJob := createJob(t, utils.MakeIndexedBatchJob("exit42", ns).Completions(2).Parallelism(2).
+		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase: ibjv1.PhaseFailed, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, Failed: 1, CompletedIndexes: "0",
+			Conditions: []metav1.Condition{
+				condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy,
+					"Container main for pod ended/exit42-1-0 failed with exit code 42 matching FailJob rule at index 0", 8*minute),
+				condition(ibjv1.ConditionFailed, ibjv1.ReasonPodFailurePolicy,
+					"Container main for pod ended/exit42-1-0 failed with exit code 42 matching FailJob rule at index 0", 8*minute),
+			},
+		})
+	createPod(t, failJob, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
+	createPod(t, failJob, scriptedPod{index: 1, node: "n", phase: corev1.PodFailed, started: 10 * minute, finished: 8 * minute, exitCode: 42})
+
+	deadline := createJob(t, utils.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).
+		TTLSecondsAfterFinished(3600).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase: ibjv1.PhaseFailed, StartTime: ptr.To(at(3 * minute)), Succeeded: 1, Failed: 1, CompletedIndexes: "0",
+			Conditions: []metav1.Condition{
+				condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonDeadlineExceeded, "Job was active longer than specified deadline", 2*minute),
+				condition(ibjv1.ConditionFailed, ibjv1.ReasonDeadlineExceeded, "Job was active longer than specified deadline", 2*minute),
+			},
+		})
+	createPod(t, deadline, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 3 * minute, finished: 150 * second})
+	createPod(t, deadline, scriptedPod{index: 1, node: "n", phase: corev1.PodFailed, started: 3 * minute, finished: 2 * minute, exitCode: 137, deleted: true})
+
+	checkGolden(t, ns, "ended", []goldenCommand{
+		{"exit42-indexes", []string{"indexes", "exit42"}},
+		{"deadline-indexes", []string{"indexes", "deadline"}},
+		{"deadline-describe", []string{"describe", "deadline"}},
+		{"deadline-rerun", []string{"rerun", "deadline", "--failed", "--dry-run"}},
+	})
+}
+
+// TestWhyAJobDoesNotRun: describe says why no pod runs: the job-wide
+// backoff after two failures, pods the API server refuses to create, a
+// suspended job queued in Kueue.
+func TestWhyAJobDoesNotRun(t *testing.T) {
+	ns := namespace(t, "stalled")
+	backoff := createJob(t, utils.MakeIndexedBatchJob("backoff", ns).Completions(2).Obj(),
+		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(minute)), Failed: 2})
+	createPod(t, backoff, scriptedPod{index: 0, node: "n", phase: corev1.PodFailed, started: 50 * second, finished: 40 * second, exitCode: 2})
+	createPod(t, backoff, scriptedPod{index: 0, attempt: 1, node: "n", phase: corev1.PodFailed, started: 20 * second, finished: 5 * second, exitCode: 2})
+
+	quota := createJob(t, utils.MakeIndexedBatchJob("quota", ns).Completions(4).Parallelism(4).Obj(),
+		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, CompletedIndexes: "0"})
+	createPod(t, quota, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
+	newEvent(t, quota, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 10*minute)
+	coreEvent(t, quota, corev1.EventTypeWarning, "FailedCreate",
+		`Error creating pod quota-1-0: pods "quota-1-0" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=1, limited: cpu=1`,
+		7, 9*minute, 30*second)
+
+	suspended := createJob(t, utils.MakeIndexedBatchJob("queued", ns).Completions(4).Suspend(true).Obj(),
+		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseSuspended, Conditions: []metav1.Condition{
+			condition(ibjv1.ConditionSuspended, ibjv1.ReasonJobSuspended, "Job suspended", 2*minute),
+		}})
+	suspended.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "team-a"}
+	if err := k8sClient.Update(context.Background(), suspended); err != nil {
+		t.Fatal(err)
+	}
+
+	checkGolden(t, ns, "stalled", []goldenCommand{
+		{"backoff-describe", []string{"describe", "backoff"}},
+		{"backoff-indexes", []string{"indexes", "backoff"}},
+		{"quota-describe", []string{"describe", "quota"}},
+		{"queued-describe", []string{"describe", "queued"}},
+		{"describe-namespace", []string{"describe"}},
+	})
+}
+
+// TestManyIndexesAreSummarised: above 50 indexes the table is a summary;
+// indexes whose pods are gone are known from the job's status.
+func TestManyIndexesAreSummarised(t *testing.T) {
+	ns := namespace(t, "many")
+	job := createJob(t, utils.MakeIndexedBatchJob("wide", ns).Completions(60).Parallelism(3).BackoffLimitPerIndex(0).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(time.Hour)), Active: 2, Ready: ptr.To[int32](2), Succeeded: 55, Failed: 1,
+			CompletedIndexes: "0-49,55-59", FailedIndexes: ptr.To("52"),
+		})
+	createPod(t, job, scriptedPod{index: 49, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 5 * minute})
+	createPod(t, job, scriptedPod{index: 50, node: "n", phase: corev1.PodRunning, started: 5 * minute})
+	createPod(t, job, scriptedPod{index: 51, node: "n", phase: corev1.PodRunning, started: 4 * minute})
+
+	checkGolden(t, ns, "many", []goldenCommand{
+		{"indexes", []string{"indexes", "wide"}},
+		{"indexes-range", []string{"indexes", "wide", "--index", "48-53"}},
+		{"indexes-all", []string{"indexes", "wide", "--all"}},
+	})
+}
+
+// TestNothingToShow: a namespace without jobs, and an output format
+// indexes cannot have.
+func TestNothingToShow(t *testing.T) {
+	ns := namespace(t, "empty")
+	checkGolden(t, ns, "empty", []goldenCommand{
+		{"describe", []string{"describe"}},
+		{"indexes-name", []string{"indexes", "any", "-o", "name"}},
+	})
+}
