@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -85,7 +86,7 @@ func TestFailurePolicyMatching(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := matchFailurePolicy(tc.policy, tc.pod).action; got != tc.want {
+			if got := actionOf(matchFailurePolicy(tc.policy, tc.pod)); got != tc.want {
 				t.Errorf("action = %s, want %s", got, tc.want)
 			}
 		})
@@ -101,15 +102,38 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 	)
 	v := matchFailurePolicy(policy, pod)
 	want := "Container main for pod ns/a-2-0 failed with exit code 42 matching FailJob rule at index 1"
-	if v.message != want {
-		t.Errorf("message = %q, want %q", v.message, want)
+	if v.Message != want {
+		t.Errorf("message = %q, want %q", v.Message, want)
 	}
 
 	pod = makePod(job, 2).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
 	v = matchFailurePolicy(policyOf(utils.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)), pod)
-	if !strings.Contains(v.message, "ns/a-2-0") || !strings.Contains(v.message, "DisruptionTarget") {
-		t.Errorf("message = %q, want it to name the pod and the condition", v.message)
+	if !strings.Contains(v.Message, "ns/a-2-0") || !strings.Contains(v.Message, "DisruptionTarget") {
+		t.Errorf("message = %q, want it to name the pod and the condition", v.Message)
 	}
+}
+
+// matchFailurePolicy is the rule that matches a cached pod, nil for none.
+func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *cachedPod) *jobpod.Match {
+	return jobpod.MatchPolicy(policy, endOf(pod))
+}
+
+// actionOf is the action taken on a failure: Count where no rule matched.
+func actionOf(m *jobpod.Match) batchv1.PodFailurePolicyAction {
+	if m == nil {
+		return batchv1.PodFailurePolicyActionCount
+	}
+	return m.Action
+}
+
+// verdict is what TestClassifyFailure compares of a jobpod.Failure.
+type verdict struct {
+	failed, ignored, counted, failsIndex bool
+	failsJob                             string
+}
+
+func verdictOf(f jobpod.Failure) verdict {
+	return verdict{failed: f.Failed, ignored: f.Ignored, counted: f.Counted, failsIndex: f.FailsIndex, failsJob: f.FailsJob()}
 }
 
 func policyOf(rules ...batchv1.PodFailurePolicyRule) *batchv1.PodFailurePolicy {
@@ -132,24 +156,24 @@ func TestClassifyFailure(t *testing.T) {
 		name string
 		job  *ibjv1.IndexedBatchJob
 		pod  *cachedPod
-		want podFailure
+		want verdict
 	}{
-		{"running", perIndex, makePod(perIndex, 0).running().obj(), podFailure{}},
-		{"succeeded", perIndex, makePod(perIndex, 0).succeededAt(testNow).obj(), podFailure{}},
-		{"discarded", perIndex, makePod(perIndex, 0).failedAt(testNow, 1).discarded().obj(), podFailure{}},
-		{"counted, index under its limit", perIndex, failed(perIndex, 0, 1), podFailure{failed: true, counted: true}},
-		{"counted, index over its limit", perIndex, failed(perIndex, 1, 1), podFailure{failed: true, counted: true, failsIndex: true}},
-		{"FailJob under the limit", perIndex, failed(perIndex, 0, 42), podFailure{failed: true, counted: true,
+		{"running", perIndex, makePod(perIndex, 0).running().obj(), verdict{}},
+		{"succeeded", perIndex, makePod(perIndex, 0).succeededAt(testNow).obj(), verdict{}},
+		{"discarded", perIndex, makePod(perIndex, 0).failedAt(testNow, 1).discarded().obj(), verdict{}},
+		{"counted, index under its limit", perIndex, failed(perIndex, 0, 1), verdict{failed: true, counted: true}},
+		{"counted, index over its limit", perIndex, failed(perIndex, 1, 1), verdict{failed: true, counted: true, failsIndex: true}},
+		{"FailJob under the limit", perIndex, failed(perIndex, 0, 42), verdict{failed: true, counted: true,
 			failsJob: "Container main for pod ns/a-0-0 failed with exit code 42 matching FailJob rule at index 0"}},
-		{"FailJob over the limit fails the index too", perIndex, failed(perIndex, 1, 42), podFailure{failed: true, counted: true, failsIndex: true, failsJob: failJobMessage}},
-		{"FailIndex", perIndex, failed(perIndex, 0, 43), podFailure{failed: true, counted: true, failsIndex: true}},
-		{"Ignore, even over the limit", perIndex, failed(perIndex, 1, 44), podFailure{failed: true, ignored: true}},
-		{"terminating under Failed replacement is not failed yet", perIndex, makePod(perIndex, 0).running().deletedAt(testNow).obj(), podFailure{}},
-		{"terminating under TerminatingOrFailed is failed", global, makePod(global, 0).running().deletedAt(testNow).obj(), podFailure{failed: true, counted: true}},
+		{"FailJob over the limit fails the index too", perIndex, failed(perIndex, 1, 42), verdict{failed: true, counted: true, failsIndex: true, failsJob: failJobMessage}},
+		{"FailIndex", perIndex, failed(perIndex, 0, 43), verdict{failed: true, counted: true, failsIndex: true}},
+		{"Ignore, even over the limit", perIndex, failed(perIndex, 1, 44), verdict{failed: true, ignored: true}},
+		{"terminating under Failed replacement is not failed yet", perIndex, makePod(perIndex, 0).running().deletedAt(testNow).obj(), verdict{}},
+		{"terminating under TerminatingOrFailed is failed", global, makePod(global, 0).running().deletedAt(testNow).obj(), verdict{failed: true, counted: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, classifyFailure(tc.job, tc.pod), cmp.AllowUnexported(podFailure{})); diff != "" {
+			if diff := cmp.Diff(tc.want, verdictOf(classifyFailure(tc.job, tc.pod)), cmp.AllowUnexported(verdict{})); diff != "" {
 				t.Errorf("classifyFailure (-want +got):\n%s", diff)
 			}
 		})
@@ -193,6 +217,40 @@ func TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt(t *testing.T) {
 			}
 			if got := ptr.Deref(rebuilt.status.FailedIndexes, "<nil>"); got != tc.want {
 				t.Errorf("failedIndexes rebuilt from the pods = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
+	const in = batchv1.PodFailurePolicyOnExitCodesOpIn
+	job := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", in, 43),
+		utils.OnPodCondition(batchv1.PodFailurePolicyActionFailIndex, corev1.DisruptionTarget, corev1.ConditionTrue),
+		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 42),
+	).Obj()
+	overLimit := podToCreate{attempt: 1, failures: 1}
+	cases := []struct {
+		name string
+		pod  *cachedPod
+		want string
+	}{
+		{"an exit code rule", makePod(job, 0).failedAt(testNow, 43).obj(), "exit code 43 of container main matched rule 0 (FailIndex)"},
+		{"a condition rule", makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj(),
+			"condition DisruptionTarget matched rule 1 (FailIndex)"},
+		{"the limit, after a FailJob match", makePodFor(job, overLimit).failedAt(testNow, 42).obj(),
+			"exit code 42 of container main matched rule 2 (FailJob); backoffLimitPerIndex reached"},
+		{"the limit", makePodFor(job, overLimit).failedAt(testNow, 1).obj(), "exit code 1 of container main; backoffLimitPerIndex reached"},
+		{"the limit, deleted", makePodFor(job, overLimit).running().deletedAt(testNow).obj(), "deleted before it succeeded; backoffLimitPerIndex reached"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := classifyFailure(job, tc.pod)
+			if !f.FailsIndex {
+				t.Fatalf("classifyFailure = %+v, want the index failed", f)
+			}
+			if got := whyFailed(tc.pod, f); got != tc.want {
+				t.Errorf("whyFailed = %q, want %q", got, tc.want)
 			}
 		})
 	}

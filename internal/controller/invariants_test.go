@@ -34,6 +34,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -132,7 +133,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		stripped: sets.New[int32](),
 	}
 	c.ignores = func(pod *corev1.Pod) bool {
-		return matchFailurePolicy(c.job.Spec.PodFailurePolicy, newCachedPod(pod)).action == batchv1.PodFailurePolicyActionIgnore
+		return actionOf(matchFailurePolicy(c.job.Spec.PodFailurePolicy, newCachedPod(pod))) == batchv1.PodFailurePolicyActionIgnore
 	}
 	// A plain object tracker: the default one keeps managedFields, which
 	// costs milliseconds a write and nothing here reads.
@@ -243,7 +244,7 @@ func (c *cluster) pod(uid types.UID) *corev1.Pod {
 func (c *cluster) podsOfIndex(ix int32) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range c.pods {
-		if i, ok := parseIndex(p); ok && i == ix {
+		if i, ok := jobpod.Index(p); ok && i == ix {
 			out = append(out, p)
 		}
 	}
@@ -649,7 +650,7 @@ func (c *cluster) createPod(ctx context.Context, cl client.WithWatch, obj client
 	case apierrors.IsAlreadyExists(err):
 		c.errorf("created pod %s, which exists (attempt numbers repeat)", pod.Name)
 	case err == nil:
-		ix, _ := parseIndex(pod)
+		ix, _ := jobpod.Index(pod)
 		c.mu.Lock()
 		c.order[pod.UID], c.indexOfUID[pod.UID] = seq, ix
 		a.written.Insert(pod.Name)
@@ -952,7 +953,7 @@ func (c *cluster) checkState(p plan) {
 		if isActive(newCachedPod(p)) {
 			active++
 		}
-		ix, _ := parseIndex(p)
+		ix, _ := jobpod.Index(p)
 		perIndex[ix]++
 		if onlyFailed && perIndex[ix] > 1 {
 			c.errorf("with podReplacementPolicy Failed, index %d has %d unfinished pods", ix, perIndex[ix])

@@ -142,7 +142,7 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 		return podToCreate{}, false
 	}
 	next := s.nextAttempt(st.latest)
-	if s.job.Spec.BackoffLimitPerIndex != nil && s.failureOf(st.latest).failed {
+	if s.job.Spec.BackoffLimitPerIndex != nil && s.failureOf(st.latest).Failed {
 		if wait := st.latest.finishedAt.Add(s.backoff.Delay(next.failures + next.ignored)).Sub(s.now); wait > 0 {
 			s.plan.requeue(wait)
 			return podToCreate{}, false
@@ -157,9 +157,9 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 func (s *syncState) nextAttempt(last *cachedPod) podToCreate {
 	next := podToCreate{index: last.index, attempt: last.attempt + 1, failures: last.failures, ignored: last.ignored}
 	switch f := s.failureOf(last); {
-	case f.ignored:
+	case f.Ignored:
 		next.ignored++
-	case f.counted:
+	case f.Counted:
 		next.failures++
 	}
 	return next
@@ -179,7 +179,7 @@ func (s *syncState) globalBackoffLeft() time.Duration {
 			switch {
 			case pod.phase == corev1.PodSucceeded:
 				ends = append(ends, end{at: pod.finishedAt})
-			case classifyFailure(s.job, pod).failed:
+			case classifyFailure(s.job, pod).Failed:
 				ends = append(ends, end{at: pod.finishedAt, failed: true})
 			}
 		}

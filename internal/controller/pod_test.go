@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
@@ -269,61 +267,6 @@ func TestNewPodFailureCountAnnotationsOnlyWithBackoffLimitPerIndex(t *testing.T)
 	}
 }
 
-func TestPodIndexRejectsMalformedLabels(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Obj()
-	cases := []struct {
-		name       string
-		label      *string // nil: label removed
-		annotation *string // nil: annotation removed
-		want       int32
-		wantOK     bool
-	}{
-		{"label", ptr.To("2"), ptr.To("2"), 2, true},
-		{"annotation when the label is missing", nil, ptr.To("3"), 3, true},
-		{"neither", nil, nil, 0, false},
-		{"empty", ptr.To(""), ptr.To("1"), 0, false},
-		{"negative", ptr.To("-1"), nil, 0, false},
-		{"leading zero", ptr.To("01"), nil, 0, false},
-		{"plus sign", ptr.To("+1"), nil, 0, false},
-		{"not a number", ptr.To("one"), nil, 0, false},
-		{"spaces", ptr.To(" 1"), nil, 0, false},
-		{"beyond int32", ptr.To(strconv.FormatInt(1<<31, 10)), nil, 0, false},
-		// A malformed label is not rescued by the annotation: the label is
-		// what selects the pod, so the two disagreeing is a broken pod.
-		{"malformed label with a good annotation", ptr.To("x"), ptr.To("1"), 0, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			pod := makePod(job, 0).api()
-			delete(pod.Labels, ibjv1.CompletionIndexLabel)
-			delete(pod.Annotations, ibjv1.CompletionIndexLabel)
-			if tc.label != nil {
-				pod.Labels[ibjv1.CompletionIndexLabel] = *tc.label
-			}
-			if tc.annotation != nil {
-				pod.Annotations[ibjv1.CompletionIndexLabel] = *tc.annotation
-			}
-			got, ok := parseIndex(pod)
-			if got != tc.want || ok != tc.wantOK {
-				t.Errorf("parseIndex = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
-			}
-			if cached := newCachedPod(pod); cached.index != got || cached.indexOK != ok {
-				t.Errorf("cached index = %d, %v; want %d, %v", cached.index, cached.indexOK, got, ok)
-			}
-		})
-	}
-}
-
-func TestAnnotationIntIsZeroWhenMissingOrMalformed(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).Obj()
-	for value, want := range map[string]int32{"": 0, "x": 0, "-3": 0, "7": 7, "99999999999": 0} {
-		pod := makePod(job, 0).annotation(ibjv1.IndexFailureCountAnnotation, value).obj()
-		if pod.failures != want {
-			t.Errorf("failures from annotation %q = %d, want %d", value, pod.failures, want)
-		}
-	}
-}
-
 func TestPodStateHelpers(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
@@ -387,8 +330,12 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := countsAsFailed(tc.pod, tc.onlyFailed); got != tc.want {
-				t.Errorf("countsAsFailed = %v, want %v", got, tc.want)
+			policy := batchv1.TerminatingOrFailed
+			if tc.onlyFailed {
+				policy = batchv1.Failed
+			}
+			if got := classifyFailure(utils.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(policy).Obj(), tc.pod).Failed; got != tc.want {
+				t.Errorf("failed = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -412,15 +359,5 @@ func TestReplacementPolicyDefaultsToFailedWithPodFailurePolicy(t *testing.T) {
 				t.Errorf("onlyReplaceFailed = %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestFinishTimeOfAGracefulDeletionIsTheDeletionNotTheEndOfGrace(t *testing.T) {
-	deletedAt := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	pod := &corev1.Pod{}
-	pod.DeletionTimestamp = &metav1.Time{Time: deletedAt.Add(30 * time.Second)}
-	pod.DeletionGracePeriodSeconds = ptr.To[int64](30)
-	if got := finishTime(pod); !got.Equal(deletedAt) {
-		t.Errorf("finishTime = %v, want %v (deletionTimestamp minus the grace period)", got, deletedAt)
 	}
 }

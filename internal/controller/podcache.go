@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,10 +13,10 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // cachedPod is what the controller keeps of one of its pods: the few facts
@@ -53,18 +52,8 @@ type cachedPod struct {
 	// exits are the terminated containers with a non-zero exit code, init
 	// containers first, and conditions the pod's conditions: what a
 	// podFailurePolicy rule matches. Kept only for pods not Succeeded.
-	exits      []containerExit
-	conditions []podCondition
-}
-
-type containerExit struct {
-	name string
-	code int32
-}
-
-type podCondition struct {
-	typ    corev1.PodConditionType
-	status corev1.ConditionStatus
+	exits      []jobpod.Exit
+	conditions []jobpod.Condition
 }
 
 // compactPod is the pod informer's transform. Anything that is not a Pod
@@ -89,9 +78,9 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
 		},
 		jobName:  pod.Labels[ibjv1.JobNameLabel],
-		attempt:  annotationInt(pod.Annotations, ibjv1.AttemptAnnotation),
-		failures: annotationInt(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
-		ignored:  annotationInt(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
+		attempt:  jobpod.Count(pod.Annotations, ibjv1.AttemptAnnotation),
+		failures: jobpod.Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
+		ignored:  jobpod.Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
 		phase:    internPhase(pod.Status.Phase),
 	}
 	if _, ok := pod.Annotations[discardedAnnotation]; ok {
@@ -100,7 +89,7 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		c.ownerUID = ref.UID
 	}
-	c.index, c.indexOK = parseIndex(pod)
+	c.index, c.indexOK = jobpod.Index(pod)
 	if !c.indexOK {
 		c.badIndex = pod.Labels[ibjv1.CompletionIndexLabel]
 	}
@@ -118,18 +107,13 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, cs := range lists {
 			c.restarts += cs.RestartCount
-			if term := cs.State.Terminated; term != nil && term.ExitCode != 0 && c.phase != corev1.PodSucceeded {
-				c.exits = append(c.exits, containerExit{name: cs.Name, code: term.ExitCode})
-			}
 		}
 	}
-	if c.phase != corev1.PodSucceeded && len(pod.Status.Conditions) > 0 {
-		c.conditions = make([]podCondition, len(pod.Status.Conditions))
-		for i, cond := range pod.Status.Conditions {
-			c.conditions[i] = podCondition{typ: cond.Type, status: cond.Status}
-		}
+	if c.phase != corev1.PodSucceeded {
+		c.exits = jobpod.Exits(pod)
+		c.conditions = jobpod.Conditions(pod)
 	}
-	c.finishedAt = finishTime(pod)
+	c.finishedAt = jobpod.FinishTime(pod)
 	return c
 }
 
@@ -248,63 +232,4 @@ func (s *podSource) list(namespace, name string) ([]*cachedPod, error) {
 		}
 	}
 	return pods, nil
-}
-
-// parseIndex reads the completion index of a pod from its label (falling
-// back to the annotation). ok is false for a missing, malformed or negative
-// index.
-func parseIndex(pod *corev1.Pod) (int32, bool) {
-	v, found := pod.Labels[ibjv1.CompletionIndexLabel]
-	if !found {
-		v, found = pod.Annotations[ibjv1.CompletionIndexLabel]
-	}
-	if !found {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(v, 10, 32)
-	if err != nil || i < 0 || strconv.FormatInt(i, 10) != v {
-		return 0, false
-	}
-	return int32(i), true
-}
-
-// annotationInt reads a non-negative integer annotation, 0 when absent or
-// malformed.
-func annotationInt(annotations map[string]string, key string) int32 {
-	i, err := strconv.ParseInt(annotations[key], 10, 32)
-	if err != nil || i < 0 {
-		return 0
-	}
-	return int32(i)
-}
-
-// finishTime is when a pod finished, for backoff: the latest container
-// termination, else when it stopped being Ready, else its deletion, else its
-// creation. Pods from a kubelet always have the first. As upstream's
-// getFinishedTime, a Ready condition that is still True says when the pod
-// started, not when it ended.
-func finishTime(pod *corev1.Pod) time.Time {
-	var t time.Time
-	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range lists {
-			if term := cs.State.Terminated; term != nil && term.FinishedAt.After(t) {
-				t = term.FinishedAt.Time
-			}
-		}
-	}
-	if !t.IsZero() {
-		return t
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
-			return c.LastTransitionTime.Time
-		}
-	}
-	if pod.DeletionTimestamp != nil {
-		// A graceful deletion stamps the end of the grace period, not the
-		// moment of deletion; count from the latter, as upstream does.
-		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
-		return pod.DeletionTimestamp.Add(-grace)
-	}
-	return pod.CreationTimestamp.Time
 }

@@ -12,6 +12,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -42,12 +43,12 @@ func TestCachedPodKeepsWhatASyncReads(t *testing.T) {
 	}
 	// The failure policy still sees the exit code and the condition; the
 	// init container that exited 0 is no failure.
-	if len(got.exits) != 1 || got.exits[0] != (containerExit{name: "main", code: 42}) {
+	if len(got.exits) != 1 || got.exits[0] != (jobpod.Exit{Container: "main", Code: 42}) {
 		t.Errorf("exits = %+v, want main with 42 only", got.exits)
 	}
 	rule := utils.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)
-	if v := matchFailurePolicy(policyOf(rule), got); v.action != batchv1.PodFailurePolicyActionFailJob {
-		t.Errorf("condition rule on the cached pod = %s, want FailJob", v.action)
+	if a := actionOf(matchFailurePolicy(policyOf(rule), got)); a != batchv1.PodFailurePolicyActionFailJob {
+		t.Errorf("condition rule on the cached pod = %s, want FailJob", a)
 	}
 
 	// A succeeded pod keeps no failure details: most cached pods are those.

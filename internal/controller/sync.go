@@ -13,6 +13,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // defaultBackoffLimit is batch/v1's default when backoffLimitPerIndex is unset.
@@ -117,7 +118,7 @@ func newSyncState(in syncInput) *syncState {
 	s := &syncState{syncInput: in, plan: plan{status: *in.job.Status.DeepCopy()}}
 	s.status = &s.plan.status
 	s.status.ObservedGeneration = in.job.Generation
-	s.backoff = in.backoff.forJob(in.job)
+	s.backoff = in.backoff.ForJob(in.job)
 	s.wanted = indexset.Range(0, in.job.Spec.Completions-1)
 	if listed := in.job.Spec.Indexes; listed != nil {
 		set, err := indexset.Parse(*listed, in.job.Spec.Completions)
@@ -241,7 +242,7 @@ func (s *syncState) removeUnwantedPod(pod *cachedPod) {
 
 // rebuildUnreadableIndexSets recovers an index set the status could not
 // give: an index is completed if one of its pods succeeded, failed if its
-// latest pod failed it (classifyFailure's failsIndex, the same decision
+// latest pod failed it (classifyFailure's FailsIndex, the same decision
 // recordFinishedPods makes).
 func (s *syncState) rebuildUnreadableIndexSets() {
 	for ix, st := range s.indexes {
@@ -253,7 +254,7 @@ func (s *syncState) rebuildUnreadableIndexSets() {
 		return
 	}
 	for ix, st := range s.indexes {
-		if !s.completed.Has(ix) && classifyFailure(s.job, st.latest).failsIndex {
+		if !s.completed.Has(ix) && classifyFailure(s.job, st.latest).FailsIndex {
 			s.failedIndexes = s.failedIndexes.Add(ix)
 		}
 	}
@@ -287,19 +288,20 @@ func (s *syncState) recordFinishedPods() {
 			}
 			f := classifyFailure(s.job, pod)
 			switch {
-			case !f.failed:
+			case !f.Failed:
 				continue
-			case f.ignored:
+			case f.Ignored:
 				s.ignoredFailures = append(s.ignoredFailures, pod)
 				continue
 			}
 			s.uncountedFailed.Insert(pod.UID)
 			s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
-			if f.failsJob != "" && s.failJob == "" {
-				s.failJob = f.failsJob
+			if msg := f.FailsJob(); msg != "" && s.failJob == "" {
+				s.failJob = msg
 			}
-			if f.failsIndex && !s.completed.Has(ix) {
+			if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 				s.failedIndexes = s.failedIndexes.Add(ix)
+				s.plan.warn("IndexFailed", "Index %d failed for good after %s: %s", ix, attempts(pod.attempt+1), whyFailed(pod, f))
 			}
 		}
 	}
@@ -309,9 +311,9 @@ func (s *syncState) recordFinishedPods() {
 // failed stays a counted failure of its index even if it then succeeded: a
 // pod deleted under TerminatingOrFailed is recorded at once and may still
 // exit 0 afterwards; its index has lost that attempt all the same.
-func (s *syncState) failureOf(pod *cachedPod) podFailure {
+func (s *syncState) failureOf(pod *cachedPod) jobpod.Failure {
 	if s.uncountedFailed.Has(pod.UID) {
-		return podFailure{failed: true, counted: true}
+		return jobpod.Failure{Failed: true, Counted: true}
 	}
 	return classifyFailure(s.job, pod)
 }
@@ -478,7 +480,7 @@ func (s *syncState) heldForRetry() sets.Set[types.UID] {
 		return held
 	}
 	for ix, st := range s.indexes {
-		if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) && s.failureOf(st.latest).failed {
+		if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) && s.failureOf(st.latest).Failed {
 			held.Insert(st.latest.UID)
 		}
 	}

@@ -147,6 +147,9 @@ func TestSyncJob(t *testing.T) {
 				// Index 2's pod keeps its finalizer until its replacement
 				// exists: it carries the index's failure count.
 				RemoveFinalizer: []string{"a-0-0"},
+				Events: []string{
+					"Warning IndexFailed: Index 0 failed for good after 1 attempt: exit code 43 of container main matched rule 0 (FailIndex)",
+				},
 			},
 		},
 		{
@@ -218,6 +221,10 @@ func TestSyncJob(t *testing.T) {
 				},
 				Create:          []string{"a-8-0 failures=0 ignored=0", "a-9-0 failures=0 ignored=0"},
 				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0", "a-3-0", "a-4-0", "a-5-0", "a-6-0", "a-7-0"},
+				Events: []string{
+					"Warning IndexFailed: Index 1 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+					"Warning IndexFailed: Index 2 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+				},
 			},
 		},
 		{
@@ -238,6 +245,10 @@ func TestSyncJob(t *testing.T) {
 				},
 				Delete:          []string{"a-2-0", "a-3-0"},
 				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0", "a-3-0"},
+				Events: []string{
+					"Warning IndexFailed: Index 0 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+					"Warning IndexFailed: Index 1 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+				},
 			},
 		},
 		{

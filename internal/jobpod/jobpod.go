@@ -1,12 +1,9 @@
-// Package jobpod reads the facts of one pod of an IndexedBatchJob that
-// both the operator and the kubectl plugin act on: the completion index and
-// the counts the operator writes on the pod, and when the pod ended (where
-// its retry backoff starts). Reading them in one place keeps the plugin's
-// view of a pod the operator's.
-//
-// internal/controller/podcache.go still carries its own copies
-// (parseIndex, annotationInt, finishTime), with the same behaviour and
-// tests; they are meant to become calls to this package.
+// Package jobpod holds what the operator and the kubectl plugin both read
+// off one pod of an IndexedBatchJob and decide from it: the completion index
+// and the counts the operator writes on the pod, when the pod ended, how its
+// failure counts under the job's podFailurePolicy and limits, and the delay
+// before its index is retried. The plugin's view of a pod is the operator's
+// because it is the same code.
 package jobpod
 
 import (

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // RerunOfLabel is set by `kubectl ibj rerun` on the job it creates, to the
@@ -61,7 +62,7 @@ type common struct {
 	// chunkSize is the page size of pod and event lists.
 	chunkSize int64
 	// backoff is the operator's cluster-wide retry backoff.
-	backoff Backoff
+	backoff jobpod.Backoff
 
 	kube    kubernetes.Interface
 	dynamic dynamic.Interface
@@ -75,7 +76,7 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.PassiveClock) *cob
 		IOStreams:   streams,
 		clock:       clk,
 		chunkSize:   500,
-		backoff:     DefaultBackoff,
+		backoff:     jobpod.DefaultBackoff,
 	}
 	root := &cobra.Command{
 		Use:   "kubectl-ibj",

@@ -44,8 +44,9 @@ type podFacts struct {
 	podReason, message string
 	// waiting says why a pod that is not running yet has not started.
 	waiting string
-	// rule is the podFailurePolicy rule that matches a failed pod.
-	rule *ruleMatch
+	// failure is how the pod's end counts, as the operator decides it; its
+	// Match is the podFailurePolicy rule that matched, if any.
+	failure jobpod.Failure
 }
 
 // containerEnd is one terminated container.
@@ -95,11 +96,11 @@ func newPodFacts(job *ibjv1.IndexedBatchJob, pod *corev1.Pod) (f *podFacts, ok b
 			f.waiting = c.Reason
 		}
 	}
-	ends := containerEnds(pod)
-	if f.phase == corev1.PodFailed {
-		f.rule = matchRules(job.Spec.PodFailurePolicy, pod, ends)
-	}
-	f.exit = shownExit(f, ends)
+	f.failure = jobpod.Classify(job, jobpod.Ended{
+		Namespace: pod.Namespace, Name: pod.Name, Phase: f.phase, Deleting: f.deleting, Discarded: f.discarded,
+		Failures: f.failures, Exits: jobpod.Exits(pod), Conditions: jobpod.Conditions(pod),
+	})
+	f.exit = shownExit(f, containerEnds(pod))
 	if f.waiting == "" && f.phase == corev1.PodPending {
 		f.waiting = waitingReason(pod)
 	}
@@ -107,8 +108,7 @@ func newPodFacts(job *ibjv1.IndexedBatchJob, pod *corev1.Pod) (f *podFacts, ok b
 }
 
 // containerEnds lists the terminated containers, init containers first, in
-// the order the pod's status lists them: the order in which upstream's
-// podFailurePolicy matching looks at them.
+// the order the pod's status lists them.
 func containerEnds(pod *corev1.Pod) []containerEnd {
 	var ends []containerEnd
 	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
@@ -124,8 +124,12 @@ func containerEnds(pod *corev1.Pod) []containerEnd {
 // matched rule names, else the first that failed, else the last container
 // to end (for a pod that succeeded).
 func shownExit(f *podFacts, ends []containerEnd) *containerEnd {
-	if f.rule != nil && f.rule.exit != nil {
-		return f.rule.exit
+	if m := f.failure.Match; m != nil && m.Exit != nil {
+		for i, e := range ends {
+			if e.container == m.Exit.Container && e.code == m.Exit.Code {
+				return &ends[i]
+			}
+		}
 	}
 	for i := range ends {
 		if ends[i].code != 0 {

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,47 +12,8 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
-
-// Backoff is the delay before a failed pod is replaced: Base after the first
-// failure, twice the previous delay after each further one, at most Max.
-type Backoff struct {
-	Base, Max time.Duration
-}
-
-// DefaultBackoff is the operator's (and the built-in Job controller's)
-// default: 10 s, 20 s, 40 s … 10 min. The operator's --pod-failure-backoff
-// flags may change it cluster-wide; the plugin's flags of the same names say
-// so.
-var DefaultBackoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Minute}
-
-// delay is the wait after n failures.
-func (b Backoff) delay(n int32) time.Duration {
-	if n <= 0 || b.Base <= 0 {
-		return 0
-	}
-	d := b.Base
-	for range n - 1 {
-		if d >= b.Max {
-			break
-		}
-		d *= 2
-	}
-	return min(d, b.Max)
-}
-
-// forJob applies the job's spec.retryBackoff over b.
-func (b Backoff) forJob(job *ibjv1.IndexedBatchJob) Backoff {
-	if rb := job.Spec.RetryBackoff; rb != nil {
-		if rb.InitialDelaySeconds != nil {
-			b.Base = time.Duration(*rb.InitialDelaySeconds) * time.Second
-		}
-		if rb.MaxDelaySeconds != nil {
-			b.Max = time.Duration(*rb.MaxDelaySeconds) * time.Second
-		}
-	}
-	return b
-}
 
 // podScan gathers, a page of pods at a time, what the per-index view needs:
 // the latest pod of each index, how many pods each index has left, and
@@ -90,42 +50,9 @@ func (s *podScan) add(pod *corev1.Pod) {
 		if f.finished.After(s.lastSuccess) {
 			s.lastSuccess = f.finished
 		}
-	case failureOf(s.job, f).failed:
+	case f.failure.Failed:
 		s.failureEnds = append(s.failureEnds, f.finished)
 	}
-}
-
-// verdict is how a pod's end counts, as the operator decides it (upstream's
-// isPodFailed, matchPodFailurePolicy and isIndexFailed).
-type verdict struct {
-	failed     bool // the pod ended in failure
-	ignored    bool // an Ignore rule matched: counts against no limit
-	counted    bool // counts against backoffLimit and backoffLimitPerIndex
-	failsIndex bool // with backoffLimitPerIndex: the index fails for good
-	failsJob   bool // a FailJob rule matched
-}
-
-// failureOf judges a pod of the job. A pod is failed in phase Failed, or,
-// when terminating pods are replaced at once (podReplacementPolicy
-// TerminatingOrFailed, the default without a podFailurePolicy), once it is
-// being deleted before it succeeded; never when the operator discarded it.
-func failureOf(job *ibjv1.IndexedBatchJob, f *podFacts) verdict {
-	replaceTerminating := ptr.Deref(job.Spec.PodReplacementPolicy, batchv1.TerminatingOrFailed) == batchv1.TerminatingOrFailed &&
-		(job.Spec.PodReplacementPolicy != nil || job.Spec.PodFailurePolicy == nil)
-	failed := !f.discarded && (f.phase == corev1.PodFailed ||
-		(replaceTerminating && f.deleting && f.phase != corev1.PodSucceeded))
-	if !failed {
-		return verdict{}
-	}
-	if f.rule != nil && f.rule.action == batchv1.PodFailurePolicyActionIgnore {
-		return verdict{failed: true, ignored: true}
-	}
-	v := verdict{failed: true, counted: true}
-	v.failsJob = f.rule != nil && f.rule.action == batchv1.PodFailurePolicyActionFailJob
-	if limit := job.Spec.BackoffLimitPerIndex; limit != nil {
-		v.failsIndex = f.failures+1 > *limit || (f.rule != nil && f.rule.action == batchv1.PodFailurePolicyActionFailIndex)
-	}
-	return v
 }
 
 // jobView is one job with its scanned pods at one moment: everything the
@@ -133,7 +60,7 @@ func failureOf(job *ibjv1.IndexedBatchJob, f *podFacts) verdict {
 type jobView struct {
 	job     *ibjv1.IndexedBatchJob
 	now     time.Time
-	backoff Backoff
+	backoff jobpod.Backoff
 	scan    *podScan
 	// wanted are the indexes the job runs; completed and failed are its
 	// status's index sets.
@@ -148,8 +75,8 @@ type jobView struct {
 	globalRetryAt time.Time
 }
 
-func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backoff Backoff) *jobView {
-	v := &jobView{job: job, now: now, backoff: backoff.forJob(job), scan: scan}
+func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backoff jobpod.Backoff) *jobView {
+	v := &jobView{job: job, now: now, backoff: backoff.ForJob(job), scan: scan}
 	v.wanted = wantedIndexes(job)
 	v.completed, _ = indexset.Parse(job.Status.CompletedIndexes, 0)
 	v.failed, _ = indexset.Parse(ptr.Deref(job.Status.FailedIndexes, ""), 0)
@@ -163,7 +90,7 @@ func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backof
 		}
 	}
 	if failures > 0 && !last.IsZero() {
-		v.globalRetryAt = last.Add(v.backoff.delay(failures))
+		v.globalRetryAt = last.Add(v.backoff.Delay(failures))
 	}
 	return v
 }
@@ -282,8 +209,7 @@ func (v *jobView) stoppedByEnd(f *podFacts) bool {
 // retrying once its backoff has passed.
 func (v *jobView) afterFailure(s *IndexStatus, f *podFacts) {
 	s.Reason = v.failureReason(f)
-	vd := failureOf(v.job, f)
-	if v.end != nil || vd.failsIndex || vd.failsJob {
+	if v.end != nil || f.failure.FailsIndex || f.failure.FailsJob() != "" {
 		s.State = StateFailed
 		return
 	}
@@ -292,7 +218,7 @@ func (v *jobView) afterFailure(s *IndexStatus, f *podFacts) {
 	if v.job.Spec.BackoffLimitPerIndex != nil {
 		at = time.Time{}
 		if !f.finished.IsZero() {
-			at = f.finished.Add(v.backoff.delay(f.failures + f.ignored + 1))
+			at = f.finished.Add(v.backoff.Delay(f.failures + f.ignored + 1))
 		}
 	}
 	if !at.IsZero() {
@@ -316,14 +242,14 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 		s.Container = f.exit.container
 	}
 	s.Message = f.message
-	if f.rule != nil {
-		s.Rule = ptr.To(f.rule.index)
-		s.Action = string(f.rule.action)
-		s.Message = f.rule.message
+	if m := f.failure.Match; m != nil {
+		s.Rule = ptr.To(m.Rule)
+		s.Action = string(m.Action)
+		s.Message = m.Message
 	}
 	if limit := v.job.Spec.BackoffLimitPerIndex; limit != nil {
 		used := f.failures
-		if failureOf(v.job, f).counted {
+		if f.failure.Counted {
 			used++
 		}
 		s.RetriesLeft = ptr.To(max(*limit-used, 0))
@@ -347,8 +273,8 @@ func (v *jobView) failureReason(f *podFacts) string {
 	case f.exit != nil && f.exit.code != 0:
 		parts = append(parts, exitReason(f.exit))
 	}
-	if f.rule != nil {
-		parts = append(parts, fmt.Sprintf("rule %d: %s", f.rule.index, f.rule.action))
+	if m := f.failure.Match; m != nil {
+		parts = append(parts, fmt.Sprintf("rule %d: %s", m.Rule, m.Action))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -15,6 +15,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 var now = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -199,7 +200,7 @@ func TestIndexState(t *testing.T) {
 			for _, p := range tc.pods {
 				scan.add(p)
 			}
-			s := newJobView(tc.job, scan, now, DefaultBackoff).status(0)
+			s := newJobView(tc.job, scan, now, jobpod.DefaultBackoff).status(0)
 			got := indexState{State: s.State, RetriesLeft: s.RetriesLeft, Reason: s.Reason}
 			if s.RetryAt != nil {
 				got.RetryIn = s.RetryAt.Sub(now)
@@ -224,58 +225,9 @@ func TestJobWideBackoffCountsFailuresSinceTheLastSuccess(t *testing.T) {
 		p.Labels[ibjv1.CompletionIndexLabel] = strconv.Itoa(i % 3)
 		scan.add(p)
 	}
-	v := newJobView(job, scan, now, DefaultBackoff)
+	v := newJobView(job, scan, now, jobpod.DefaultBackoff)
 	if want := now.Add(-10 * time.Second).Add(20 * time.Second); !v.globalRetryAt.Equal(want) {
 		t.Errorf("job-wide retry at %v, want %v (two failures since the success: 20s after the last)", v.globalRetryAt, want)
-	}
-}
-
-func TestBackoffDelay(t *testing.T) {
-	b := Backoff{Base: 10 * time.Second, Max: time.Minute}
-	got := []time.Duration{b.delay(0), b.delay(1), b.delay(2), b.delay(3), b.delay(4), b.delay(1000)}
-	want := []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Error(diff)
-	}
-}
-
-func TestMatchRules(t *testing.T) {
-	init := corev1.ContainerStatus{Name: "setup", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 5}}}
-	main := corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 42}}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Status: corev1.PodStatus{
-		Phase: corev1.PodFailed, InitContainerStatuses: []corev1.ContainerStatus{init}, ContainerStatuses: []corev1.ContainerStatus{main},
-		Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse}},
-	}}
-	named := func(r batchv1.PodFailurePolicyRule, c string) batchv1.PodFailurePolicyRule {
-		r.OnExitCodes.ContainerName = ptr.To(c)
-		return r
-	}
-	cases := []struct {
-		name  string
-		rules []batchv1.PodFailurePolicyRule
-		want  string // "" when no rule matches
-	}{
-		{"no rules", nil, ""},
-		{"init containers are looked at first", []batchv1.PodFailurePolicyRule{exitRule(batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyOnExitCodesOpNotIn, 1)},
-			"Container setup for pod ns/p failed with exit code 5 matching FailJob rule at index 0"},
-		{"a container name narrows the match", []batchv1.PodFailurePolicyRule{named(exitRule(batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyOnExitCodesOpNotIn, 1), "main")},
-			"Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 0"},
-		{"a condition pattern matches only its status", []batchv1.PodFailurePolicyRule{conditionRule(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget)}, ""},
-		{"an unknown action is passed over", []batchv1.PodFailurePolicyRule{
-			exitRule("FailEverything", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-			exitRule(batchv1.PodFailurePolicyActionCount, batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-		}, "Container main for pod ns/p failed with exit code 42 matching Count rule at index 1"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var got string
-			if m := matchRules(&batchv1.PodFailurePolicy{Rules: tc.rules}, pod, containerEnds(pod)); m != nil {
-				got = m.message
-			}
-			if got != tc.want {
-				t.Errorf("match %q, want %q", got, tc.want)
-			}
-		})
 	}
 }
 

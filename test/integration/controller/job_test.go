@@ -333,12 +333,29 @@ func setSuspend(ctx context.Context, ns, name string, suspend bool) {
 }
 
 func eventReasons(ctx context.Context, ns, job string) []string {
+	var out []string
+	for _, e := range jobEvents(ctx, ns, job) {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// eventNotes are the "reason: note" of the job's events.
+func eventNotes(ctx context.Context, ns, job string) []string {
+	var out []string
+	for _, e := range jobEvents(ctx, ns, job) {
+		out = append(out, e.Reason+": "+e.Note)
+	}
+	return out
+}
+
+func jobEvents(ctx context.Context, ns, job string) []eventsv1.Event {
 	var list eventsv1.EventList
 	Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-	var out []string
+	var out []eventsv1.Event
 	for _, e := range list.Items {
 		if e.Regarding.Name == job && e.Regarding.Kind == "IndexedBatchJob" {
-			out = append(out, e.Reason)
+			out = append(out, e)
 		}
 	}
 	return out

@@ -178,6 +178,8 @@ var _ = Describe("Failure handling", func() {
 			g.Expect(j.Status.Failed).To(Equal(int32(1)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		Expect(k.RunsOf(1)).To(Equal(1), "a FailIndex match is never retried")
+		Eventually(func() []string { return eventNotes(ctx, ns, job.Name) }, 10*time.Second).Should(ContainElement(
+			"IndexFailed: Index 1 failed for good after 1 attempt: exit code 7 of container main matched rule 0 (FailIndex)"))
 	})
 
 	It("fails with MaxFailedIndexesExceeded at once and terminates the remaining pods", func() {

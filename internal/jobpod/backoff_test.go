@@ -1,4 +1,4 @@
-package controller
+package jobpod
 
 import (
 	"testing"
@@ -73,7 +73,7 @@ func TestBackoffOfAJobTakesItsRetryBackoffOverTheDefaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			job := utils.MakeIndexedBatchJob("a", "ns").Obj()
 			job.Spec.RetryBackoff = tc.spec
-			got := operator.forJob(job)
+			got := operator.ForJob(job)
 			if got != tc.want {
 				t.Errorf("forJob = %+v, want %+v", got, tc.want)
 			}

@@ -1,0 +1,220 @@
+package jobpod
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// Exit is a container that terminated with a non-zero exit code.
+type Exit struct {
+	Container string
+	Code      int32
+}
+
+// Condition is a pod condition as a podFailurePolicy rule matches it.
+type Condition struct {
+	Type   corev1.PodConditionType
+	Status corev1.ConditionStatus
+}
+
+// Exits lists the containers of the pod that terminated with a non-zero exit
+// code, init containers first, in the order the pod's status lists them: the
+// order in which rules look at them.
+func Exits(pod *corev1.Pod) []Exit {
+	var exits []Exit
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+				exits = append(exits, Exit{Container: cs.Name, Code: t.ExitCode})
+			}
+		}
+	}
+	return exits
+}
+
+// Conditions lists the pod's conditions, type and status only.
+func Conditions(pod *corev1.Pod) []Condition {
+	if len(pod.Status.Conditions) == 0 {
+		return nil
+	}
+	conds := make([]Condition, len(pod.Status.Conditions))
+	for i, c := range pod.Status.Conditions {
+		conds[i] = Condition{Type: c.Type, Status: c.Status}
+	}
+	return conds
+}
+
+// Match is the podFailurePolicy rule that matched a failed pod.
+type Match struct {
+	// Rule is the rule's position in the policy.
+	Rule   int32
+	Action batchv1.PodFailurePolicyAction
+	// Exit is the container whose exit code an onExitCodes rule matched;
+	// Condition the condition an onPodConditions rule matched.
+	Exit      *Exit
+	Condition corev1.PodConditionType
+	// Message says what matched, in the words of upstream's FailJob
+	// condition message.
+	Message string
+}
+
+// Ended is what the failure of a pod is decided from.
+type Ended struct {
+	Namespace, Name string
+	Phase           corev1.PodPhase
+	// Deleting: the pod has a deletion timestamp.
+	Deleting bool
+	// Discarded: the operator let go of the pod without counting its end.
+	Discarded bool
+	// Failures is the pod's index-failure-count annotation: the earlier
+	// failures of its index that counted.
+	Failures   int32
+	Exits      []Exit
+	Conditions []Condition
+}
+
+// Failure is how one pod's end counts.
+type Failure struct {
+	// Failed: the pod ended in failure (phase Failed, or deleted before it
+	// succeeded when terminating pods are replaced at once).
+	Failed bool
+	// Ignored: an Ignore rule matched; the failure counts against nothing,
+	// but still delays the index's next attempt.
+	Ignored bool
+	// Counted: the failure counts against backoffLimit and its index's
+	// backoffLimitPerIndex.
+	Counted bool
+	// FailsIndex: with backoffLimitPerIndex, the index is failed for good (a
+	// FailIndex rule matched, or the index's failures went over its limit).
+	FailsIndex bool
+	// Match is the rule that matched, nil when none did.
+	Match *Match
+}
+
+// FailsJob is the message of a matched FailJob rule, "" otherwise.
+func (f Failure) FailsJob() string {
+	if f.Counted && f.Match != nil && f.Match.Action == batchv1.PodFailurePolicyActionFailJob {
+		return f.Match.Message
+	}
+	return ""
+}
+
+// Classify decides how a pod of the job counts, as upstream's isPodFailed,
+// matchPodFailurePolicy and isIndexFailed together: a failed pod that no
+// Ignore rule matches counts against the job and its index, whatever other
+// rule matched (a FailJob match fails the index too once it is over its
+// limit), and a FailIndex match fails its index at once.
+func Classify(job *ibjv1.IndexedBatchJob, p Ended) Failure {
+	if !countsAsFailed(p, OnlyReplaceFailed(job)) {
+		return Failure{}
+	}
+	m := MatchPolicy(job.Spec.PodFailurePolicy, p)
+	if m != nil && m.Action == batchv1.PodFailurePolicyActionIgnore {
+		return Failure{Failed: true, Ignored: true, Match: m}
+	}
+	f := Failure{Failed: true, Counted: true, Match: m}
+	if limit := job.Spec.BackoffLimitPerIndex; limit != nil {
+		f.FailsIndex = (m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex) || p.Failures+1 > *limit
+	}
+	return f
+}
+
+// OnlyReplaceFailed: a terminating pod is replaced only once it has failed
+// (podReplacementPolicy Failed, the default with a podFailurePolicy).
+func OnlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool {
+	if job.Spec.PodReplacementPolicy != nil {
+		return *job.Spec.PodReplacementPolicy == batchv1.Failed
+	}
+	return job.Spec.PodFailurePolicy != nil
+}
+
+// countsAsFailed mirrors upstream's isPodFailed: phase Failed, or, when
+// terminating pods are replaced at once, a pod deleted before it succeeded
+// (it may never get the chance to reach phase Failed). A pod the operator
+// discarded never counts.
+func countsAsFailed(p Ended, onlyFailed bool) bool {
+	if p.Discarded {
+		return false
+	}
+	if p.Phase == corev1.PodFailed {
+		return true
+	}
+	return !onlyFailed && p.Deleting && p.Phase != corev1.PodSucceeded
+}
+
+// MatchPolicy applies the rules in order, first match wins, as upstream's
+// matchPodFailurePolicy; nil without a policy or when no rule matches (the
+// failure is then counted). A rule with an action from a newer API is
+// passed over, as upstream does.
+func MatchPolicy(policy *batchv1.PodFailurePolicy, p Ended) *Match {
+	if policy == nil {
+		return nil
+	}
+	for i, rule := range policy.Rules {
+		switch rule.Action {
+		case batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyActionFailIndex,
+			batchv1.PodFailurePolicyActionIgnore, batchv1.PodFailurePolicyActionCount:
+		default:
+			continue
+		}
+		switch {
+		case rule.OnExitCodes != nil:
+			if e := matchExitCodes(p.Exits, rule.OnExitCodes); e != nil {
+				return &Match{Rule: int32(i), Action: rule.Action, Exit: e,
+					Message: fmt.Sprintf("Container %s for pod %s/%s failed with exit code %d matching %s rule at index %d",
+						e.Container, p.Namespace, p.Name, e.Code, rule.Action, i)}
+			}
+		case rule.OnPodConditions != nil:
+			if c, ok := matchPodConditions(p.Conditions, rule.OnPodConditions); ok {
+				return &Match{Rule: int32(i), Action: rule.Action, Condition: c,
+					Message: fmt.Sprintf("Pod %s/%s has condition %s matching %s rule at index %d",
+						p.Namespace, p.Name, c, rule.Action, i)}
+			}
+		}
+	}
+	return nil
+}
+
+// matchExitCodes finds a container that failed with an exit code the
+// requirement accepts, in the container it names if it names one. A zero
+// exit code never matches: a container that succeeded did not cause the
+// failure.
+func matchExitCodes(exits []Exit, req *batchv1.PodFailurePolicyOnExitCodesRequirement) *Exit {
+	var want bool
+	switch req.Operator {
+	case batchv1.PodFailurePolicyOnExitCodesOpIn:
+		want = true
+	case batchv1.PodFailurePolicyOnExitCodesOpNotIn:
+		want = false
+	default:
+		return nil
+	}
+	for i, e := range exits {
+		if e.Code == 0 || (req.ContainerName != nil && *req.ContainerName != e.Container) {
+			continue
+		}
+		if slices.Contains(req.Values, e.Code) == want {
+			return &exits[i]
+		}
+	}
+	return nil
+}
+
+// matchPodConditions finds a pod condition equal in type and status (status
+// defaulting to True) to one of the patterns.
+func matchPodConditions(conds []Condition, patterns []batchv1.PodFailurePolicyOnPodConditionsPattern) (corev1.PodConditionType, bool) {
+	for _, c := range conds {
+		for _, p := range patterns {
+			if c.Type == p.Type && c.Status == cmp.Or(p.Status, corev1.ConditionTrue) {
+				return c.Type, true
+			}
+		}
+	}
+	return "", false
+}
