@@ -54,6 +54,9 @@ cleanup() {
   alias kubectl=$kubectl
   kubectl get ibj,pods -o wide
   kubectl describe ibj $job
+  export PATH=$root/bin:\$PATH        # the kubectl plugin, bin/kubectl-ibj
+  kubectl ibj indexes $job --failed
+  kubectl ibj rerun $job --failed
   kubectl delete ibj $job && kubectl apply -f $sample
   kubectl apply -k config/samples     # all the samples; pod templates script
                                       # the fake kubelet with the annotations
