@@ -29,8 +29,9 @@ const apiParallelism = 64
 
 // apply carries out a plan in the order that keeps every result: pod
 // deletes and creates, the status in one write, then the finalizer
-// removals (only once the status holding their results is written), then
-// events and metrics.
+// removals (only once the status holding their results is written; those
+// off the critical path go to the background queue), then events and
+// metrics.
 func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) (ctrl.Result, error) {
 	if p.deleteJob {
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
@@ -43,6 +44,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
 	}
 	// The status now holds every result recorded in this sync.
+	r.later.add(job.UID, p.releaseLater)
 	releaseErr := errors.Join(
 		r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
 		r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),
@@ -193,6 +195,12 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 		return err
 	}
 	if err := forEachPod(ctx, own, func(ctx context.Context, pod *cachedPod) error {
+		// A pod whose finalizer was left for later would stay after the job.
+		if hasTrackingFinalizer(pod) {
+			if err := r.removeFinalizer(ctx, pod); err != nil {
+				return err
+			}
+		}
 		return client.IgnoreNotFound(r.client.Delete(ctx, podRef(pod)))
 	}); err != nil {
 		return err

@@ -36,6 +36,9 @@ type Reconciler struct {
 	backoff  Backoff
 
 	exp *expectations
+	// later removes, in the background, the finalizers of pods whose result
+	// is counted already (release.go).
+	later *laterReleases
 	// pods is the cache of the jobs' pods (see podSource), set up by
 	// SetupWithManager.
 	pods *podSource
@@ -60,7 +63,9 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
 		taken = utilcache.NewExpiringWithClock(full)
 	}
-	return &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), takenServices: taken}
+	r.later = newLaterReleases(r)
+	return r
 }
 
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
@@ -208,6 +213,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	}
 	r.pods = pods
 	r.apiReader = mgr.GetAPIReader()
+	if err := mgr.Add(r.later); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&ibjv1.IndexedBatchJob{}).
 		Owns(&corev1.Service{}).

@@ -60,6 +60,7 @@ type cluster struct {
 	now     time.Time
 	backoff Backoff
 	uids    int
+	syncs   int
 
 	jobDeleted bool
 	// crashAt stops the next apply after that step (1 deletes, 2 creates,
@@ -84,11 +85,14 @@ type cluster struct {
 	order     map[types.UID]int
 	deletedAt map[types.UID]time.Time
 
-	// The ledger. recordedSucc/recordedFail: every UID ever written to
-	// uncountedTerminatedPods. mustCount: pods the sim saw end (succeeded,
+	// The ledger. recordedFail: every UID ever written to
+	// uncountedTerminatedPods; recordedSucc: every succeeded pod whose index
+	// a written status holds as completed; failedIdx: the indexes a written
+	// status holds as failed. mustCount: pods the sim saw end (succeeded,
 	// failed, or deleted under TerminatingOrFailed) while holding the
 	// finalizer, mapped to whether only "failed" is a correct record.
 	recordedSucc, recordedFail sets.Set[types.UID]
+	failedIdx                  sets.Set[int32]
 	mustCount                  map[types.UID]bool
 	indexOfUID                 map[types.UID]int32
 	// stripped are the indexes of which the controller discarded a pod
@@ -128,7 +132,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		clock:        testingclock.NewFakePassiveClock(testNow),
 		order:        map[types.UID]int{},
 		deletedAt:    map[types.UID]time.Time{},
-		recordedSucc: sets.New[types.UID](), recordedFail: sets.New[types.UID](),
+		recordedSucc: sets.New[types.UID](), recordedFail: sets.New[types.UID](), failedIdx: sets.New[int32](),
 		mustCount: map[types.UID]bool{}, indexOfUID: map[types.UID]int32{},
 		stripped: sets.New[int32](),
 	}
@@ -452,17 +456,36 @@ func (c *cluster) sync() plan {
 	}
 	c.uids += len(p.create)
 	if fault != nil && fault.crash {
-		c.r = c.newReconciler()
+		c.r = c.newReconciler() // with an empty background queue
 	}
 	c.readJob()
 	for _, name := range sets.List(a.written) {
 		c.reload(name)
+	}
+	// The background releases run after most syncs, and lag behind one in
+	// three, when a sync and the next see their pods still held.
+	if c.syncs++; c.syncs%3 != 0 {
+		c.releaseInBackground()
 	}
 	c.checkState(p)
 	if !IsFinished(in.job) && a.refusedIn(stepDelete, stepDelete)+a.refusedIn(stepStatus, stepStatus) == 0 {
 		c.checkActive()
 	}
 	return p
+}
+
+// releaseInBackground runs the reconciler's background finalizer removals
+// queued so far, each checked as apply's are.
+func (c *cluster) releaseInBackground() {
+	ctx := log.IntoContext(context.Background(), logr.Discard())
+	a := newApplying(syncInput{job: c.job}, plan{}, nil, c.pods)
+	a.background = true
+	c.applying = a
+	c.r.later.drain(ctx)
+	c.applying = nil
+	for _, name := range sets.List(a.written) {
+		c.reload(name)
+	}
 }
 
 // checkActive checks that the status counts the active pods on the API
@@ -532,6 +555,9 @@ type applying struct {
 	// whole: every write passes, and none is placed (a plan that deletes
 	// the job, whose writes are not apply's steps).
 	whole bool
+	// background: the writes are the reconciler's background finalizer
+	// removals, which any pod may get; each is checked all the same.
+	background bool
 	// seen are the pods as the sync saw them, by name; written are those
 	// of them a write changed, and the pods it created.
 	seen    map[string]*corev1.Pod
@@ -704,6 +730,8 @@ func (c *cluster) patchPod(ctx context.Context, cl client.WithWatch, obj client.
 	case discard:
 		step = stepDiscard
 		pos, planned = a.discards[name]
+	case a.background:
+		step, planned = stepRelease, true
 	default:
 		step = stepRelease
 		pos, planned = a.releases[name]
@@ -762,8 +790,10 @@ func (c *cluster) checkRelease(a *applying, before *corev1.Pod, after client.Obj
 		}
 		return
 	}
+	ix, _ := jobpod.Index(before)
 	if !IsFinished(a.in.job) && !c.recordedSucc.Has(before.UID) && !c.recordedFail.Has(before.UID) &&
-		!(before.Status.Phase == corev1.PodFailed && c.ignores(before)) {
+		!(before.Status.Phase == corev1.PodFailed && c.ignores(before)) &&
+		!(before.Status.Phase == corev1.PodSucceeded && c.failedIdx.Has(ix)) {
 		c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", before.Name, before.Status.Phase)
 	}
 }
@@ -790,18 +820,8 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		}
 		return nil
 	}
-	for _, uid := range uSucc {
-		if c.recordedSucc.Has(uid) {
-			continue
-		}
-		if c.recordedFail.Has(uid) {
-			c.errorf("pod %s recorded as succeeded after it was recorded as failed", uid)
-		}
-		p := inputPod(uid)
-		if p == nil || p.Status.Phase != corev1.PodSucceeded || !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)) {
-			c.errorf("pod %s recorded as succeeded, but the sync saw %+v", uid, p)
-		}
-		c.recordedSucc.Insert(uid)
+	if len(uSucc) > 0 {
+		c.errorf("uncountedTerminatedPods lists succeeded pods %v: they are counted by their index", uSucc)
 	}
 	for _, uid := range uFail {
 		if c.recordedFail.Has(uid) {
@@ -831,9 +851,6 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	}
 	// Counts are exact: whatever was ever recorded is counted or still
 	// recorded, never both, never neither.
-	if got, want := int(st.Succeeded)+len(uSucc), c.recordedSucc.Len(); got != want {
-		c.errorf("succeeded %d + uncounted %d = %d, but %d pods were recorded as succeeded", st.Succeeded, len(uSucc), got, want)
-	}
 	if got, want := int(st.Failed)+len(uFail), c.recordedFail.Len(); got != want {
 		c.errorf("failed %d + uncounted %d = %d, but %d pods were recorded as failed", st.Failed, len(uFail), got, want)
 	}
@@ -846,6 +863,17 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	if err1 != nil || err2 != nil {
 		c.errorf("unreadable index sets: %v, %v", err1, err2)
 	}
+	// A succeeded pod is recorded by its index, and counted with it.
+	if int(st.Succeeded) != completed.Len() {
+		c.errorf("succeeded %d, but %d indexes completed (%q)", st.Succeeded, completed.Len(), st.CompletedIndexes)
+	}
+	for _, p := range c.seen {
+		if ix, ok := jobpod.Index(p); ok && p.Status.Phase == corev1.PodSucceeded && completed.Has(ix) &&
+			hasTrackingFinalizer(newCachedPod(p)) && !isDiscarded(newCachedPod(p)) {
+			c.recordedSucc.Insert(p.UID)
+		}
+	}
+	failed.Each(func(ix int32) bool { c.failedIdx.Insert(ix); return true })
 	if completed.CountIn(failed) != 0 {
 		c.errorf("completedIndexes %q and failedIndexes %q overlap", st.CompletedIndexes, *st.FailedIndexes)
 	}
@@ -856,7 +884,7 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		if !isTrue(&st, typ) {
 			continue
 		}
-		if len(uSucc)+len(uFail) > 0 {
+		if len(uFail) > 0 {
 			c.errorf("%s while pods are uncounted", typ)
 		}
 		if !isTrue(&before, typ) {
@@ -1008,12 +1036,13 @@ func (c *cluster) settle() {
 		switch {
 		case onlyFailed && !c.recordedFail.Has(uid):
 			c.errorf("pod %s failed holding the finalizer, but its failure was never counted", uid)
-		case !c.recordedFail.Has(uid) && !c.recordedSucc.Has(uid):
+		case !c.recordedFail.Has(uid) && !c.recordedSucc.Has(uid) && !c.failedIdx.Has(c.indexOfUID[uid]):
 			c.errorf("pod %s ended holding the finalizer, but its end was never counted", uid)
 		}
 	}
-	if int(st.Succeeded) != c.recordedSucc.Len() || int(st.Failed) != c.recordedFail.Len() {
-		c.errorf("finished with succeeded=%d failed=%d, ledger %d/%d", st.Succeeded, st.Failed, c.recordedSucc.Len(), c.recordedFail.Len())
+	completed, _ := indexset.Parse(st.CompletedIndexes, c.job.Spec.Completions)
+	if int(st.Succeeded) != completed.Len() || int(st.Failed) != c.recordedFail.Len() {
+		c.errorf("finished with succeeded=%d failed=%d, completed indexes %d, failures in the ledger %d", st.Succeeded, st.Failed, completed.Len(), c.recordedFail.Len())
 	}
 	for _, p := range c.pods {
 		if hasTrackingFinalizer(newCachedPod(p)) {

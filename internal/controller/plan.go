@@ -19,9 +19,12 @@ type plan struct {
 	delete          []podDeletion
 	removeFinalizer []*cachedPod
 	// discard are pods whose finalizer goes without their end being counted.
-	discard  []*cachedPod
-	events   []event
-	recorded []finishedPod
+	discard []*cachedPod
+	// releaseLater are pods whose finalizer goes off the critical path, once
+	// the status is written: the results they hold are counted already.
+	releaseLater []*cachedPod
+	events       []event
+	recorded     []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	// newlyCompleted and newlyFailedIndexes are how many indexes this sync

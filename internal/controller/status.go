@@ -77,21 +77,20 @@ func setIndexSets(st *ibjv1.IndexedBatchJobStatus, job *ibjv1.IndexedBatchJob, c
 	}
 }
 
-// setUncounted writes uncountedTerminatedPods, sorted so that an unchanged
-// set never looks like a change; nil when both sets are empty.
-func setUncounted(st *ibjv1.IndexedBatchJobStatus, succeeded, failed sets.Set[types.UID]) {
+// setUncounted writes uncountedTerminatedPods: the failed pods, sorted so
+// that an unchanged set never looks like a change; nil when there are none.
+func setUncounted(st *ibjv1.IndexedBatchJobStatus, failed sets.Set[types.UID]) {
 	st.UncountedTerminatedPods = nil
-	if succeeded.Len() == 0 && failed.Len() == 0 {
-		return
-	}
-	u := &batchv1.UncountedTerminatedPods{}
-	if succeeded.Len() > 0 {
-		u.Succeeded = sets.List(succeeded)
-	}
 	if failed.Len() > 0 {
-		u.Failed = sets.List(failed)
+		st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Failed: sets.List(failed)}
 	}
-	st.UncountedTerminatedPods = u
+}
+
+// setSucceeded counts the completed indexes, as upstream counts the
+// successes of an Indexed job: a second pod that succeeds for an index, or
+// one of an index the job no longer runs, adds nothing.
+func setSucceeded(st *ibjv1.IndexedBatchJobStatus, completed indexset.Set) {
+	st.Succeeded = int32(completed.Len())
 }
 
 // setPeerDNSReady sets condition PeerDNSReady to what the reconciler found

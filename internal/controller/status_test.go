@@ -202,24 +202,31 @@ func setOf(ixs ...int32) indexset.Set {
 
 func TestSetUncounted(t *testing.T) {
 	cases := []struct {
-		name              string
-		succeeded, failed []types.UID
-		want              *batchv1.UncountedTerminatedPods
+		name   string
+		failed []types.UID
+		want   *batchv1.UncountedTerminatedPods
 	}{
 		{name: "nil when empty, so an empty record is not written"},
-		{name: "sorted, so an unchanged set is no change", succeeded: []types.UID{"c", "a", "b"},
-			want: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"a", "b", "c"}}},
-		{name: "both lists", succeeded: []types.UID{"s"}, failed: []types.UID{"f2", "f1"},
-			want: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"s"}, Failed: []types.UID{"f1", "f2"}}},
+		{name: "sorted, so an unchanged set is no change", failed: []types.UID{"c", "a", "b"},
+			want: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"a", "b", "c"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st := ibjv1.IndexedBatchJobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"old"}}}
-			setUncounted(&st, sets.New(tc.succeeded...), sets.New(tc.failed...))
+			st := ibjv1.IndexedBatchJobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{
+				Succeeded: []types.UID{"from-an-earlier-version"}, Failed: []types.UID{"old"}}}
+			setUncounted(&st, sets.New(tc.failed...))
 			if diff := cmp.Diff(tc.want, st.UncountedTerminatedPods); diff != "" {
 				t.Errorf("uncountedTerminatedPods (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestSetSucceededCountsCompletedIndexes(t *testing.T) {
+	st := ibjv1.IndexedBatchJobStatus{Succeeded: 9}
+	setSucceeded(&st, setOf(0, 2, 3, 7))
+	if st.Succeeded != 4 {
+		t.Errorf("succeeded = %d, want 4 (the completed indexes)", st.Succeeded)
 	}
 }
 

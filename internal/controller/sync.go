@@ -19,6 +19,11 @@ import (
 // defaultBackoffLimit is batch/v1's default when backoffLimitPerIndex is unset.
 const defaultBackoffLimit = 6
 
+// maxUncountedPods bounds status.uncountedTerminatedPods, as upstream's
+// MaxUncountedPods: a sync records no more failed pods once the list is
+// this long; the rest are recorded once these are counted.
+const maxUncountedPods = 500
+
 // syncInput is what the decision core sees: the job, its pods from the cache
 // (owned by the job), the time, whether the cache has caught up with this
 // controller's own creates and deletes, and what the reconciler found of the
@@ -43,11 +48,13 @@ type syncState struct {
 	// status is &plan.status, the status this sync computes.
 	status *ibjv1.IndexedBatchJobStatus
 
-	// uncountedSucceeded and uncountedFailed are the pods whose result is
-	// recorded in uncountedTerminatedPods but not yet in the counters.
-	uncountedSucceeded, uncountedFailed sets.Set[types.UID]
-	completed, failedIndexes            indexset.Set
-	completedBefore, failedBefore       int
+	// uncountedFailed are the failed pods recorded in
+	// uncountedTerminatedPods but not yet in status.failed. Succeeded pods
+	// are counted by their index (completedIndexes), as upstream counts an
+	// Indexed job's successes: no UID of theirs needs tracking.
+	uncountedFailed               sets.Set[types.UID]
+	completed, failedIndexes      indexset.Set
+	completedBefore, failedBefore int
 	// rebuildCompleted and rebuildFailed: the status's index set could not
 	// be read and is rebuilt from the pods.
 	rebuildCompleted, rebuildFailed bool
@@ -137,9 +144,11 @@ func newSyncState(in syncInput) *syncState {
 // elastic job scaled down). An index set that cannot be read (someone wrote
 // the status by hand) is reported and rebuilt from the pods.
 func (s *syncState) readRecordedResults() {
-	s.uncountedSucceeded, s.uncountedFailed = sets.New[types.UID](), sets.New[types.UID]()
+	// Succeeded UIDs (written by versions that tracked them) are dropped:
+	// their indexes were recorded in the same write.
+	s.uncountedFailed = sets.New[types.UID]()
 	if u := s.status.UncountedTerminatedPods; u != nil {
-		s.uncountedSucceeded, s.uncountedFailed = sets.New(u.Succeeded...), sets.New(u.Failed...)
+		s.uncountedFailed = sets.New(u.Failed...)
 	}
 	var err error
 	if s.completed, err = indexset.Parse(s.status.CompletedIndexes, 0); err != nil {
@@ -156,8 +165,8 @@ func (s *syncState) readRecordedResults() {
 	s.completedBefore, s.failedBefore = s.completed.Len(), s.failedIndexes.Len()
 }
 
-// countReleasedPods moves a recorded pod whose finalizer is gone (or the pod
-// with it) into the counters. The cache never forgets a pod it saw except
+// countReleasedPods moves a recorded failed pod whose finalizer is gone (or
+// the pod with it) into status.failed. The cache never forgets a pod it saw except
 // through its deletion, so "absent" means deleted, never "not seen yet".
 func (s *syncState) countReleasedPods() {
 	byUID := make(map[types.UID]*cachedPod, len(s.pods))
@@ -167,12 +176,6 @@ func (s *syncState) countReleasedPods() {
 	released := func(uid types.UID) bool {
 		pod := byUID[uid]
 		return pod == nil || !hasTrackingFinalizer(pod)
-	}
-	for _, uid := range sets.List(s.uncountedSucceeded) {
-		if released(uid) {
-			s.uncountedSucceeded.Delete(uid)
-			s.status.Succeeded++
-		}
 	}
 	for _, uid := range sets.List(s.uncountedFailed) {
 		if released(uid) {
@@ -269,21 +272,24 @@ func hasSucceededPod(st *indexState) bool {
 	return false
 }
 
-// recordFinishedPods records the pods that finished since the last status.
-// A pod is recorded once, in the same status write as the index sets it
-// changes; its finalizer goes only after that write.
+// recordFinishedPods records the pods that finished since the last status:
+// a succeeded pod by adding its index to the completed ones, a failed one by
+// its UID in uncountedTerminatedPods (at most maxUncountedPods of them). A
+// pod's finalizer goes only once the status that records it is written.
 func (s *syncState) recordFinishedPods() {
 	for _, ix := range s.order {
 		for _, pod := range s.indexes[ix].pods {
-			if !hasTrackingFinalizer(pod) || s.uncountedSucceeded.Has(pod.UID) || s.uncountedFailed.Has(pod.UID) {
+			if !hasTrackingFinalizer(pod) || s.uncountedFailed.Has(pod.UID) {
 				continue
 			}
 			if pod.phase == corev1.PodSucceeded {
-				s.uncountedSucceeded.Insert(pod.UID)
-				if !s.failedIndexes.Has(ix) {
+				if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 					s.completed = s.completed.Add(ix)
+					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix, succeeded: true})
 				}
-				s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix, succeeded: true})
+				continue
+			}
+			if s.uncountedFailed.Len() >= maxUncountedPods {
 				continue
 			}
 			f := classifyFailure(s.job, pod)
@@ -423,7 +429,7 @@ func (s *syncState) stopPods() {
 			}
 			switch {
 			case failing:
-				if hasTrackingFinalizer(pod) && !s.uncountedFailed.Has(pod.UID) {
+				if hasTrackingFinalizer(pod) && !s.uncountedFailed.Has(pod.UID) && s.uncountedFailed.Len() < maxUncountedPods {
 					s.uncountedFailed.Insert(pod.UID)
 					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
 				}
@@ -449,12 +455,24 @@ func (s *syncState) deleteUncounted(pod *cachedPod, reason string) {
 
 // releaseFinalizers lets go of every pod whose result is recorded, except
 // those heldForRetry. The reconciler removes them only once the status
-// holding their result is written.
+// holding their result is written. A failed pod is counted only once its
+// finalizer is gone, so that removal is on the job's way to its end; a
+// succeeded pod is counted by its index already, so its finalizer goes
+// later (plan.releaseLater), when the client has time. A succeeded pod of
+// an index that had failed before is let go uncounted.
 func (s *syncState) releaseFinalizers() {
 	held := s.heldForRetry()
 	for _, pod := range s.pods {
-		recorded := s.uncountedSucceeded.Has(pod.UID) || s.uncountedFailed.Has(pod.UID)
-		if hasTrackingFinalizer(pod) && recorded && !held.Has(pod.UID) {
+		if !hasTrackingFinalizer(pod) || held.Has(pod.UID) {
+			continue
+		}
+		switch {
+		case s.uncountedFailed.Has(pod.UID):
+			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
+		case pod.phase != corev1.PodSucceeded || !pod.indexOK || !s.wanted.Has(pod.index):
+		case s.completed.Has(pod.index):
+			s.plan.releaseLater = append(s.plan.releaseLater, pod)
+		case s.failedIndexes.Has(pod.index):
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}
 	}
@@ -492,7 +510,7 @@ func (s *syncState) heldForRetry() sets.Set[types.UID] {
 // cache is current.
 func (s *syncState) decideEnd() {
 	s.terminating += s.unwantedPods
-	if s.target == nil || s.terminating > 0 || s.uncountedSucceeded.Len() > 0 || s.uncountedFailed.Len() > 0 || !s.expectationsSatisfied {
+	if s.target == nil || s.terminating > 0 || s.uncountedFailed.Len() > 0 || !s.expectationsSatisfied {
 		return
 	}
 	c := setFinished(s.status, s.job.Generation, s.now, s.target)
@@ -507,21 +525,27 @@ func (s *syncState) decideEnd() {
 func (s *syncState) computeStatus() {
 	setPodCounts(s.status, s.active, s.ready, s.terminating)
 	setIndexSets(s.status, s.job, s.completed, s.failedIndexes)
-	setUncounted(s.status, s.uncountedSucceeded, s.uncountedFailed)
+	setSucceeded(s.status, s.completed)
+	setUncounted(s.status, s.uncountedFailed)
 	setPhase(s.status)
 	s.plan.newlyCompleted = max(s.completed.Len()-s.completedBefore, 0)
 	s.plan.newlyFailedIndexes = max(s.failedIndexes.Len()-s.failedBefore, 0)
 }
 
 // releaseFinishedJob handles a job that is Complete or Failed: it lets go of
-// any pod still held by a tracking finalizer, removes pods still running,
-// and deletes the job once ttlSecondsAfterFinished passed.
+// any pod still held by a tracking finalizer (a finished one whenever the
+// client has time: every result is counted; a terminating one at once),
+// removes pods still running, and deletes the job once
+// ttlSecondsAfterFinished passed (the pods' finalizers go first).
 func (s *syncState) releaseFinishedJob() {
 	for _, pod := range s.pods {
 		switch {
 		case isActive(pod):
 			s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "job finished"})
-		case hasTrackingFinalizer(pod):
+		case !hasTrackingFinalizer(pod):
+		case isFinished(pod):
+			s.plan.releaseLater = append(s.plan.releaseLater, pod)
+		default: // terminating: its finalizer is all that keeps it
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}
 	}

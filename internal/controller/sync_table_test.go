@@ -28,6 +28,8 @@ type decision struct {
 	Delete          []string
 	RemoveFinalizer []string
 	Discard         []string
+	// ReleaseLater names the pods whose finalizer goes in the background.
+	ReleaseLater []string
 	// Events are "Type Reason: message".
 	Events       []string
 	RequeueAfter time.Duration
@@ -47,6 +49,7 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	}
 	d.RemoveFinalizer = names(p.removeFinalizer)
 	d.Discard = names(p.discard)
+	d.ReleaseLater = names(p.releaseLater)
 	for _, e := range p.events {
 		d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
 	}
@@ -107,7 +110,7 @@ func TestSyncJob(t *testing.T) {
 			job:  completed1,
 			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 0).ready().obj()} },
 			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Ready: ptr.To[int32](1), Terminating: ptr.To[int32](0), Active: 3, Phase: ibjv1.PhaseRunning},
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](1), Terminating: ptr.To[int32](0), Active: 3, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
 			},
 		},
@@ -119,13 +122,16 @@ func TestSyncJob(t *testing.T) {
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
-					StartTime: now, CompletedIndexes: "2", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
+					StartTime: now, CompletedIndexes: "2", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
 					Conditions: []metav1.Condition{condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy,
 						"Container main for pod ns/a-1-0 failed with exit code 42 matching FailJob rule at index 0")},
-					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-2-0"}, Failed: []types.UID{"uid-a-0-0", "uid-a-1-0"}},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0", "uid-a-1-0"}},
 				},
 				Delete:          []string{"a-0-0"},
-				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0"},
+				RemoveFinalizer: []string{"a-0-0", "a-1-0"},
+				// Index 2 is counted once the status holds it: its pod's
+				// finalizer is off the critical path.
+				ReleaseLater: []string{"a-2-0"},
 			},
 		},
 		{
@@ -160,12 +166,13 @@ func TestSyncJob(t *testing.T) {
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
-					StartTime: deadline.Status.StartTime, CompletedIndexes: "1", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
+					StartTime: deadline.Status.StartTime, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Phase: ibjv1.PhaseRunning,
 					Conditions:              []metav1.Condition{condition(ibjv1.ConditionFailureTarget, ibjv1.ReasonDeadlineExceeded, "Job was active longer than specified deadline")},
-					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-1-0"}, Failed: []types.UID{"uid-a-0-0"}},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0"}},
 				},
 				Delete:          []string{"a-0-0"},
-				RemoveFinalizer: []string{"a-0-0", "a-1-0"},
+				RemoveFinalizer: []string{"a-0-0"},
+				ReleaseLater:    []string{"a-1-0"},
 			},
 		},
 		{
@@ -176,13 +183,12 @@ func TestSyncJob(t *testing.T) {
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
-					CompletedIndexes: "2", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](2), Phase: ibjv1.PhaseSuspended,
-					Conditions:              []metav1.Condition{condition(ibjv1.ConditionSuspended, ibjv1.ReasonJobSuspended, "Job suspended")},
-					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"uid-a-2-0"}},
+					CompletedIndexes: "2", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](2), Phase: ibjv1.PhaseSuspended,
+					Conditions: []metav1.Condition{condition(ibjv1.ConditionSuspended, ibjv1.ReasonJobSuspended, "Job suspended")},
 				},
-				Delete:          []string{"a-0-0 (uncounted)", "a-1-0 (uncounted)"},
-				RemoveFinalizer: []string{"a-2-0"},
-				Events:          []string{"Normal Suspended: Job suspended"},
+				Delete:       []string{"a-0-0 (uncounted)", "a-1-0 (uncounted)"},
+				ReleaseLater: []string{"a-2-0"},
+				Events:       []string{"Normal Suspended: Job suspended"},
 			},
 		},
 		{
@@ -213,14 +219,12 @@ func TestSyncJob(t *testing.T) {
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
-					StartTime: now, CompletedIndexes: "0,3-7", FailedIndexes: ptr.To("1,2"), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
-					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{
-						Succeeded: []types.UID{"uid-a-0-0", "uid-a-3-0", "uid-a-4-0", "uid-a-5-0", "uid-a-6-0", "uid-a-7-0"},
-						Failed:    []types.UID{"uid-a-1-0", "uid-a-2-0"},
-					},
+					StartTime: now, CompletedIndexes: "0,3-7", FailedIndexes: ptr.To("1,2"), Succeeded: 6, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-1-0", "uid-a-2-0"}},
 				},
 				Create:          []string{"a-8-0 failures=0 ignored=0", "a-9-0 failures=0 ignored=0"},
-				RemoveFinalizer: []string{"a-0-0", "a-1-0", "a-2-0", "a-3-0", "a-4-0", "a-5-0", "a-6-0", "a-7-0"},
+				RemoveFinalizer: []string{"a-1-0", "a-2-0"},
+				ReleaseLater:    []string{"a-0-0", "a-3-0", "a-4-0", "a-5-0", "a-6-0", "a-7-0"},
 				Events: []string{
 					"Warning IndexFailed: Index 1 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
 					"Warning IndexFailed: Index 2 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
@@ -258,7 +262,7 @@ func TestSyncJob(t *testing.T) {
 				return []*cachedPod{makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
 			},
 			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-0-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0"},
 				Events: []string{`Warning InvalidStatus: Ignored unreadable status.completedIndexes "0-": ` + parseError("0-", 3) + "; rebuilt it from the pods"},
 			},
@@ -276,7 +280,7 @@ func TestSyncJob(t *testing.T) {
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
-					StartTime: now, CompletedIndexes: "0", FailedIndexes: ptr.To(""), Succeeded: 2, Failed: 1,
+					StartTime: now, CompletedIndexes: "0", FailedIndexes: ptr.To(""), Succeeded: 1, Failed: 1,
 					Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Active: 1, Phase: ibjv1.PhaseRunning,
 				},
 				Delete: []string{"a-2-0 (uncounted)", "a-7-0 (uncounted)"},

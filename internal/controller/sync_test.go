@@ -160,38 +160,51 @@ func TestBackoffOfDeletedReadyPodRunsFromItsDeletion(t *testing.T) {
 	}
 }
 
-func TestSucceededPodIsRecordedBeforeItsFinalizerGoes(t *testing.T) {
+func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
 	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
 	done := makePod(job, 1).succeededAt(testNow).obj()
 
 	p := syncOnce(job, makePod(job, 0).running().obj(), done, makePod(job, 2).running().obj())
 
-	succ, fail := uncounted(p.status)
-	if !slices.Equal(succ, []types.UID{done.UID}) || len(fail) != 0 || p.status.Succeeded != 0 {
-		t.Errorf("uncounted = %v/%v, succeeded = %d; want the pod recorded, not yet counted", succ, fail, p.status.Succeeded)
+	if succ, fail := uncounted(p.status); len(succ) != 0 || len(fail) != 0 || p.status.Succeeded != 1 {
+		t.Errorf("uncounted = %v/%v, succeeded = %d; want the pod counted by its index, no UID tracked", succ, fail, p.status.Succeeded)
 	}
 	if p.status.CompletedIndexes != "1" {
-		t.Errorf("completedIndexes = %q, want 1 in the same status write", p.status.CompletedIndexes)
+		t.Errorf("completedIndexes = %q, want 1", p.status.CompletedIndexes)
 	}
-	if got := names(p.removeFinalizer); !slices.Equal(got, []string{done.Name}) {
-		t.Errorf("removeFinalizer = %v, want [%s]", got, done.Name)
+	if got := names(p.releaseLater); len(p.removeFinalizer) != 0 || !slices.Equal(got, []string{done.Name}) {
+		t.Errorf("removeFinalizer = %v, releaseLater = %v; want [%s] released later", names(p.removeFinalizer), got, done.Name)
 	}
 	if len(p.create) != 0 {
 		t.Errorf("created %v for a completed index", createdIndexes(p))
 	}
 
-	// The next sync sees the finalizer gone: the pod moves into the counter.
+	// Before the background removal: counted once, released again later.
 	job.Status = p.status
+	p = syncOnce(job, makePod(job, 0).running().obj(), done, makePod(job, 2).running().obj())
+	if p.status.Succeeded != 1 || !slices.Equal(names(p.releaseLater), []string{done.Name}) {
+		t.Errorf("succeeded = %d, releaseLater = %v; want 1 and the pod still to release", p.status.Succeeded, names(p.releaseLater))
+	}
+	// After it, and however often the controller looks again: counted once.
 	gone := *done
 	gone.tracked = false
-	p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj())
-	if succ, _ := uncounted(p.status); len(succ) != 0 || p.status.Succeeded != 1 || len(p.removeFinalizer) != 0 {
-		t.Errorf("uncounted = %v, succeeded = %d, removeFinalizer = %v; want it counted once", succ, p.status.Succeeded, names(p.removeFinalizer))
+	for range 2 {
+		job.Status = p.status
+		p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj())
+		if p.status.Succeeded != 1 || len(p.releaseLater)+len(p.removeFinalizer) != 0 {
+			t.Errorf("succeeded = %d, releases %v %v; want 1 and nothing to release", p.status.Succeeded, names(p.removeFinalizer), names(p.releaseLater))
+		}
 	}
-	// And counted once only, however often the controller looks again.
-	job.Status = p.status
-	if p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj()); p.status.Succeeded != 1 {
-		t.Errorf("succeeded = %d after another sync, want 1", p.status.Succeeded)
+}
+
+func TestSucceededUIDsOfAnEarlierVersionAreNotCountedTwice(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	done := makePod(job, 0).succeededAt(testNow).obj()
+	job.Status.CompletedIndexes = "0"
+	job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{done.UID}}
+	p := syncOnce(job, done, makePod(job, 1).running().obj())
+	if p.status.Succeeded != 1 || p.status.UncountedTerminatedPods != nil || !slices.Equal(names(p.releaseLater), []string{done.Name}) {
+		t.Errorf("succeeded = %d, uncounted = %v, releaseLater = %v; want 1, none, the pod", p.status.Succeeded, p.status.UncountedTerminatedPods, names(p.releaseLater))
 	}
 }
 
@@ -519,13 +532,14 @@ func TestAllIndexesSucceededCompletesJob(t *testing.T) {
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-time.Hour)}
+	// The last index completes the job in the same sync: a succeeded pod
+	// is counted by its index, and its finalizer goes after.
 	p := syncOnce(job, makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj(), makePod(job, 1).succeededAt(testNow).obj())
 	wantCondition(t, p.status, ibjv1.ConditionSuccessCriteriaMet, ibjv1.ReasonCompletionsReached)
-	wantCondition(t, p.status, ibjv1.ConditionComplete, "")
-
-	job.Status = p.status
-	p = syncOnce(job, makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj(), makePod(job, 1).succeededAt(testNow).withoutFinalizer().obj())
 	wantCondition(t, p.status, ibjv1.ConditionComplete, ibjv1.ReasonCompletionsReached)
+	if got := names(p.releaseLater); !slices.Equal(got, []string{"a-1-0"}) {
+		t.Errorf("releaseLater = %v, want [a-1-0]", got)
+	}
 	if p.status.Succeeded != 2 || !p.status.CompletionTime.Time.Equal(testNow) || !p.status.StartTime.Time.Equal(testNow.Add(-time.Hour)) {
 		t.Errorf("succeeded = %d, completionTime = %v, startTime = %v", p.status.Succeeded, p.status.CompletionTime, p.status.StartTime)
 	}
@@ -577,8 +591,9 @@ func TestSuspendDeletesActivePodsWithoutCountingThem(t *testing.T) {
 	if p.status.Failed != 0 || len(p.create) != 0 {
 		t.Errorf("failed = %d, creates = %v", p.status.Failed, createdIndexes(p))
 	}
-	if succ, _ := uncounted(p.status); !slices.Equal(succ, []types.UID{done.UID}) {
-		t.Errorf("a pod that succeeded before the suspension is still recorded: uncounted = %v", succ)
+	if p.status.CompletedIndexes != "2" || p.status.Succeeded != 1 || !slices.Equal(names(p.releaseLater), []string{done.Name}) {
+		t.Errorf("completedIndexes = %q, succeeded = %d, releaseLater = %v: a pod that succeeded before the suspension is still recorded",
+			p.status.CompletedIndexes, p.status.Succeeded, names(p.releaseLater))
 	}
 	if len(p.events) != 1 || p.events[0].reason != "Suspended" {
 		t.Errorf("events = %+v, want one Suspended event", p.events)
@@ -729,8 +744,11 @@ func TestFinishedJobReleasesStrayPods(t *testing.T) {
 	if got := deletions(p); len(got) != 1 || !got[running.Name] {
 		t.Errorf("deletions = %v, want the running pod deleted with its finalizer stripped", got)
 	}
-	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*cachedPod{stuck, terminating})) {
-		t.Errorf("removeFinalizer = %v, want the finished and the terminating pod let go", got)
+	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*cachedPod{terminating})) {
+		t.Errorf("removeFinalizer = %v, want the terminating pod let go at once", got)
+	}
+	if got := names(p.releaseLater); !slices.Equal(got, names([]*cachedPod{stuck})) {
+		t.Errorf("releaseLater = %v, want the finished pod let go when the client has time", got)
 	}
 	if len(p.create) != 0 || p.status.Succeeded != before.Succeeded || p.status.Failed != before.Failed || p.status.CompletedIndexes != before.CompletedIndexes {
 		t.Errorf("a finished job's status changed: %+v", p.status)

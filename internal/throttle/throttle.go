@@ -52,8 +52,12 @@ func (l *Limiter) Stop() {}
 func (l *Limiter) QPS() float32 { return float32(l.bucket.Limit()) }
 
 // Wait takes a token, waiting for it to be due and then for the next tick.
-// If ctx ends first the token is given back.
+// If ctx ends first the token is given back. A request whose ctx is marked
+// with Background takes only a spare token (see Background).
 func (l *Limiter) Wait(ctx context.Context) error {
+	if ctx.Value(backgroundKey{}) != nil {
+		return l.waitSpare(ctx)
+	}
 	now := time.Now()
 	r := l.bucket.ReserveN(now, 1)
 	if !r.OK() {
@@ -75,6 +79,47 @@ func (l *Limiter) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		r.Cancel()
 		return ctx.Err()
+	}
+}
+
+type backgroundKey struct{}
+
+// Background marks the requests made with the returned context as work
+// that may wait: each takes a token only when the bucket holds more than
+// half its burst, so it never takes a token a foreground request is waiting
+// for (those reserve theirs ahead and leave the bucket empty) and leaves
+// half the burst for the next foreground requests. Background requests go
+// at the full rate while nothing else asks, and not at all while the
+// foreground uses the whole rate.
+func Background(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+// waitSpare waits, polling every tick (or every token's time without a
+// tick), for a token that leaves half the burst in the bucket.
+func (l *Limiter) waitSpare(ctx context.Context) error {
+	reserve := float64(l.bucket.Burst() / 2)
+	poll := l.tick
+	if poll <= 0 {
+		poll = time.Duration(float64(time.Second) / float64(l.bucket.Limit()))
+	}
+	var t *time.Timer
+	for {
+		now := time.Now()
+		if l.bucket.TokensAt(now) >= reserve+1 && l.bucket.AllowN(now, 1) {
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(poll)
+			defer t.Stop()
+		} else {
+			t.Reset(poll)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

@@ -89,3 +89,44 @@ func TestLimiterRefusesAWaitBeyondTheDeadline(t *testing.T) {
 		t.Errorf("waited %v before giving up on a deadline it could not meet", time.Since(start))
 	}
 }
+
+// A background request waits while foreground requests hold the bucket's
+// tokens, and goes once the foreground leaves more than half the burst.
+func TestBackgroundRequestsTakeOnlySpareTokens(t *testing.T) {
+	const qps, burst = 20, 4
+	l := New(qps, burst, 0)
+	ctx := context.Background()
+	// The foreground empties the bucket and reserves two tokens ahead.
+	start := time.Now()
+	for range burst + 2 {
+		go func() { _ = l.Wait(ctx) }()
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := l.Wait(Background(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	// The two reserved tokens come at 50 and 100 ms; the background one
+	// needs the bucket back above burst/2, three tokens more: 250 ms.
+	if took := time.Since(start); took < 240*time.Millisecond {
+		t.Errorf("background request went after %v, before the foreground's reservations and half the burst were back", took)
+	}
+	// An idle bucket serves the background at once, down to half the burst.
+	l = New(qps, burst, 0)
+	for i := range burst / 2 {
+		if !func() bool {
+			c, cancel := context.WithTimeout(Background(ctx), 5*time.Millisecond)
+			defer cancel()
+			return l.Wait(c) == nil
+		}() {
+			t.Fatalf("background request %d waited on an idle bucket", i)
+		}
+	}
+	c, cancel := context.WithTimeout(Background(ctx), 20*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(c); err == nil {
+		t.Error("a background request took a token from the reserved half of the burst")
+	}
+	if !l.TryAccept() {
+		t.Error("the foreground found no token left by the background")
+	}
+}
