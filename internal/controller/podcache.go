@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -175,14 +177,22 @@ func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
 	return s, nil
 }
 
+// podEventPriority is the queue priority of a sync that a pod event asks
+// for: above the default of a job's own events (a new job), so that jobs
+// whose pods are running or have just finished are synced before new jobs
+// start, and a fleet of jobs created together finishes in order rather
+// than all at the end.
+const podEventPriority = 1
+
 // Start registers the event handler and runs the informers until ctx ends.
 func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	add := podEventAdder(queue)
 	enqueue := func(obj any) {
 		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		if pod, ok := obj.(*cachedPod); ok && pod.jobName != "" {
-			queue.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.jobName}})
+			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.jobName}})
 		}
 	}
 	for _, inf := range s.informers {
@@ -196,6 +206,18 @@ func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimiting
 		go inf.RunWithContext(ctx)
 	}
 	return nil
+}
+
+// podEventAdder queues a sync at podEventPriority when the controller's
+// queue has priorities (controller-runtime's default), else plainly.
+func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request]) func(reconcile.Request) {
+	pq, ok := queue.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok {
+		return queue.Add
+	}
+	return func(req reconcile.Request) {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(podEventPriority)}, req)
+	}
 }
 
 // WaitForSync returns once every informer has listed its pods.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -10,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -103,5 +106,25 @@ func TestPodJobKey(t *testing.T) {
 	}
 	if keys, _ := podJobKey(&cachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns"}}); keys != nil {
 		t.Errorf("pod without a job-name label indexed as %v", keys)
+	}
+}
+
+// A job whose pods changed is synced before a job that only arrived, even
+// when its pod event came later.
+func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
+	queue := priorityqueue.New[reconcile.Request]("test")
+	defer queue.ShutDown()
+	newJob := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "new"}}
+	running := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "running"}}
+	queue.Add(newJob)
+	podEventAdder(queue)(running)
+	var got []string
+	for range 2 {
+		item, _ := queue.Get()
+		got = append(got, item.Name)
+		queue.Done(item)
+	}
+	if !slices.Equal(got, []string{"running", "new"}) {
+		t.Errorf("synced %v, want the job with a pod event first", got)
 	}
 }
