@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -933,5 +934,31 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 				wantCondition(t, p.status, ibjv1.ConditionFailureTarget, ibjv1.ReasonBackoffLimitExceeded)
 			}
 		})
+	}
+}
+
+func TestManyFailedIndexesShareAnEvent(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Obj()
+	var pods []*cachedPod
+	for ix := range int32(7) {
+		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
+	}
+	p := syncOnce(job, pods...)
+	var got []string
+	for _, e := range p.events {
+		if e.reason == "IndexFailed" {
+			got = append(got, e.message)
+		}
+	}
+	want := []string{
+		"Index 0 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+		"Index 1 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+		"Index 2 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+		"Index 3 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+		"Index 4 failed for good after 1 attempt: exit code 1 of container main; backoffLimitPerIndex reached",
+		"2 more indexes failed for good; `kubectl ibj indexes a --failed` lists them with the reasons",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("IndexFailed events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
