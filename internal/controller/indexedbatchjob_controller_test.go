@@ -23,12 +23,20 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
-// TestReconcileRemovesAFinalizerOnceWhileTheCacheLags runs Reconcile against
-// a real API server with a pod cache frozen in the state before the
-// finalizer removal, as it is between the patch and its watch event: the
-// second sync must not patch the pod again, and must not count it before
-// the cache shows the finalizer gone.
-func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
+// laggingCache is a Reconciler against a real API server whose pod cache
+// is frozen in the state before a finalizer removal, as it is between the
+// patch and its watch event, with one finished pod of a one-index job.
+type laggingCache struct {
+	r                *Reconciler
+	direct           client.WithWatch
+	pods             *podSource
+	pod              *corev1.Pod
+	req              ctrl.Request
+	finalizerPatches *atomic.Int32
+}
+
+func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.PodStatus) *laggingCache {
+	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
 	}
@@ -53,89 +61,138 @@ func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var finalizerPatches atomic.Int32
+	l := &laggingCache{direct: direct, finalizerPatches: &atomic.Int32{}}
 	counting := interceptor.NewClient(direct, interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				finalizerPatches.Add(1)
+				l.finalizerPatches.Add(1)
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 	})
 	ctx := context.Background()
-
-	job := utils.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).Obj()
 	if err := direct.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	pod := makePod(job, 0).api()
-	pod.UID, pod.CreationTimestamp = "", metav1.Time{}
-	if err := direct.Create(ctx, pod); err != nil {
+	l.pod = makePod(job, 0).api()
+	l.pod.UID, l.pod.CreationTimestamp = "", metav1.Time{}
+	if err := direct.Create(ctx, l.pod); err != nil {
 		t.Fatal(err)
 	}
-	pod.Status = makePod(job, 0).succeededAt(time.Now()).api().Status
-	if err := direct.Status().Update(ctx, pod); err != nil {
+	l.pod.Status = status
+	if err := direct.Status().Update(ctx, l.pod); err != nil {
 		t.Fatal(err)
 	}
-
 	// The cache: never started, filled by hand, so it keeps the pod with
 	// its finalizer whatever the API server holds.
-	pods, err := newPodSource(cfg, nil)
-	if err != nil {
+	if l.pods, err = newPodSource(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := pods.informers[metav1.NamespaceAll].GetIndexer().Add(newCachedPod(pod)); err != nil {
+	if err := l.pods.informers[metav1.NamespaceAll].GetIndexer().Add(newCachedPod(l.pod)); err != nil {
 		t.Fatal(err)
 	}
-	r := NewReconciler(counting, nil, clock.RealClock{}, DefaultBackoff)
-	r.pods = pods
-	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
+	l.r = NewReconciler(counting, nil, clock.RealClock{}, DefaultBackoff)
+	l.r.pods = l.pods
+	l.req = ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
+	return l
+}
 
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatalf("first sync: %v", err)
+func (l *laggingCache) sync(t *testing.T) {
+	t.Helper()
+	if _, err := l.r.Reconcile(context.Background(), l.req); err != nil {
+		t.Fatalf("sync: %v", err)
 	}
-	if got := finalizerPatches.Load(); got != 1 {
-		t.Fatalf("first sync made %d finalizer patches, want 1", got)
-	}
+}
+
+// catchUp shows the cache the pod as the API server holds it.
+func (l *laggingCache) catchUp(t *testing.T) {
+	t.Helper()
 	onServer := &corev1.Pod{}
-	if err := direct.Get(ctx, client.ObjectKeyFromObject(pod), onServer); err != nil {
+	if err := l.direct.Get(context.Background(), client.ObjectKeyFromObject(l.pod), onServer); err != nil {
 		t.Fatal(err)
 	}
 	if len(onServer.Finalizers) != 0 {
 		t.Fatalf("the pod still has finalizers %v", onServer.Finalizers)
 	}
-
-	for i := range 3 {
-		if _, err := r.Reconcile(ctx, req); err != nil {
-			t.Fatalf("sync %d: %v", i+2, err)
-		}
+	if err := l.pods.informers[metav1.NamespaceAll].GetIndexer().Update(newCachedPod(onServer)); err != nil {
+		t.Fatal(err)
 	}
-	if got := finalizerPatches.Load(); got != 1 {
+}
+
+func (l *laggingCache) job(t *testing.T) *ibjv1.IndexedBatchJob {
+	t.Helper()
+	got := &ibjv1.IndexedBatchJob{}
+	if err := l.direct.Get(context.Background(), l.req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestReconcileRemovesAFinalizerOnceWhileTheCacheLags: a failed pod's
+// finalizer goes in the sync that records it; the syncs after, on a cache
+// that still shows it, must not patch the pod again, nor count it before
+// the cache shows the finalizer gone.
+func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).BackoffLimit(0).Obj()
+	l := newLaggingCache(t, job, makePod(job, 0).failedAt(time.Now(), 1).api().Status)
+
+	l.sync(t)
+	if got := l.finalizerPatches.Load(); got != 1 {
+		t.Fatalf("first sync made %d finalizer patches, want 1", got)
+	}
+	for range 3 {
+		l.sync(t)
+	}
+	if got := l.finalizerPatches.Load(); got != 1 {
 		t.Errorf("syncs on a cache that does not show the removal yet patched the pod again: %d patches, want 1", got)
 	}
-	got := &ibjv1.IndexedBatchJob{}
-	if err := direct.Get(ctx, req.NamespacedName, got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.Succeeded != 0 || got.Status.UncountedTerminatedPods == nil || len(got.Status.UncountedTerminatedPods.Succeeded) != 1 {
-		t.Errorf("before the cache shows the removal, the pod must stay uncounted: succeeded %d, uncounted %+v",
-			got.Status.Succeeded, got.Status.UncountedTerminatedPods)
+	if got := l.job(t); got.Status.Failed != 0 || got.Status.UncountedTerminatedPods == nil || len(got.Status.UncountedTerminatedPods.Failed) != 1 {
+		t.Errorf("before the cache shows the removal, the pod must stay uncounted: failed %d, uncounted %+v",
+			got.Status.Failed, got.Status.UncountedTerminatedPods)
 	}
 
-	// The cache catches up: the pod is counted, once, and the job completes.
-	if err := pods.informers[metav1.NamespaceAll].GetIndexer().Update(newCachedPod(onServer)); err != nil {
-		t.Fatal(err)
+	// The cache catches up: the pod is counted, once, and the job fails.
+	l.catchUp(t)
+	l.sync(t)
+	if got := l.job(t); got.Status.Failed != 1 || !apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionFailed) {
+		t.Errorf("failed %d, conditions %+v; want 1 and Failed", got.Status.Failed, got.Status.Conditions)
 	}
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatalf("sync after the cache caught up: %v", err)
+	if got := l.finalizerPatches.Load(); got != 1 {
+		t.Errorf("%d finalizer patches in all, want 1", got)
 	}
-	if err := direct.Get(ctx, req.NamespacedName, got); err != nil {
-		t.Fatal(err)
+}
+
+// TestReconcileReleasesASucceededPodOnceInTheBackground: a succeeded pod is
+// counted by its index at once (the job completes in the same sync); its
+// finalizer goes through the background queue, once, however often the
+// job is synced on a cache that lags.
+func TestReconcileReleasesASucceededPodOnceInTheBackground(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).Obj()
+	l := newLaggingCache(t, job, makePod(job, 0).succeededAt(time.Now()).api().Status)
+	ctx := context.Background()
+
+	l.sync(t)
+	if got := l.finalizerPatches.Load(); got != 0 {
+		t.Fatalf("the sync patched %d pods, want none: the removal is the background's", got)
 	}
-	if got.Status.Succeeded != 1 || !apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionComplete) {
+	if got := l.job(t); got.Status.Succeeded != 1 || !apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionComplete) {
 		t.Errorf("succeeded %d, conditions %+v; want 1 and Complete", got.Status.Succeeded, got.Status.Conditions)
 	}
-	if got := finalizerPatches.Load(); got != 1 {
-		t.Errorf("%d finalizer patches in all, want 1", got)
+	l.r.later.drain(ctx)
+	if got := l.finalizerPatches.Load(); got != 1 {
+		t.Fatalf("the background made %d finalizer patches, want 1", got)
+	}
+	for range 3 {
+		l.sync(t)
+		l.r.later.drain(ctx)
+	}
+	if got := l.finalizerPatches.Load(); got != 1 {
+		t.Errorf("syncs on a cache that does not show the removal yet had the pod patched again: %d patches, want 1", got)
+	}
+	l.catchUp(t)
+	l.sync(t)
+	l.r.later.drain(ctx)
+	if got := l.job(t); got.Status.Succeeded != 1 || l.finalizerPatches.Load() != 1 {
+		t.Errorf("succeeded %d after %d patches; want 1 and 1", got.Status.Succeeded, l.finalizerPatches.Load())
 	}
 }
