@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,20 +49,62 @@ const (
 
 type workload struct {
 	Name          string
+	Jobs          int // jobs created at once, each with these completions (0: one)
 	Completions   int32
 	Parallelism   int32
 	FailMod       int    // every index i with i%FailMod==0 always fails (0: none)
 	PerIndexLimit *int32 // backoffLimitPerIndex
+	QPS, Burst    int    // both controllers' client limits (0: -qps and -burst)
 	Repeats       int
 	SkipUpstream  bool
+	Targets       targets
+}
+
+// targets are the most the operator may take of the built-in controller's
+// figure (0: no target).
+type targets struct {
+	Time, CPU, RSS, Requests, Finalizers, JobP50 float64
+}
+
+// usual holds on every workload: CPU ≤ 0.5x, peak RSS ≤ 0.35x, no more
+// requests, and the last finalizer gone no later than 1.05x.
+func usual(t targets) targets {
+	t.CPU = cmpOr(t.CPU, 0.5)
+	t.RSS, t.Requests, t.Finalizers = 0.35, 1.0, 1.05
+	return t
+}
+
+func cmpOr(a, b float64) float64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func (w workload) jobs() int { return max(w.Jobs, 1) }
+
+func (w workload) limits() (int, int) {
+	if w.QPS > 0 {
+		return w.QPS, w.Burst
+	}
+	return *qps, *burst
 }
 
 type result struct {
 	Workload   string
 	Controller string
 	Rep        int
-	Seconds    float64
-	PodsPerSec float64
+	Seconds    float64 // create to the last job's terminal condition
+	// FinalizerSeconds is create to the last tracking finalizer gone; CPU
+	// and requests are counted over this longer interval.
+	FinalizerSeconds float64
+	PodsPerSec       float64
+	// Jobs, JobsPerSec and the per-job latencies (each job's create to its
+	// terminal condition) are set for every run; they matter for fleets.
+	Jobs       int
+	JobsPerSec float64
+	JobP50     float64
+	JobP99     float64
 	CPU        float64
 	RSSMiB     float64
 	// AnonMiB is the peak of RssAnon, sampled every 100 ms.
@@ -95,6 +138,7 @@ var (
 	oursEnv    = flag.String("ours-env", "", "extra environment of the operator, space separated NAME=value")
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
+	fleetJobs  = flag.Int("fleet-jobs", 1000, "jobs in the fleet workload")
 )
 
 func main() {
@@ -104,10 +148,16 @@ func main() {
 	crlog.SetLogger(logr.Discard())
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	workloads := []workload{
-		{Name: "1k/p100", Completions: 1000, Parallelism: 100, Repeats: *repeats},
-		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats},
-		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats},
-		{Name: "100k/p1000", Completions: 100000, Parallelism: 1000, Repeats: *bigRepeats, SkipUpstream: !*bigUp},
+		{Name: "1k/p100", Completions: 1000, Parallelism: 100, Repeats: *repeats, Targets: usual(targets{})},
+		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
+		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats, Targets: usual(targets{Time: 0.75})},
+		{Name: "fleet 1,000 jobs x 10/p10", Jobs: *fleetJobs, Completions: 10, Parallelism: 10, Repeats: *repeats, Targets: usual(targets{Time: 0.8, JobP50: 0.8})},
+		{Name: "2k/p500 at QPS 20/burst 30", Completions: 2000, Parallelism: 500, QPS: 20, Burst: 30, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
+		{Name: "10k/p500 unthrottled (QPS 1000/burst 2000)", Completions: 10000, Parallelism: 500, QPS: 1000, Burst: 2000, Repeats: *repeats, Targets: usual(targets{Time: 1.0, CPU: 0.7})},
+		{Name: "100k/p1000", Completions: 100000, Parallelism: 1000, Repeats: *bigRepeats, SkipUpstream: !*bigUp, Targets: usual(targets{})},
+	}
+	if *fleetJobs != 1000 {
+		workloads[3].Name = fmt.Sprintf("fleet %d jobs x 10/p10", *fleetJobs)
 	}
 	all := slices.Clone(workloads)
 	if *quick {
@@ -116,7 +166,7 @@ func main() {
 		workloads[0].Repeats = 1
 	}
 	if *skipBig && !*quick {
-		workloads = workloads[:3]
+		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return w.Completions == 100000 })
 	}
 	if *only != "" {
 		// "=name" selects exactly that workload, otherwise a substring.
@@ -211,7 +261,11 @@ func main() {
 		log.Fatal(err)
 	}
 
-	b := &bench{auditLog: auditLog, cl: cl, cs: cs, work: work, kcm: kcm, manager: mgrBin, kubeconfigs: kubeconfigs}
+	wcl, err := client.NewWithWatch(&simCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b := &bench{auditLog: auditLog, cl: cl, wcl: wcl, cs: cs, work: work, kcm: kcm, manager: mgrBin, kubeconfigs: kubeconfigs}
 	var results []result
 	if *appendRes {
 		if data, err := os.ReadFile(filepath.Join(*outDir, "results.json")); err == nil {
@@ -233,8 +287,8 @@ func main() {
 					profiled = true
 				}
 				r := b.run(ctx, w, ctrl, rep, n, profile)
-				log.Printf("RESULT %-45s %-20s rep %d: %.1fs %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
-					r.Workload, r.Controller, rep, r.Seconds, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
+				log.Printf("RESULT %-45s %-20s rep %d: %.1fs (finalizers %.1fs, job p50 %.1fs p99 %.1fs) %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
+					r.Workload, r.Controller, rep, r.Seconds, r.FinalizerSeconds, r.JobP50, r.JobP99, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
 				results = append(results, r)
 				writeJSON(filepath.Join(*outDir, "results.json"), results)
 				if !last(workloads, w, rep, ctrl) {
@@ -283,6 +337,7 @@ func writeJSON(p string, v any) {
 type bench struct {
 	auditLog    string
 	cl          client.Client
+	wcl         client.WithWatch
 	cs          kubernetes.Interface
 	work        string
 	kcm         string
@@ -296,7 +351,7 @@ type proc struct {
 	pprofURL   string
 }
 
-func (b *bench) start(ctrl string, n int, profile bool) (*proc, error) {
+func (b *bench) start(ctrl string, n int, profile bool, qps, burst int) (*proc, error) {
 	port := freePort()
 	logf, err := os.Create(filepath.Join(b.work, fmt.Sprintf("run%02d-%s.log", n, strings.Fields(ctrl)[0])))
 	if err != nil {
@@ -306,7 +361,7 @@ func (b *bench) start(ctrl string, n int, profile bool) (*proc, error) {
 	var cmd *exec.Cmd
 	if ctrl == ours {
 		args := []string{
-			fmt.Sprintf("--kube-api-qps=%d", *qps), fmt.Sprintf("--kube-api-burst=%d", *burst),
+			fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false",
 			"--health-probe-bind-address=0", fmt.Sprintf("--max-concurrent-reconciles=%d", *syncs),
 			"--kubeconfig=" + b.kubeconfigs["ibj-operator"],
@@ -324,7 +379,7 @@ func (b *bench) start(ctrl string, n int, profile bool) (*proc, error) {
 		cmd = exec.Command(b.kcm,
 			"--kubeconfig="+b.kubeconfigs["kcm-job-controller"],
 			"--controllers=job",
-			fmt.Sprintf("--kube-api-qps=%d", *qps), fmt.Sprintf("--kube-api-burst=%d", *burst),
+			fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
 			fmt.Sprintf("--concurrent-job-syncs=%d", *syncs),
 			"--leader-elect=false",
 			"--use-service-account-credentials=false",
@@ -433,44 +488,83 @@ type observed struct {
 	completed, failedIdx string
 }
 
-func (b *bench) observe(ctx context.Context, ctrl string, key types.NamespacedName) (observed, error) {
-	var o observed
+func (b *bench) newJob(w workload, ctrl, ns, name string) client.Object {
 	if ctrl == ours {
-		var j ibjv1.IndexedBatchJob
-		if err := b.cl.Get(ctx, key, &j); err != nil {
-			return o, err
+		return &ibjv1.IndexedBatchJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ibjv1.IndexedBatchJobSpec{
+				Completions: w.Completions, Parallelism: ptr.To(w.Parallelism),
+				BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
+			},
 		}
-		for _, c := range j.Status.Conditions {
-			if (c.Type == "Complete" || c.Type == "Failed") && c.Status == metav1.ConditionTrue {
-				o.terminal, o.condType, o.reason = true, c.Type, c.Reason
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: batchv1.JobSpec{
+			Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism),
+			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
+			BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
+		},
+	}
+}
+
+// createJobs creates the workload's jobs at once (32 at a time, with the
+// benchmark's unthrottled client) and returns their names and when each
+// create was sent.
+func (b *bench) createJobs(ctx context.Context, w workload, ctrl, ns string) ([]string, []time.Time, error) {
+	names := make([]string, w.jobs())
+	for i := range names {
+		names[i] = "bench"
+		if w.jobs() > 1 {
+			names[i] = fmt.Sprintf("bench-%04d", i)
+		}
+	}
+	sent := make([]time.Time, len(names))
+	errs := make(chan error, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(32, len(names)) {
+		wg.Go(func() {
+			for i := range next {
+				sent[i] = time.Now()
+				if err := b.cl.Create(ctx, b.newJob(w, ctrl, ns, names[i])); err != nil {
+					errs <- fmt.Errorf("create %s: %w", names[i], err)
+				}
 			}
-		}
-		o.succeeded, o.failed, o.completed = j.Status.Succeeded, j.Status.Failed, j.Status.CompletedIndexes
-		o.failedIdx = ptr.Deref(j.Status.FailedIndexes, "")
-		return o, nil
+		})
 	}
-	var j batchv1.Job
-	if err := b.cl.Get(ctx, key, &j); err != nil {
-		return o, err
+	for i := range names {
+		next <- i
 	}
-	for _, c := range j.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			o.terminal, o.condType, o.reason = true, string(c.Type), c.Reason
-		}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return names, sent, <-errs
+}
+
+// percentile is the p-th percentile (0 < p ≤ 1) of xs, nearest rank.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
 	}
-	o.succeeded, o.failed, o.completed = j.Status.Succeeded, j.Status.Failed, j.Status.CompletedIndexes
-	o.failedIdx = ptr.Deref(j.Status.FailedIndexes, "")
-	return o, nil
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[max(0, int(float64(len(s))*p+0.999999)-1)]
 }
 
 func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, profile string) result {
-	r := result{Workload: w.Name, Controller: ctrl, Rep: rep}
+	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs()}
 	ns := fmt.Sprintf("bench-%02d", n)
 	if err := b.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		r.Detail = err.Error()
 		return r
 	}
-	p, err := b.start(ctrl, n, profile != "")
+	runCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	jobs := watchJobs(runCtx, b.wcl, ctrl, ns)
+	fins := watchFinalizers(runCtx, b.wcl, ns)
+	qps, burst := w.limits()
+	p, err := b.start(ctrl, n, profile != "", qps, burst)
 	if err != nil {
 		r.Detail = err.Error()
 		return r
@@ -480,26 +574,6 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	cpu0, _ := cpuSeconds(pid)
 	req0, _ := restRequests(p.metricsURL)
 	audit0 := fileSize(b.auditLog)
-	key := types.NamespacedName{Namespace: ns, Name: "bench"}
-	var obj client.Object
-	if ctrl == ours {
-		obj = &ibjv1.IndexedBatchJob{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
-			Spec: ibjv1.IndexedBatchJobSpec{
-				Completions: w.Completions, Parallelism: ptr.To(w.Parallelism),
-				BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
-			},
-		}
-	} else {
-		obj = &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
-			Spec: batchv1.JobSpec{
-				Completions: ptr.To(w.Completions), Parallelism: ptr.To(w.Parallelism),
-				CompletionMode:       ptr.To(batchv1.IndexedCompletion),
-				BackoffLimitPerIndex: w.PerIndexLimit, Template: template(w),
-			},
-		}
-	}
 	profDone := make(chan []byte, 1)
 	if profile != "" {
 		go func() {
@@ -515,27 +589,33 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		}()
 	}
 	start := time.Now()
-	if err := b.cl.Create(ctx, obj); err != nil {
+	names, sent, err := b.createJobs(ctx, w, ctrl, ns)
+	if err != nil {
 		r.Detail = err.Error()
 		return r
 	}
-	var o observed
+	// Wait for every job's terminal condition, then for every tracking
+	// finalizer to be gone.
 	deadline := start.Add(*timeout)
+	var finalizersAt time.Time
 	for {
 		time.Sleep(100 * time.Millisecond)
 		if anon, err := anonRSSMiB(pid); err == nil {
 			r.AnonMiB = max(r.AnonMiB, anon)
 		}
-		o, err = b.observe(ctx, ctrl, key)
-		if err == nil && o.terminal {
-			break
+		if jobs.terminal() == len(names) {
+			if left, at := fins.remaining(); left == 0 {
+				finalizersAt = at
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			r.Detail = fmt.Sprintf("timeout; last status %+v err %v", o, err)
+			left, _ := fins.remaining()
+			r.Detail = fmt.Sprintf("timeout: %d/%d jobs terminal, %d pods hold a finalizer", jobs.terminal(), len(names), left)
 			break
 		}
 	}
-	r.Seconds = time.Since(start).Seconds()
+	end := time.Now()
 	cpu1, _ := cpuSeconds(pid)
 	r.CPU = cpu1 - cpu0
 	r.RSSMiB, _ = peakRSSMiB(pid)
@@ -554,28 +634,50 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		resp.Body.Close()
 		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", n)), data, 0o644)
 	}
-	r.PodsPerSec = float64(o.succeeded+o.failed) / r.Seconds
+
+	last, terminalAt := jobs.snapshot()
+	var lastTerminal time.Time
+	var latencies []float64
+	var pods int32
 	e := expect(w)
 	var bad []string
-	chk := func(what string, got, want any) {
-		if got != want {
-			g, wnt := fmt.Sprint(got), fmt.Sprint(want)
-			if len(g) > 60 {
-				g = g[:60] + "..."
+	badJobs := 0
+	for i, name := range names {
+		o := last[name]
+		pods += o.succeeded + o.failed
+		if at, ok := terminalAt[name]; ok {
+			latencies = append(latencies, at.Sub(sent[i]).Seconds())
+			if at.After(lastTerminal) {
+				lastTerminal = at
 			}
-			if len(wnt) > 60 {
-				wnt = wnt[:60] + "..."
+		}
+		if wrong := e.check(o); len(wrong) > 0 {
+			badJobs++
+			if badJobs <= 3 {
+				bad = append(bad, name+": "+strings.Join(wrong, "; "))
 			}
-			bad = append(bad, fmt.Sprintf("%s=%s want %s", what, g, wnt))
 		}
 	}
-	chk("condition", o.condType, e.condType)
-	chk("reason", o.reason, e.reason)
-	chk("succeeded", o.succeeded, e.succeeded)
-	chk("failed", o.failed, e.failed)
-	chk("completedIndexes", o.completed, e.completed)
-	chk("failedIndexes", o.failedIdx, e.failedIdx)
-	r.OK = o.terminal && len(bad) == 0
+	if badJobs > 3 {
+		bad = append(bad, fmt.Sprintf("and %d more jobs", badJobs-3))
+	}
+	if lastTerminal.IsZero() {
+		lastTerminal = end
+	}
+	if finalizersAt.IsZero() {
+		finalizersAt = end
+	}
+	if finalizersAt.Before(lastTerminal) {
+		// The last finalizer went before the terminal condition was written,
+		// as the built-in controller orders it.
+		finalizersAt = lastTerminal
+	}
+	r.Seconds = lastTerminal.Sub(start).Seconds()
+	r.FinalizerSeconds = finalizersAt.Sub(start).Seconds()
+	r.PodsPerSec = float64(pods) / r.Seconds
+	r.JobsPerSec = float64(len(names)) / r.Seconds
+	r.JobP50, r.JobP99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+	r.OK = r.Detail == "" && badJobs == 0
 	if len(bad) > 0 {
 		r.Detail = strings.TrimSpace(r.Detail + " " + strings.Join(bad, "; "))
 	}
@@ -592,6 +694,31 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		}
 	}
 	return r
+}
+
+// check lists how a job's status differs from the expected one.
+func (e expectation) check(o observed) []string {
+	var bad []string
+	chk := func(what string, got, want any) {
+		if got != want {
+			g, wnt := fmt.Sprint(got), fmt.Sprint(want)
+			if len(g) > 60 {
+				g = g[:60] + "..."
+			}
+			if len(wnt) > 60 {
+				wnt = wnt[:60] + "..."
+			}
+			bad = append(bad, fmt.Sprintf("%s=%s want %s", what, g, wnt))
+		}
+	}
+	chk("terminal", o.terminal, true)
+	chk("condition", o.condType, e.condType)
+	chk("reason", o.reason, e.reason)
+	chk("succeeded", o.succeeded, e.succeeded)
+	chk("failed", o.failed, e.failed)
+	chk("completedIndexes", o.completed, e.completed)
+	chk("failedIndexes", o.failedIdx, e.failedIdx)
+	return bad
 }
 
 func readAll(resp *http.Response) ([]byte, error) {

@@ -12,6 +12,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -29,7 +30,14 @@ import (
 type Limiter struct {
 	bucket *rate.Limiter
 	tick   time.Duration
+	// lastForeground is when a foreground request last asked for a token
+	// (Unix nanoseconds).
+	lastForeground atomic.Int64
 }
+
+// foregroundQuiet is how long after the last foreground request the
+// background keeps half the burst free for the next one.
+const foregroundQuiet = 500 * time.Millisecond
 
 var _ flowcontrol.RateLimiter = (*Limiter)(nil)
 
@@ -59,6 +67,7 @@ func (l *Limiter) Wait(ctx context.Context) error {
 		return l.waitSpare(ctx)
 	}
 	now := time.Now()
+	l.lastForeground.Store(now.UnixNano())
 	r := l.bucket.ReserveN(now, 1)
 	if !r.OK() {
 		return fmt.Errorf("rate limiter: a burst of %d allows no request", l.bucket.Burst())
@@ -85,20 +94,20 @@ func (l *Limiter) Wait(ctx context.Context) error {
 type backgroundKey struct{}
 
 // Background marks the requests made with the returned context as work
-// that may wait: each takes a token only when the bucket holds more than
-// half its burst, so it never takes a token a foreground request is waiting
-// for (those reserve theirs ahead and leave the bucket empty) and leaves
-// half the burst for the next foreground requests. Background requests go
-// at the full rate while nothing else asks, and not at all while the
-// foreground uses the whole rate.
+// that may wait: each takes a token only when one is in the bucket, so it
+// never takes a token a foreground request is waiting for (those reserve
+// theirs ahead and leave the bucket empty), and while the foreground has
+// asked within foregroundQuiet, only when the bucket holds more than half
+// its burst, which it leaves for the next foreground requests. Background
+// requests go at the full rate while nothing else asks, and not at all
+// while the foreground uses the whole rate.
 func Background(ctx context.Context) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, true)
 }
 
 // waitSpare waits, polling every tick (or every token's time without a
-// tick), for a token that leaves half the burst in the bucket.
+// tick), for a spare token (see Background).
 func (l *Limiter) waitSpare(ctx context.Context) error {
-	reserve := float64(l.bucket.Burst() / 2)
 	poll := l.tick
 	if poll <= 0 {
 		poll = time.Duration(float64(time.Second) / float64(l.bucket.Limit()))
@@ -106,6 +115,10 @@ func (l *Limiter) waitSpare(ctx context.Context) error {
 	var t *time.Timer
 	for {
 		now := time.Now()
+		reserve := 0.0
+		if now.Sub(time.Unix(0, l.lastForeground.Load())) < foregroundQuiet {
+			reserve = float64(l.bucket.Burst() / 2)
+		}
 		if l.bucket.TokensAt(now) >= reserve+1 && l.bucket.AllowN(now, 1) {
 			return nil
 		}

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -221,6 +222,28 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		Expect(k8sClient.Delete(ctx, getJob(ctx, ns, job.Name))).To(Succeed())
 		expectNoFinalizers(ctx, ns, job.Name)
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(3), "envtest has no garbage collector: the pods remain, released")
+	})
+
+	It("releases every pod of a finished job at once when the job is deleted, finalizers still held included", func() {
+		job := utils.MakeIndexedBatchJob("deleted-finished", ns).Completions(3).Parallelism(3).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, succeedAll)
+		defer k.Stop()
+		expectCompleted(ctx, ns, job.Name, 3, "0-2", timeout)
+
+		By("stopping the operator and giving every pod its tracking finalizer back, as if its background removal had not run yet")
+		op.stop()
+		for _, p := range jobPods(ctx, ns, job.Name) {
+			if slices.Contains(p.Finalizers, ibjv1.TrackingFinalizer) {
+				continue
+			}
+			patch := client.MergeFrom(p.DeepCopy())
+			p.Finalizers = append(p.Finalizers, ibjv1.TrackingFinalizer)
+			Expect(k8sClient.Patch(ctx, &p, patch)).To(Succeed())
+		}
+		Expect(k8sClient.Delete(ctx, getJob(ctx, ns, job.Name))).To(Succeed())
+		op = startOperator()
+		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
 	It("leaves a job managed by another controller alone", func() {
