@@ -197,8 +197,12 @@ func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimiting
 	}
 	for _, inf := range s.informers {
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueue,
-			UpdateFunc: func(_, obj any) { enqueue(obj) },
+			AddFunc: enqueue,
+			UpdateFunc: func(old, obj any) {
+				if !releasedAfterSuccess(old, obj) {
+					enqueue(obj)
+				}
+			},
 			DeleteFunc: enqueue,
 		}); err != nil {
 			return err
@@ -206,6 +210,18 @@ func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimiting
 		go inf.RunWithContext(ctx)
 	}
 	return nil
+}
+
+// releasedAfterSuccess reports whether a pod update only took the tracking
+// finalizer off a pod that had succeeded already. Such a pod is counted by
+// its index, which the written status holds before its finalizer goes, so
+// its release changes nothing a sync decides: it queues no sync, and the
+// thousands of releases that end a large job do not each cost one.
+func releasedAfterSuccess(oldObj, newObj any) bool {
+	old, ok1 := oldObj.(*cachedPod)
+	pod, ok2 := newObj.(*cachedPod)
+	return ok1 && ok2 && old.phase == corev1.PodSucceeded && pod.phase == corev1.PodSucceeded &&
+		old.tracked && !pod.tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 
 // podEventAdder queues a sync at podEventPriority when the controller's

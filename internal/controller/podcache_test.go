@@ -128,3 +128,33 @@ func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
 		t.Errorf("synced %v, want the job with a pod event first", got)
 	}
 }
+
+func TestOnlyASucceededPodsReleaseSkipsTheSync(t *testing.T) {
+	deleting := metav1.Now()
+	pod := func(phase corev1.PodPhase, tracked bool, deleted bool) *cachedPod {
+		p := &cachedPod{phase: phase, tracked: tracked}
+		if deleted {
+			p.DeletionTimestamp = &deleting
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new any
+		skip     bool
+	}{
+		{"a succeeded pod let go", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, false, false), true},
+		{"a succeeded pod being deleted let go", pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true), true},
+		{"a failed pod let go: its count waits for it", pod(corev1.PodFailed, true, false), pod(corev1.PodFailed, false, false), false},
+		{"a pod that succeeds", pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, true, false), false},
+		{"a pod that succeeds and is let go at once", pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, false, false), false},
+		{"a succeeded pod deleted as it is let go", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, false, true), false},
+		{"a succeeded pod that keeps its finalizer", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, true, false), false},
+		{"a resync of a released pod", pod(corev1.PodSucceeded, false, false), pod(corev1.PodSucceeded, false, false), false},
+		{"not a cached pod", &corev1.Pod{}, &corev1.Pod{}, false},
+	} {
+		if got := releasedAfterSuccess(tc.old, tc.new); got != tc.skip {
+			t.Errorf("%s: releasedAfterSuccess = %v, want %v", tc.name, got, tc.skip)
+		}
+	}
+}
