@@ -211,6 +211,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	if err != nil {
 		return err
 	}
+	pods.finalizerGone = r.later.observed
 	r.pods = pods
 	r.apiReader = mgr.GetAPIReader()
 	if err := mgr.Add(r.later); err != nil {

@@ -195,4 +195,15 @@ func TestReconcileReleasesASucceededPodOnceInTheBackground(t *testing.T) {
 	if got := l.job(t); got.Status.Succeeded != 1 || l.finalizerPatches.Load() != 1 {
 		t.Errorf("succeeded %d after %d patches; want 1 and 1", got.Status.Succeeded, l.finalizerPatches.Load())
 	}
+	// The pod waits in pending until the cache shows it let go (the pod
+	// informer tells the queue), then nothing about it is kept.
+	if n := len(l.r.later.pending); n != 1 {
+		t.Fatalf("%d pods pending before the cache showed the release, want 1", n)
+	}
+	for uid := range l.r.later.pending {
+		l.r.later.observed(&cachedPod{ObjectMeta: metav1.ObjectMeta{UID: uid}})
+	}
+	if n := len(l.r.later.pending); n != 0 {
+		t.Errorf("%d pods still pending after the cache showed their release, want 0", n)
+	}
 }

@@ -147,6 +147,9 @@ func podJobKey(obj any) ([]string, error) {
 // informers start with the controller, so a standby replica caches no pods.
 type podSource struct {
 	informers map[string]toolscache.SharedIndexInformer // by namespace; "" is all
+	// finalizerGone, if set, hears of every pod the cache shows losing its
+	// tracking finalizer or gone.
+	finalizerGone func(*cachedPod)
 }
 
 func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
@@ -186,25 +189,9 @@ const podEventPriority = 1
 
 // Start registers the event handler and runs the informers until ctx ends.
 func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	add := podEventAdder(queue)
-	enqueue := func(obj any) {
-		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if pod, ok := obj.(*cachedPod); ok && pod.jobName != "" {
-			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.jobName}})
-		}
-	}
+	handler := s.handler(podEventAdder(queue))
 	for _, inf := range s.informers {
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: enqueue,
-			UpdateFunc: func(old, obj any) {
-				if !releasedAfterSuccess(old, obj) {
-					enqueue(obj)
-				}
-			},
-			DeleteFunc: enqueue,
-		}); err != nil {
+		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
 		}
 		go inf.RunWithContext(ctx)
@@ -212,15 +199,58 @@ func (s *podSource) Start(ctx context.Context, queue workqueue.TypedRateLimiting
 	return nil
 }
 
+// handler queues the job named by a pod's job-name label on the pod's
+// events, except a succeeded pod's release (releasedAfterSuccess), and
+// tells finalizerGone of each pod the cache shows let go or gone.
+func (s *podSource) handler(add func(reconcile.Request)) toolscache.ResourceEventHandlerFuncs {
+	enqueue := func(pod *cachedPod) {
+		if pod.jobName != "" {
+			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.jobName}})
+		}
+	}
+	letGo := func(pod *cachedPod) {
+		if s.finalizerGone != nil {
+			s.finalizerGone(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*cachedPod); ok {
+				enqueue(pod)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*cachedPod)
+			pod, ok2 := obj.(*cachedPod)
+			if !ok1 || !ok2 {
+				return
+			}
+			if old.tracked && !pod.tracked {
+				letGo(pod)
+			}
+			if !releasedAfterSuccess(old, pod) {
+				enqueue(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*cachedPod); ok {
+				letGo(pod)
+				enqueue(pod)
+			}
+		},
+	}
+}
+
 // releasedAfterSuccess reports whether a pod update only took the tracking
 // finalizer off a pod that had succeeded already. Such a pod is counted by
 // its index, which the written status holds before its finalizer goes, so
 // its release changes nothing a sync decides: it queues no sync, and the
 // thousands of releases that end a large job do not each cost one.
-func releasedAfterSuccess(oldObj, newObj any) bool {
-	old, ok1 := oldObj.(*cachedPod)
-	pod, ok2 := newObj.(*cachedPod)
-	return ok1 && ok2 && old.phase == corev1.PodSucceeded && pod.phase == corev1.PodSucceeded &&
+func releasedAfterSuccess(old, pod *cachedPod) bool {
+	return old.phase == corev1.PodSucceeded && pod.phase == corev1.PodSucceeded &&
 		old.tracked && !pod.tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 

@@ -129,32 +129,65 @@ func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
 	}
 }
 
-func TestOnlyASucceededPodsReleaseSkipsTheSync(t *testing.T) {
+// The pod handler queues the job on every pod event but a succeeded pod's
+// release, and tells finalizerGone of every pod let go or gone.
+func TestPodHandler(t *testing.T) {
 	deleting := metav1.Now()
 	pod := func(phase corev1.PodPhase, tracked bool, deleted bool) *cachedPod {
-		p := &cachedPod{phase: phase, tracked: tracked}
+		p := &cachedPod{phase: phase, tracked: tracked, jobName: "job"}
+		p.Namespace, p.Name, p.UID = "ns", "job-0-0", "uid-0"
 		if deleted {
 			p.DeletionTimestamp = &deleting
 		}
 		return p
 	}
+	running, succeeded := pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, true, false)
 	for _, tc := range []struct {
-		name     string
-		old, new any
-		skip     bool
+		name          string
+		event         func(toolscache.ResourceEventHandlerFuncs)
+		synced, freed bool
 	}{
-		{"a succeeded pod let go", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, false, false), true},
-		{"a succeeded pod being deleted let go", pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true), true},
-		{"a failed pod let go: its count waits for it", pod(corev1.PodFailed, true, false), pod(corev1.PodFailed, false, false), false},
-		{"a pod that succeeds", pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, true, false), false},
-		{"a pod that succeeds and is let go at once", pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, false, false), false},
-		{"a succeeded pod deleted as it is let go", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, false, true), false},
-		{"a succeeded pod that keeps its finalizer", pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, true, false), false},
-		{"a resync of a released pod", pod(corev1.PodSucceeded, false, false), pod(corev1.PodSucceeded, false, false), false},
-		{"not a cached pod", &corev1.Pod{}, &corev1.Pod{}, false},
+		{"a new pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, true, false},
+		{"a pod that succeeds", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, succeeded) }, true, false},
+		{"a succeeded pod let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, false))
+		}, false, true},
+		{"a succeeded pod being deleted let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true))
+		}, false, true},
+		{"a failed pod let go: its count waits for the sync", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodFailed, true, false), pod(corev1.PodFailed, false, false))
+		}, true, true},
+		{"a pod that succeeds and is let go at once", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(running, pod(corev1.PodSucceeded, false, false))
+		}, true, true},
+		{"a succeeded pod deleted as it is let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, true))
+		}, true, true},
+		{"a succeeded pod that keeps its finalizer", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(succeeded, succeeded) }, true, false},
+		{"a resync of a released pod", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodSucceeded, false, false), pod(corev1.PodSucceeded, false, false))
+		}, true, false},
+		{"a deleted pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnDelete(succeeded) }, true, true},
+		{"a deletion the informer missed", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/job-0-0", Obj: succeeded})
+		}, true, true},
+		{"not a cached pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(&corev1.Pod{}, &corev1.Pod{}) }, false, false},
 	} {
-		if got := releasedAfterSuccess(tc.old, tc.new); got != tc.skip {
-			t.Errorf("%s: releasedAfterSuccess = %v, want %v", tc.name, got, tc.skip)
+		var synced []reconcile.Request
+		var freed []types.UID
+		s := &podSource{finalizerGone: func(p *cachedPod) { freed = append(freed, p.UID) }}
+		tc.event(s.handler(func(r reconcile.Request) { synced = append(synced, r) }))
+		wantSynced := []reconcile.Request(nil)
+		if tc.synced {
+			wantSynced = []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}}
+		}
+		wantFreed := []types.UID(nil)
+		if tc.freed {
+			wantFreed = []types.UID{"uid-0"}
+		}
+		if !slices.Equal(synced, wantSynced) || !slices.Equal(freed, wantFreed) {
+			t.Errorf("%s: synced %v, freed %v; want %v and %v", tc.name, synced, freed, wantSynced, wantFreed)
 		}
 	}
 }

@@ -28,42 +28,53 @@ const laterReleaseWorkers = 16
 // removal that fails is retried with the queue's rate limit.
 type laterReleases struct {
 	r     *Reconciler
-	queue workqueue.TypedRateLimitingInterface[laterRelease]
+	queue workqueue.TypedRateLimitingInterface[types.UID]
 	mu    sync.Mutex
-	// queued are the pods in the queue or being patched, so that a sync in
-	// the meantime does not queue them again.
-	queued map[types.UID]bool
+	// pending are the pods queued, being patched, or let go but not yet
+	// shown by the cache without their finalizer (observed forgets them
+	// then), so that a sync in the meantime does not queue them again. The
+	// queue holds only their UIDs, and nothing about a pod outlives the
+	// cache's sight of its release.
+	pending map[types.UID]*laterRelease
 }
 
 // laterRelease is one pod to let go of, and its job.
 type laterRelease struct {
 	job             types.UID
 	namespace, name string
-	uid             types.UID
+	released        bool
 }
 
 func newLaterReleases(r *Reconciler) *laterReleases {
 	return &laterReleases{
 		r: r,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[laterRelease](),
-			workqueue.TypedRateLimitingQueueConfig[laterRelease]{Name: "finalizer-releases"}),
-		queued: map[types.UID]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "finalizer-releases"}),
+		pending: map[types.UID]*laterRelease{},
 	}
 }
 
 // add queues the pods of job whose finalizer this process has not removed
-// already and that are not queued.
+// already and that are not pending.
 func (l *laterReleases) add(job types.UID, pods []*cachedPod) {
 	pods = l.r.exp.unpatched(job, pods)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, pod := range pods {
-		if l.queued[pod.UID] {
+		if _, ok := l.pending[pod.UID]; ok {
 			continue
 		}
-		l.queued[pod.UID] = true
-		l.queue.Add(laterRelease{job: job, namespace: pod.Namespace, name: pod.Name, uid: pod.UID})
+		l.pending[pod.UID] = &laterRelease{job: job, namespace: pod.Namespace, name: pod.Name}
+		l.queue.Add(pod.UID)
 	}
+}
+
+// observed forgets a pod the cache shows without its tracking finalizer,
+// or gone.
+func (l *laterReleases) observed(pod *cachedPod) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pending, pod.UID)
 }
 
 // Start runs the workers until ctx ends: the manager runs it as a Runnable
@@ -89,12 +100,17 @@ func (l *laterReleases) NeedLeaderElection() bool { return false }
 // next takes one pod from the queue and removes its finalizer; false once
 // the queue is shut down.
 func (l *laterReleases) next(ctx context.Context) bool {
-	item, shutdown := l.queue.Get()
+	uid, shutdown := l.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer l.queue.Done(item)
-	l.release(ctx, item)
+	defer l.queue.Done(uid)
+	l.mu.Lock()
+	item := l.pending[uid]
+	l.mu.Unlock()
+	if item != nil && !item.released {
+		l.release(ctx, uid, item)
+	}
 	return true
 }
 
@@ -106,19 +122,18 @@ func (l *laterReleases) drain(ctx context.Context) {
 	}
 }
 
-func (l *laterReleases) release(ctx context.Context, item laterRelease) {
+func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterRelease) {
 	pod := &cachedPod{}
-	pod.Namespace, pod.Name, pod.UID = item.namespace, item.name, item.uid
+	pod.Namespace, pod.Name, pod.UID = item.namespace, item.name, uid
 	if err := l.r.removeFinalizer(throttle.Background(ctx), pod); err != nil {
 		if ctx.Err() == nil {
 			log.FromContext(ctx).V(2).Info("Retrying a finalizer removal", "pod", klog.KObj(pod), "error", err)
-			l.queue.AddRateLimited(item)
+			l.queue.AddRateLimited(uid)
 		}
 		return
 	}
-	l.queue.Forget(item)
-	l.r.exp.removedFinalizers(item.job, []*cachedPod{pod}, l.r.clock.Now())
+	l.queue.Forget(uid)
 	l.mu.Lock()
-	delete(l.queued, item.uid)
+	item.released = true
 	l.mu.Unlock()
 }
