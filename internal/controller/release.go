@@ -33,8 +33,7 @@ type laterReleases struct {
 	// pending are the pods queued, being patched, or let go but not yet
 	// shown by the cache without their finalizer (observed forgets them
 	// then), so that a sync in the meantime does not queue them again. The
-	// queue holds only their UIDs, and nothing about a pod outlives the
-	// cache's sight of its release.
+	// queue holds only their UIDs.
 	pending map[types.UID]*laterRelease
 }
 
@@ -133,6 +132,10 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 		return
 	}
 	l.queue.Forget(uid)
+	// A sync that read its pods before the cache showed this release
+	// would queue the pod again once observed has forgotten it; the
+	// expectation stops that until a sync reads the pod let go.
+	l.r.exp.removedFinalizers(item.job, []*cachedPod{pod}, l.r.clock.Now())
 	l.mu.Lock()
 	item.released = true
 	l.mu.Unlock()
