@@ -36,7 +36,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	if p.deleteJob {
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
 	}
-	deleteErr := r.deletePods(ctx, p.delete)
+	deleteErr := r.deletePods(ctx, job, p.delete)
 	created, createErr := r.createPods(ctx, job, p.create)
 	p.status.Active -= int32(len(p.create) - created)
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
@@ -59,7 +59,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 
 // deletePods deletes the pods, first removing the tracking finalizer of
 // those whose end must not count.
-func (r *Reconciler) deletePods(ctx context.Context, deletions []podDeletion) error {
+func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob, deletions []podDeletion) error {
 	logger := log.FromContext(ctx)
 	return parallel(ctx, len(deletions), func(i int) error {
 		d := deletions[i]
@@ -73,6 +73,9 @@ func (r *Reconciler) deletePods(ctx context.Context, deletions []podDeletion) er
 		}
 		podsDeleted.WithLabelValues(d.reason).Inc()
 		logger.V(2).Info("Deleted pod", "pod", klog.KObj(d.pod), "reason", d.reason)
+		if d.event != nil {
+			r.emit(job, *d.event)
+		}
 		return nil
 	})
 }

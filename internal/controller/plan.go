@@ -49,6 +49,10 @@ type podDeletion struct {
 	pod            *cachedPod
 	stripFinalizer bool
 	reason         string
+	// event, if set, is emitted once the pod is deleted, whatever the rest
+	// of the sync's writes do: the pod it names is gone, and the next sync
+	// will not see it to say so again.
+	event *event
 }
 
 // finishedPod is a pod whose result this sync records, for metrics.

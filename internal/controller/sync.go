@@ -231,16 +231,17 @@ func (s *syncState) removeUnwantedPod(pod *cachedPod) {
 		reason = "index removed"
 	}
 	if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
-		s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: reason})
-	}
-	switch {
-	case pod.DeletionTimestamp != nil:
-	case !pod.indexOK:
-		s.plan.warn("InvalidPodIndex", "Deleted pod %s without counting it: its completion index %q is not in 0..%d",
-			pod.Name, pod.badIndex, s.job.Spec.Completions-1)
-	default:
-		s.plan.inform("IndexRemoved", "Deleted pod %s without counting it: index %d is not among the job's indexes (completions %d)",
-			pod.Name, pod.index, s.job.Spec.Completions)
+		d := podDeletion{pod: pod, stripFinalizer: true, reason: reason}
+		switch {
+		case pod.DeletionTimestamp != nil:
+		case !pod.indexOK:
+			d.event = ptr.To(warningEvent("InvalidPodIndex", "Deleted pod %s without counting it: its completion index %q is not in 0..%d",
+				pod.Name, pod.badIndex, s.job.Spec.Completions-1))
+		default:
+			d.event = ptr.To(normalEvent("IndexRemoved", "Deleted pod %s without counting it: index %d is not among the job's indexes (completions %d)",
+				pod.Name, pod.index, s.job.Spec.Completions))
+		}
+		s.plan.delete = append(s.plan.delete, d)
 	}
 	if !isFinished(pod) {
 		s.unwantedPods++

@@ -46,6 +46,9 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 			name += " (uncounted)"
 		}
 		d.Delete = append(d.Delete, name)
+		if e := del.event; e != nil {
+			d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
+		}
 	}
 	d.RemoveFinalizer = names(p.removeFinalizer)
 	d.Discard = names(p.discard)
