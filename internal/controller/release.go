@@ -41,7 +41,10 @@ type laterReleases struct {
 type laterRelease struct {
 	job             types.UID
 	namespace, name string
-	released        bool
+	// released: this queue removed the finalizer; seen: the cache shows
+	// it gone. The pod is forgotten once both hold (or, seen before it
+	// was released, without a patch of its own).
+	released, seen bool
 }
 
 func newLaterReleases(r *Reconciler) *laterReleases {
@@ -68,12 +71,21 @@ func (l *laterReleases) add(job types.UID, pods []*cachedPod) {
 	}
 }
 
-// observed forgets a pod the cache shows without its tracking finalizer,
-// or gone.
+// observed hears of a pod the cache shows without its tracking finalizer,
+// or gone. A pod whose release is done is forgotten; one still queued or
+// in flight is forgotten when its worker gets to it, so that a sync that
+// read its pods before this notice cannot queue it again in between.
 func (l *laterReleases) observed(pod *cachedPod) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.pending, pod.UID)
+	item := l.pending[pod.UID]
+	if item == nil {
+		return
+	}
+	item.seen = true
+	if item.released {
+		delete(l.pending, pod.UID)
+	}
 }
 
 // Start runs the workers until ctx ends: the manager runs it as a Runnable
@@ -106,6 +118,11 @@ func (l *laterReleases) next(ctx context.Context) bool {
 	defer l.queue.Done(uid)
 	l.mu.Lock()
 	item := l.pending[uid]
+	if item != nil && item.seen {
+		// Someone else let it go: no patch needed.
+		delete(l.pending, uid)
+		item = nil
+	}
 	l.mu.Unlock()
 	if item != nil && !item.released {
 		l.release(ctx, uid, item)
@@ -138,5 +155,8 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 	l.r.exp.removedFinalizers(item.job, []*cachedPod{pod}, l.r.clock.Now())
 	l.mu.Lock()
 	item.released = true
+	if item.seen {
+		delete(l.pending, uid)
+	}
 	l.mu.Unlock()
 }

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// The background queue patches each pod once, whatever order the syncs,
+// the worker and the pod informer's notices come in, and keeps nothing
+// about a pod once its release is done and seen.
+func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var objs []client.Object
+	pods := map[string]*cachedPod{}
+	for _, name := range []string{"seen-first", "released-first", "in-flight"} {
+		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: k8stypes.UID("uid-" + name),
+			Finalizers: []string{ibjv1.TrackingFinalizer}}})
+		p := &cachedPod{tracked: true}
+		p.Name, p.Namespace, p.UID = name, "ns", k8stypes.UID("uid-"+name)
+		pods[name] = p
+	}
+	var patches atomic.Int32
+	var r *Reconciler
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches.Add(1)
+			if err := c.Patch(ctx, obj, patch, opts...); err != nil {
+				return err
+			}
+			if obj.GetName() == "in-flight" {
+				// The informer's notice arrives before the patch's
+				// response, and a sync that read the pods earlier runs.
+				r.later.observed(pods["in-flight"])
+				r.later.add("job", []*cachedPod{pods["in-flight"]})
+			}
+			return nil
+		},
+	})
+	r = NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	l, ctx := r.later, context.Background()
+
+	// Let go by someone else before the worker got to it: no patch.
+	l.add("job", []*cachedPod{pods["seen-first"]})
+	l.observed(pods["seen-first"])
+	l.drain(ctx)
+	if got := patches.Load(); got != 0 {
+		t.Errorf("%d patches for a pod the cache showed let go before its turn, want 0", got)
+	}
+
+	// Released, then a sync that read the pods earlier queues it again,
+	// before and after the informer's notice: one patch in all.
+	l.add("job", []*cachedPod{pods["released-first"]})
+	l.drain(ctx)
+	l.add("job", []*cachedPod{pods["released-first"]})
+	l.drain(ctx)
+	l.observed(pods["released-first"])
+	l.add("job", []*cachedPod{pods["released-first"]})
+	l.drain(ctx)
+	if got := patches.Load(); got != 1 {
+		t.Errorf("%d patches in all, want 1", got)
+	}
+
+	// The notice comes while the patch is in flight, and a stale sync
+	// right after it: still one patch.
+	l.add("job", []*cachedPod{pods["in-flight"]})
+	l.drain(ctx)
+	l.drain(ctx)
+	if got := patches.Load(); got != 2 {
+		t.Errorf("%d patches in all, want 2 (one for each released pod)", got)
+	}
+	if n := len(l.pending); n != 0 {
+		t.Errorf("%d pods still pending, want 0", n)
+	}
+}
