@@ -156,10 +156,17 @@ func writeReport(dir string, ws []workload, rs []result) error {
 			return fmt.Sprintf("%.2fx (≤ %.2f) **not met**", v, target)
 		}
 	}
+	// Requests are near their target of 1.00x: three decimals.
+	metReq := func(v, target float64) string {
+		if v <= target {
+			return fmt.Sprintf("%.3fx (≤ %.2f) met", v, target)
+		}
+		return fmt.Sprintf("%.3fx (≤ %.2f) **not met**", v, target)
+	}
 	for _, r := range ratios {
 		t := r.targets
 		p("| %s | %s | %s | %s | %s | %s | %s | %.2fx |\n", r.workload, met(r.time, t.Time), met(r.fin, t.Finalizers),
-			met(r.p50, t.JobP50), met(r.cpu, t.CPU), met(r.rss, t.RSS), met(r.req, t.Requests), r.anon)
+			met(r.p50, t.JobP50), met(r.cpu, t.CPU), met(r.rss, t.RSS), metReq(r.req, t.Requests), r.anon)
 	}
 	if bigOK == "" {
 		bigOK = "not measured in this run."
