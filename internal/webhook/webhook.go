@@ -1,0 +1,92 @@
+// Package webhook is the IndexedBatchJob admission webhook: a defaulting
+// webhook for the defaults a CRD cannot express (defaulter.go), a
+// validating webhook that has the API server judge the pods a job would
+// get (validator.go), and the serving certificates the operator manages
+// itself with open-policy-agent's cert-controller (certs.go), so that an
+// install needs no cert-manager. The third party's API stays inside this
+// package.
+package webhook
+
+import (
+	"context"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// The paths the webhook configurations call, as kubebuilder names them.
+const (
+	MutatePath   = "/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob"
+	ValidatePath = "/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob"
+)
+
+// failurePolicy Fail and timeoutSeconds 10, as JobSet and Kueue: a job is
+// never admitted unjudged because the operator is down (the API server
+// refuses creates and updates of IndexedBatchJobs until a replica serves
+// the webhook again), and the validating webhook's own dry run is bounded
+// by DefaultDryRunTimeout, well inside the 10 s. The namespaceSelector that
+// leaves out the operator's own namespace is added in config/default and
+// the chart, which know that namespace.
+//
+// +kubebuilder:webhook:path=/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create,versions=v1alpha1,name=mindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
+
+// Register serves the defaulting and validating webhooks on srv.
+func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {
+	srv.Register(MutatePath, admission.WithDefaulter[*ibjv1.IndexedBatchJob](scheme, createOnly{Defaulter{}}))
+	srv.Register(ValidatePath, admission.WithValidator[*ibjv1.IndexedBatchJob](scheme, v))
+}
+
+// createOnly defaults only on create, whatever operations the webhook
+// configuration sends (see Defaulter).
+type createOnly struct {
+	d admission.Defaulter[*ibjv1.IndexedBatchJob]
+}
+
+func (c createOnly) Default(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
+	if req, err := admission.RequestFromContext(ctx); err == nil && req.Operation != "CREATE" {
+		return nil
+	}
+	return c.d.Default(ctx, job)
+}
+
+// DelayedServer is a webhook server that starts serving only once ready is
+// closed: the certificates it serves are written by the certificate
+// rotator after the manager started, and controller-runtime's server
+// refuses to start without them. It runs on every replica, leader or not.
+type DelayedServer struct {
+	ctrlwebhook.Server
+	Ready <-chan struct{}
+}
+
+// Start waits for Ready, then serves until ctx is done.
+func (s DelayedServer) Start(ctx context.Context) error {
+	select {
+	case <-s.Ready:
+	case <-ctx.Done():
+		return nil
+	}
+	return s.Server.Start(ctx)
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (s DelayedServer) NeedLeaderElection() bool { return false }
+
+// StartedChecker is a readiness check: ready once the certificates are
+// ready and the server listens.
+func (s DelayedServer) StartedChecker() healthz.Checker {
+	started := s.Server.StartedChecker()
+	return func(req *http.Request) error {
+		select {
+		case <-s.Ready:
+			return started(req)
+		default:
+			return errNotReady
+		}
+	}
+}
