@@ -30,8 +30,9 @@ type webhookFlags struct {
 }
 
 func (f *webhookFlags) bind(fs *flag.FlagSet) {
-	fs.BoolVar(&f.enabled, "enable-webhook", true,
-		"Serve the defaulting and validating admission webhook for IndexedBatchJobs.")
+	fs.BoolVar(&f.enabled, "enable-webhook", false,
+		"Serve the defaulting and validating admission webhook for IndexedBatchJobs. It needs the webhook "+
+			"configurations, Service and Secret of config/webhook installed.")
 	fs.IntVar(&f.port, "webhook-port", 9443, "The port the webhook server listens on.")
 	fs.StringVar(&f.certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Where the webhook server reads tls.crt and tls.key.")
