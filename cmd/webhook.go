@@ -25,6 +25,8 @@ type webhookFlags struct {
 	namespace      string
 	secretName     string
 	serviceName    string
+	validatingName string
+	mutatingName   string
 	extraDNSNames  string
 	dryRunTimeout  time.Duration
 }
@@ -32,7 +34,8 @@ type webhookFlags struct {
 func (f *webhookFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "enable-webhook", false,
 		"Serve the defaulting and validating admission webhook for IndexedBatchJobs. It needs the webhook "+
-			"configurations, Service and Secret of config/webhook installed.")
+			"configurations, Service and Secret of config/webhook installed; the manifests and the Helm chart "+
+			"turn it on. Off for a bare binary (make run), which has none of them.")
 	fs.IntVar(&f.port, "webhook-port", 9443, "The port the webhook server listens on.")
 	fs.StringVar(&f.certDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs",
 		"Where the webhook server reads tls.crt and tls.key.")
@@ -46,6 +49,10 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 		"The Secret that holds the webhook's CA and certificate (internal certificate management).")
 	fs.StringVar(&f.serviceName, "webhook-service-name", "indexed-batch-job-webhook-service",
 		"The webhook's Service; the certificate is issued for <service>.<namespace>.svc.")
+	fs.StringVar(&f.validatingName, "webhook-validating-configuration", "indexed-batch-job-validating-webhook-configuration",
+		"The ValidatingWebhookConfiguration whose CA bundle the operator keeps current (internal certificate management).")
+	fs.StringVar(&f.mutatingName, "webhook-mutating-configuration", "indexed-batch-job-mutating-webhook-configuration",
+		"The MutatingWebhookConfiguration whose CA bundle the operator keeps current (internal certificate management).")
 	fs.StringVar(&f.extraDNSNames, "webhook-extra-dns-names", "",
 		"Comma-separated further DNS names of the certificate (localhost for an operator run outside the cluster).")
 	fs.DurationVar(&f.dryRunTimeout, "webhook-dry-run-timeout", ibjwebhook.DefaultDryRunTimeout,
@@ -71,8 +78,8 @@ func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsO
 			Namespace:        operatorNamespace(f.namespace),
 			ServiceName:      f.serviceName,
 			ExtraDNSNames:    extra,
-			ValidatingConfig: "indexed-batch-job-validating-webhook-configuration",
-			MutatingConfig:   "indexed-batch-job-mutating-webhook-configuration",
+			ValidatingConfig: f.validatingName,
+			MutatingConfig:   f.mutatingName,
 			CertDir:          f.certDir,
 		})
 		if err != nil {

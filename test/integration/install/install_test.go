@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +108,36 @@ func expectRestrictedAdmits(ctx context.Context, namespace, deployment string) {
 	err = c.Create(ctx, pod(privileged), client.DryRunAll)
 	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a privileged Pod must be rejected: %v", err)
 	Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted`))
+}
+
+// expectWebhookServes checks that the installed webhooks answer: a job
+// whose pods the Pod API refuses is refused with the field named (not
+// "failed calling webhook"), and a valid job is admitted and defaulted.
+// It creates both in a namespace of their own, left in place (deleting it
+// would have the operator's events for the job refused, which the specs
+// count as RBAC refusals).
+func expectWebhookServes(ctx context.Context) {
+	namespace := newNamespace(ctx, "admission")
+	bad := restrictedJob(namespace, "bad")
+	bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
+	Eventually(func() error { return k8sClient.Create(ctx, bad.DeepCopy()) }, 10*time.Second, 200*time.Millisecond).Should(
+		MatchError(ContainSubstring(`IndexedBatchJob.batch.indexedjob.dev "bad" is invalid: spec.template.spec.containers[0].name: Invalid value: "Main_1"`)))
+	good := restrictedJob(namespace, "good")
+	good.Spec.Suspend = ptr.To(true) // no pods: only admission is under test
+	Expect(k8sClient.Create(ctx, good)).To(Succeed())
+	Expect(good.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(2147483647)), "defaulted by the mutating webhook")
+}
+
+// restrictedJob is the seed example with a template that meets the
+// restricted Pod Security Standard.
+func restrictedJob(namespace, name string) *ibjv1.IndexedBatchJob {
+	job := seedJob(namespace, name)
+	spec := &job.Spec.Template.Spec
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	return job
 }
 
 // restrictedNamespace creates a namespace enforcing the restricted standard.
@@ -212,13 +243,12 @@ func scrape(address, token string) (int, string, error) {
 
 var _ = Describe("Installing and running the operator", Ordered, func() {
 	var (
-		ctx         = context.Background()
-		kubeconfig  string   // the manager ServiceAccount's
-		first       *manager // serves metrics; a leader election candidate
-		managerArgs = []string{
-			"--leader-elect", "--leader-election-namespace=" + installNamespace,
-			"--pod-failure-backoff=200ms", "--pod-failure-backoff-max=2s",
-		}
+		ctx        = context.Background()
+		kubeconfig string   // the manager ServiceAccount's
+		first      *manager // serves metrics; a leader election candidate
+		// the installed Deployment's args, plus the test's: set by the spec
+		// that applies install.yaml
+		managerArgs []string
 	)
 
 	AfterEach(func() {
@@ -259,7 +289,13 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		d := &appsv1.Deployment{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: managerSA}, d)).To(Succeed())
 		Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(testImage + ":" + testImageTag))
-		Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--leader-elect"))
+		Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--leader-elect", "--enable-webhook=true"))
+		// The processes the next specs start run with these args, as the
+		// Deployment's pods would (startManager gives each its own ports),
+		// plus a short failure backoff to keep the specs quick. Leader
+		// election happens in the install namespace, as in a pod there.
+		managerArgs = append(slices.Clone(d.Spec.Template.Spec.Containers[0].Args),
+			"--leader-election-namespace="+installNamespace, "--pod-failure-backoff=200ms", "--pod-failure-backoff-max=2s")
 		Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(managerSA))
 
 		Eventually(func() error {
@@ -272,6 +308,8 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		first = startManager("manager-1", kubeconfig, true, managerArgs...)
 		Eventually(first.leads, 30*time.Second, 200*time.Millisecond).Should(BeTrue(),
 			"the only replica should take the lease: the leader election Role covers leases")
+		pointWebhooksAt(ctx, first)
+		expectWebhookServes(ctx)
 
 		namespace := newNamespace(ctx, "seed")
 		k := startKubelet(namespace, "per-index", 0)
@@ -335,6 +373,8 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
 		leader.kill()
+		// In a cluster the webhook Service sends admission to the standby.
+		pointWebhooksAt(ctx, standby)
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
 		Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
