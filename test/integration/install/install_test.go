@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -110,6 +111,15 @@ func expectRestrictedAdmits(ctx context.Context, namespace, deployment string) {
 	Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted`))
 }
 
+// warnedClient is a client whose warnings go to recorder.
+func warnedClient(recorder *warningRecorder) client.Client {
+	warned := rest.CopyConfig(cfg)
+	warned.WarningHandler = recorder
+	c, err := client.New(warned, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
 // expectWebhookServes checks that the installed webhooks answer: a job
 // whose pods the Pod API refuses is refused with the field named (not
 // "failed calling webhook"), and a valid job is admitted and defaulted.
@@ -138,6 +148,25 @@ func restrictedJob(namespace, name string) *ibjv1.IndexedBatchJob {
 	spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
 	return job
+}
+
+// webhookCertificate is the Secret holding the webhook's certificate and
+// the CA bundles of both webhook configurations.
+func webhookCertificate(ctx context.Context) (*corev1.Secret, [][]byte) {
+	secret := &corev1.Secret{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: releaseName + "-webhook-server-cert"}, secret)).To(Succeed())
+	var bundles [][]byte
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-validating-webhook-configuration"}, validating)).To(Succeed())
+	for _, w := range validating.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
+	for _, w := range mutating.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	return secret, bundles
 }
 
 // restrictedNamespace creates a namespace enforcing the restricted standard.
@@ -363,18 +392,88 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			"the manager may review tokens and access (the metrics-auth ClusterRole)")
 	})
 
+	It("judges jobs in a namespace that enforces the restricted Pod Security Standard", func() {
+		const namespace = "restricted-jobs"
+		restrictedNamespace(ctx, namespace)
+		recorder := &warningRecorder{}
+		c := warnedClient(recorder)
+
+		By("refusing a template the Pod API refuses, with the field named")
+		bad := restrictedJob(namespace, "bad")
+		bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
+		Expect(c.Create(ctx, bad)).To(MatchError(ContainSubstring(
+			`IndexedBatchJob.batch.indexedjob.dev "bad" is invalid: spec.template.spec.containers[0].name: Invalid value: "Main_1"`)))
+
+		By("admitting and defaulting a template that meets restricted, with no warning")
+		good := restrictedJob(namespace, "good")
+		good.Spec.Suspend = ptr.To(true) // only admission is under test
+		Expect(c.Create(ctx, good)).To(Succeed())
+		Expect(recorder.take()).To(BeEmpty())
+		Expect(good.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(2147483647)),
+			"the mutating webhook defaults backoffLimit with backoffLimitPerIndex, as batch/v1 stores it")
+
+		By("admitting, with a warning that names the violation, a template restricted forbids")
+		Expect(c.Create(ctx, seedJob(namespace, "privileged"))).To(Succeed())
+		Expect(strings.Join(recorder.take(), "\n")).To(And(
+			ContainSubstring("forbids this job's pods"), ContainSubstring(`violates PodSecurity "restricted`)))
+		Eventually(func(g Gomega) {
+			job := &ibjv1.IndexedBatchJob{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "privileged"}, job)).To(Succeed())
+			g.Expect(job.Status.Phase).To(BeEquivalentTo(ibjv1.ReasonPodForbidden), "its status says why no pod starts")
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+		// Gone before the next specs, whose operators must never be refused.
+		privileged := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "privileged"}}
+		Expect(k8sClient.Delete(ctx, privileged)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(privileged), privileged))
+		}, 30*time.Second, 200*time.Millisecond).Should(BeTrue())
+	})
+
+	It("keeps the webhook's certificate and CA bundle across an operator restart", func() {
+		secretBefore, bundlesBefore := webhookCertificate(ctx)
+		Expect(secretBefore.Data).To(HaveKey(corev1.TLSCertKey))
+		Expect(bundlesBefore).To(HaveLen(2))
+		for _, b := range bundlesBefore {
+			Expect(b).NotTo(BeEmpty(), "the operator injects the CA bundle")
+		}
+
+		first.stop()
+		first = startManager("manager-1-restarted", kubeconfig, true, managerArgs...)
+		Eventually(first.leads, leaseTakeover, 200*time.Millisecond).Should(BeTrue())
+		// In a cluster the Service reaches the new pod; here its new port.
+		pointWebhooksAt(ctx, first)
+
+		secretAfter, bundlesAfter := webhookCertificate(ctx)
+		Expect(secretAfter.Data).To(Equal(secretBefore.Data), "the certificate Secret is unchanged")
+		Expect(bundlesAfter).To(Equal(bundlesBefore), "the CA bundle in both configurations is unchanged")
+		served, err := os.ReadFile(filepath.Join(workDir, "manager-1-restarted-certs", corev1.TLSCertKey))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(served).To(Equal(secretBefore.Data[corev1.TLSCertKey]), "the restarted operator serves the same certificate")
+		expectWebhookServes(ctx)
+	})
+
 	It("hands a job over to the standby replica when the leader is killed mid-job, with exact counts", func() {
 		second := startManager("manager-2", kubeconfig, false, managerArgs...)
 		Consistently(second.leads, 3*time.Second, 200*time.Millisecond).Should(BeFalse(), "two leaders at once")
 		leader, standby := first, second
+
+		By("serving the webhook from the standby as well as from the leader")
+		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		pointWebhooksAt(ctx, leader)
+		expectWebhookServes(ctx)
 
 		namespace := newNamespace(ctx, "handover")
 		k := startKubelet(namespace, "per-index", time.Second)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
 		leader.kill()
-		// In a cluster the webhook Service sends admission to the standby.
+
+		By("answering admission from the standby while no replica leads")
 		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		Expect(standby.leads()).To(BeFalse(), "the killed leader's lease should not have expired yet")
+
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
 		Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
