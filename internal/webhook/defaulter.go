@@ -21,8 +21,9 @@ import (
 // without them (created where the webhook was not installed), so the
 // webhook changes what a job shows, never how it runs.
 //
-// It runs on create only: podReplacementPolicy is immutable, so defaulting
-// it on the update of a job stored without it would fail that update.
+// The mutating webhook (defaulting, webhook.go) runs it on create only:
+// podReplacementPolicy is immutable, so defaulting it on the update of a job
+// stored without it would fail that update.
 type Defaulter struct{}
 
 var _ admission.Defaulter[*ibjv1.IndexedBatchJob] = Defaulter{}

@@ -11,6 +11,8 @@ import (
 	"context"
 	"net/http"
 
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -38,21 +40,44 @@ const (
 
 // Register serves the defaulting and validating webhooks on srv.
 func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {
-	srv.Register(MutatePath, admission.WithDefaulter[*ibjv1.IndexedBatchJob](scheme, createOnly{Defaulter{}}))
+	srv.Register(MutatePath, &admission.Webhook{Handler: defaulting{decoder: admission.NewDecoder(scheme)}})
 	srv.Register(ValidatePath, admission.WithValidator[*ibjv1.IndexedBatchJob](scheme, v))
 }
 
-// createOnly defaults only on create, whatever operations the webhook
-// configuration sends (see Defaulter).
-type createOnly struct {
-	d admission.Defaulter[*ibjv1.IndexedBatchJob]
+// defaulting is the mutating webhook: on create only (see Defaulter), it
+// answers with a patch of the fields Defaulter set, and nothing else.
+//
+// Not controller-runtime's defaulting handler: that one patches the
+// difference between the request and the job marshalled back from the Go
+// type, which adds every field the reused batch/v1 and core/v1 types
+// marshal without omitempty (a podFailurePolicy rule's
+// onPodConditions[].status, left out by the user, as "") and so turns a
+// valid job into one the CRD's schema refuses.
+type defaulting struct {
+	decoder admission.Decoder
 }
 
-func (c createOnly) Default(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
-	if req, err := admission.RequestFromContext(ctx); err == nil && req.Operation != "CREATE" {
-		return nil
+// Handle defaults the job of a create request.
+func (h defaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
 	}
-	return c.d.Default(ctx, job)
+	job := &ibjv1.IndexedBatchJob{}
+	if err := h.decoder.Decode(req, job); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	before := job.Spec.DeepCopy()
+	if err := (Defaulter{}).Default(ctx, job); err != nil {
+		return admission.Denied(err.Error())
+	}
+	var patches []jsonpatch.JsonPatchOperation
+	if before.BackoffLimit == nil && job.Spec.BackoffLimit != nil {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/backoffLimit", *job.Spec.BackoffLimit))
+	}
+	if before.PodReplacementPolicy == nil && job.Spec.PodReplacementPolicy != nil {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/podReplacementPolicy", *job.Spec.PodReplacementPolicy))
+	}
+	return admission.Patched("", patches...)
 }
 
 // DelayedServer is a webhook server that starts serving only once ready is
