@@ -163,14 +163,14 @@ $(KWOK):
 	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster.
-	go build -o bin/manager ./cmd
-	go build -o bin/kubectl-ibj ./cmd/kubectl-ibj
-	go build -o bin/kwok-cluster ./hack/kwok/cluster
+e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+	go build -o $(LOCALBIN)/manager ./cmd
+	go build -o $(LOCALBIN)/kubectl-ibj ./cmd/kubectl-ibj
+	go build -o $(LOCALBIN)/kwok-cluster ./hack/kwok/cluster
 
 .PHONY: demo
 demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
-	KEEP=$(KEEP) hack/demo/demo.sh
+	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
