@@ -63,7 +63,7 @@ cleanup() {
   kubectl ibj indexes $job --failed
   kubectl ibj rerun $job --failed
   kubectl delete ibj $job && kubectl apply -f $sample
-  sed 's/- name: example/- name: Example_1/' $sample | kubectl apply -f -
+  sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -
                                       # an invalid pod template: refused by the
                                       # admission webhook, the field named
   kubectl apply -k config/samples     # all the samples; pod templates script
