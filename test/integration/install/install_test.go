@@ -483,4 +483,37 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		expectSeedOutcome(ctx, k, namespace, "per-index", leaseTakeover+60*time.Second)
 		Expect(strings.ToLower(standby.log())).NotTo(ContainSubstring("forbidden"))
 	})
+
+	It("issues one certificate that both replicas serve when two start at once with an empty Secret", func() {
+		killManagers()
+		secret, _ := webhookCertificate(ctx)
+		old := secret.Data[corev1.TLSCertKey]
+		secret.Data = nil
+		Expect(k8sClient.Update(ctx, secret)).To(Succeed(), "emptied, as a fresh install creates it")
+
+		// Both start together, as the pods of a two-replica Deployment do.
+		var b *manager
+		started := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(started)
+			b = startManager("manager-b", kubeconfig, false, managerArgs...)
+		}()
+		a := startManager("manager-a", kubeconfig, false, managerArgs...)
+		Eventually(started, time.Minute).Should(BeClosed())
+
+		secret, bundles := webhookCertificate(ctx)
+		Expect(secret.Data[corev1.TLSCertKey]).NotTo(BeEmpty())
+		Expect(secret.Data[corev1.TLSCertKey]).NotTo(Equal(old), "a new certificate for the emptied Secret")
+		for _, bundle := range bundles {
+			Expect(bundle).To(Equal(secret.Data["ca.crt"]), "both configurations carry the Secret's CA")
+		}
+		for _, m := range []*manager{a, b} {
+			Eventually(func() ([]byte, error) {
+				return os.ReadFile(filepath.Join(workDir, m.name+"-certs", corev1.TLSCertKey))
+			}, 45*time.Second, 500*time.Millisecond).Should(Equal(secret.Data[corev1.TLSCertKey]), "%s serves the Secret's certificate", m.name)
+			pointWebhooksAt(ctx, m)
+			expectWebhookServes(ctx)
+		}
+	})
 })

@@ -8,7 +8,7 @@
 // status, to serve metrics and the admission webhook (also for jobs in a
 // restricted namespace) and to keep its certificate across a restart, then
 // two with leader election, both serving the webhook, the leader killed
-// mid-job.
+// mid-job; last, two started at once with an empty certificate Secret.
 package install_test
 
 import (
