@@ -29,14 +29,18 @@ const (
 
 // failurePolicy Fail and timeoutSeconds 10, as JobSet and Kueue: a job is
 // never admitted unjudged because the operator is down (the API server
-// refuses creates and updates of IndexedBatchJobs until a replica serves
-// the webhook again), and the validating webhook's own dry run is bounded
-// by DefaultDryRunTimeout, well inside the 10 s. The namespaceSelector that
+// refuses creates, and updates that change the template, of
+// IndexedBatchJobs until a replica serves the webhook again), and the
+// validating webhook's own dry run is bounded by DefaultDryRunTimeout, well
+// inside the 10 s. The validating webhook's matchCondition sends it only
+// creates and template changes, what the Validator judges: an update that
+// leaves the template alone (a queueing system's suspend or resume, a
+// label) neither waits for the webhook nor fails while it is down. The namespaceSelector that
 // leaves out the operator's own namespace is added in config/default and
 // the chart, which know that namespace.
 //
 // +kubebuilder:webhook:path=/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create,versions=v1alpha1,name=mindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template"}]}`
 
 // Register serves the defaulting and validating webhooks on srv.
 func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {

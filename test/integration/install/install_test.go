@@ -484,8 +484,32 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Expect(strings.ToLower(standby.log())).NotTo(ContainSubstring("forbidden"))
 	})
 
-	It("issues one certificate that both replicas serve when two start at once with an empty Secret", func() {
+	It("refuses creates and template changes while no replica runs, and lets every other update through", func() {
+		namespace := newNamespace(ctx, "operator-down")
+		paused := restrictedJob(namespace, "paused")
+		paused.Spec.Suspend = ptr.To(true)
+		Expect(k8sClient.Create(ctx, paused)).To(Succeed(), "a replica still serves the webhook")
 		killManagers()
+
+		By("refusing a create")
+		err := k8sClient.Create(ctx, restrictedJob(namespace, "new"))
+		Expect(err).To(MatchError(ContainSubstring("failed calling webhook")), "never admitted unjudged")
+
+		By("refusing a change of the template (one a suspended job may make)")
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(paused), paused)).To(Succeed())
+		changed := paused.DeepCopy()
+		changed.Spec.Template.Labels = map[string]string{"team": "a"}
+		Expect(k8sClient.Update(ctx, changed)).To(MatchError(ContainSubstring("failed calling webhook")))
+
+		By("admitting updates that leave the template alone: a label, a resume")
+		paused.Labels = map[string]string{"team": "a"}
+		Expect(k8sClient.Update(ctx, paused)).To(Succeed())
+		paused.Spec.Suspend = ptr.To(false)
+		Expect(k8sClient.Update(ctx, paused)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, paused)).To(Succeed(), "and deletes")
+	})
+
+	It("issues one certificate that both replicas serve when two start at once with an empty Secret", func() {
 		secret, _ := webhookCertificate(ctx)
 		old := secret.Data[corev1.TLSCertKey]
 		secret.Data = nil
