@@ -48,7 +48,7 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (on
 
 .PHONY: test
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
-	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/...
+	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/... ./test/e2e/kwokcluster/...
 	go test -count=1 -timeout 40m ./test/integration/...
 
 .PHONY: verify
@@ -174,7 +174,7 @@ demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live
 
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.v
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e -v -ginkgo.v
 
 ##@ Benchmarks
 
