@@ -48,7 +48,7 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (on
 
 .PHONY: test
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
-	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/...
+	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/... ./test/e2e/kwokcluster/...
 	go test -count=1 -timeout 40m ./test/integration/...
 
 .PHONY: verify
@@ -84,19 +84,23 @@ HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)/helm
 KUBECTL ?= $(LOCALBIN)/k8s/$(K8S_VERSION)/kubectl
 CHART ?= charts/indexed-batch-job
 ignore-not-found ?= false
+# What build-installer, deploy and undeploy install: config/default (the
+# operator issues its webhook certificate) or config/certmanager (cert-manager
+# does).
+INSTALL_CONFIG ?= config/default
 
-# config/default with the manager image set to IMG, built through a throwaway
+# INSTALL_CONFIG with the manager image set to IMG, built through a throwaway
 # overlay under dist/ so that no tracked file is edited (config/manager names
 # the image indexed-batch-job:latest, which the overlay replaces). The CRD is
 # too big for client-side apply's last-applied annotation: apply server-side.
 define kustomize-default
 overlay=$$(mkdir -p dist && mktemp -d dist/.overlay.XXXXXX); trap 'rm -rf "$$overlay"' EXIT; \
-(cd "$$overlay" && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image indexed-batch-job=$(IMG)); \
+(cd "$$overlay" && $(KUSTOMIZE) create --resources ../../$(INSTALL_CONFIG) && $(KUSTOMIZE) edit set image indexed-batch-job=$(IMG)); \
 $(KUSTOMIZE) build "$$overlay"
 endef
 
 .PHONY: build-installer
-build-installer: manifests kustomize ## Write dist/install.yaml (CRD, RBAC, manager, metrics Service) with the image IMG.
+build-installer: manifests kustomize ## Write dist/install.yaml (CRD, RBAC, manager, metrics and webhook Services, webhook configurations) with the image IMG.
 	@$(kustomize-default) > dist/install.yaml
 	@echo "wrote dist/install.yaml with image $(IMG); apply it with: kubectl apply --server-side -f dist/install.yaml"
 
@@ -109,7 +113,7 @@ uninstall: manifests kustomize kubectl ## Remove the CRD, and with it every Inde
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: deploy
-deploy: manifests kustomize kubectl ## Deploy the operator (config/default, image IMG) to the cluster of the current kubeconfig.
+deploy: manifests kustomize kubectl ## Deploy the operator (INSTALL_CONFIG, default config/default; image IMG) to the cluster of the current kubeconfig.
 	$(kustomize-default) | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
@@ -117,10 +121,11 @@ undeploy: kustomize kubectl ## Remove what deploy created, the CRD included. ign
 	$(kustomize-default) | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -
 
 .PHONY: helm-manifests
-helm-manifests: manifests ## Copy the generated CRD and manager ClusterRole into the Helm chart.
+helm-manifests: manifests ## Copy the generated CRD, manager ClusterRole and webhook configurations into the Helm chart.
 	rm -f $(CHART)/files/crds/*.yaml
 	cp config/crd/bases/*.yaml $(CHART)/files/crds/
 	cp config/rbac/role.yaml $(CHART)/files/rbac/role.yaml
+	cp config/webhook/manifests.yaml $(CHART)/files/webhook/manifests.yaml
 
 .PHONY: helm-lint
 helm-lint: helm helm-manifests ## Lint the Helm chart.
@@ -158,18 +163,18 @@ $(KWOK):
 	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster.
-	go build -o bin/manager ./cmd
-	go build -o bin/kubectl-ibj ./cmd/kubectl-ibj
-	go build -o bin/kwok-cluster ./hack/kwok/cluster
+e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+	go build -o $(LOCALBIN)/manager ./cmd
+	go build -o $(LOCALBIN)/kubectl-ibj ./cmd/kubectl-ibj
+	go build -o $(LOCALBIN)/kwok-cluster ./hack/kwok/cluster
 
 .PHONY: demo
 demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
-	KEEP=$(KEEP) hack/demo/demo.sh
+	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e/... -v -ginkgo.v
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e -v -ginkgo.v
 
 ##@ Benchmarks
 

@@ -12,6 +12,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -43,6 +44,7 @@ func main() {
 		burst, maxConcurrent                             int
 		backoffBase, backoffMax, throttleTick            time.Duration
 		leaseDuration, renewDeadline, retryPeriod        time.Duration
+		wh                                               webhookFlags
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -71,6 +73,7 @@ func main() {
 	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
 	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max, "Cap of the replacement delay.")
+	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -106,6 +109,11 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := ctrl.GetConfigOrDie()
+	// The webhook's dry runs get a client of their own (rate limit
+	// included), so that admission never waits behind the controller's pod
+	// creates at --kube-api-qps.
+	dryRunCfg := rest.CopyConfig(cfg)
+	dryRunCfg.QPS, dryRunCfg.Burst = 20, 40
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 	// One token bucket for every client of the process (controller-runtime
@@ -148,7 +156,18 @@ func main() {
 		setupLog.Error(err, "Unable to set up health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	readyz := healthz.Ping
+	if wh.enabled {
+		srv, err := setupWebhook(mgr, dryRunCfg, wh, tlsOpts)
+		if err != nil {
+			setupLog.Error(err, "Unable to set up the webhook")
+			os.Exit(1)
+		}
+		// Ready once the certificates are ready and the webhook serves,
+		// so that a rollout waits for a replica that can admit jobs.
+		readyz = srv.StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		setupLog.Error(err, "Unable to set up ready check")
 		os.Exit(1)
 	}

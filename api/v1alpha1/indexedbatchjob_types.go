@@ -82,8 +82,31 @@ const (
 	ReasonServiceCreateFailed = "ServiceCreateFailed"
 )
 
+// Condition PodCreationFailed and its reasons. batch/v1 has no such
+// condition (the Job controller only emits FailedCreate events); it is True
+// while the API server refuses the pods the job needs, with the API
+// server's message, and is removed once a sync's creates all succeed.
+const (
+	// ConditionPodCreationFailed is True while pod creates fail.
+	ConditionPodCreationFailed = "PodCreationFailed"
+	// ReasonQuotaExceeded: a ResourceQuota of the namespace has no room for
+	// the pod; it runs once the quota frees.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonPodForbidden: the API server forbade the pod for another reason
+	// (Pod Security admission, a policy engine's webhook, RBAC).
+	ReasonPodForbidden = "PodForbidden"
+	// ReasonPodInvalid: the API server found the pod invalid (only a job
+	// admitted without the operator's webhook can get there).
+	ReasonPodInvalid = "PodInvalid"
+	// ReasonFailedCreate: any other error (a timeout, an unavailable
+	// webhook, a namespace being deleted).
+	ReasonFailedCreate = "FailedCreate"
+)
+
 // Phase is a one-word summary of the conditions, for `kubectl get ibj`.
-// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed
+// While pod creates fail it is the reason of condition PodCreationFailed
+// (as kubectl shows a pod's CrashLoopBackOff), never Running.
+// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed;QuotaExceeded;PodForbidden;PodInvalid;FailedCreate
 type Phase string
 
 // Phases of an IndexedBatchJob.
@@ -93,6 +116,12 @@ const (
 	PhaseSuspended Phase = "Suspended"
 	PhaseComplete  Phase = "Complete"
 	PhaseFailed    Phase = "Failed"
+	// The phases of a job whose pod creates fail: the reason of condition
+	// PodCreationFailed.
+	PhaseQuotaExceeded Phase = ReasonQuotaExceeded
+	PhasePodForbidden  Phase = ReasonPodForbidden
+	PhasePodInvalid    Phase = ReasonPodInvalid
+	PhaseFailedCreate  Phase = ReasonFailedCreate
 )
 
 // IndexedBatchJobSpec describes the pods to run, one per completion index, and
@@ -303,12 +332,15 @@ type IndexedBatchJobStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// phase summarises the conditions for `kubectl get`: Pending, Running,
-	// Suspended, Complete or Failed. Tools should read the conditions.
+	// Suspended, Complete or Failed; or, while pod creates fail, the reason
+	// of condition PodCreationFailed (QuotaExceeded, PodForbidden,
+	// PodInvalid, FailedCreate). Tools should read the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
 	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete,
-	// Failed; and PeerDNSReady for a job with network.enableDNSHostnames.
+	// Failed; PodCreationFailed while the API server refuses the job's pods;
+	// and PeerDNSReady for a job with network.enableDNSHostnames.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -370,7 +402,7 @@ type IndexedBatchJobStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ibj,categories=all
-// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`,description="Pending, Running, Suspended, Complete or Failed"
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`,description="Pending, Running, Suspended, Complete, Failed, or why pods cannot be created (QuotaExceeded, PodForbidden, PodInvalid, FailedCreate)"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Failed")].reason`,description="Why the job failed"
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`,description="Succeeded pods"
 // +kubebuilder:printcolumn:name="Completions",type=integer,JSONPath=`.spec.completions`,description="Indexes to complete"

@@ -2,8 +2,10 @@
 # `make demo`: the seed's per-index example, end to end, on a throwaway
 # cluster on loopback. It starts etcd, kube-apiserver, kwok's fake nodes and
 # a binder (bin/kwok-cluster, see test/e2e/kwokcluster), then the operator
-# binary (bin/manager), applies config/samples/batch_v1alpha1_indexedbatchjob.yaml,
-# shows the job live and prints its final status. Everything it started stops
+# binary (bin/manager) serving its admission webhook, shows a copy of
+# config/samples/batch_v1alpha1_indexedbatchjob.yaml with an invalid pod
+# template refused, applies the sample, shows the job live and prints its
+# final status. Everything it started stops
 # when it ends or on Ctrl-C; with KEEP=1 a demo that finished leaves the
 # cluster and the operator running and says how to use and stop them.
 #
@@ -12,13 +14,16 @@
 # plane in bin/k8s/<version>.
 #
 # Environment: KEEP=1, DEMO_DIR (state and logs; default a new temp dir),
-# DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION.
+# DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION, LOCALBIN
+# (where the binaries are; default bin/), KUBEBUILDER_ASSETS (the control
+# plane; default bin/k8s/<version>).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 k8s_version=${K8S_VERSION:-v1.36.3}
-kubectl="$root/bin/k8s/$k8s_version/kubectl"
+bin=${LOCALBIN:-$root/bin}
+kubectl="${KUBEBUILDER_ASSETS:-$bin/k8s/$k8s_version}/kubectl"
 sample=config/samples/batch_v1alpha1_indexedbatchjob.yaml
 job=per-index
 keep=${KEEP:-0}
@@ -28,7 +33,7 @@ if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
 say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
-for f in bin/kwok-cluster bin/manager "$kubectl"; do
+for f in "$bin/kwok-cluster" "$bin/manager" "$kubectl"; do
   [ -x "$f" ] || die "$f is missing: run \`make demo\`, which builds it"
 done
 
@@ -54,10 +59,13 @@ cleanup() {
   alias kubectl=$kubectl
   kubectl get ibj,pods -o wide
   kubectl describe ibj $job
-  export PATH=$root/bin:\$PATH        # the kubectl plugin, bin/kubectl-ibj
+  export PATH=$bin:\$PATH        # the kubectl plugin, bin/kubectl-ibj
   kubectl ibj indexes $job --failed
   kubectl ibj rerun $job --failed
   kubectl delete ibj $job && kubectl apply -f $sample
+  sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -
+                                      # an invalid pod template: refused by the
+                                      # admission webhook, the field named
   kubectl apply -k config/samples     # all the samples; pod templates script
                                       # the fake kubelet with the annotations
                                       # in hack/kwok/stages/pods.yaml
@@ -91,7 +99,7 @@ elapsed() { echo "$(( $(date +%s) - started ))s"; }
 say "Starting a throwaway cluster on loopback (state and logs in $dir)"
 detach=()
 if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
-${detach[@]+"${detach[@]}"} bin/kwok-cluster --dir "$dir" --root "$root" >"$dir/cluster.out" 2>&1 &
+${detach[@]+"${detach[@]}"} "$bin/kwok-cluster" --dir "$dir" --root "$root" >"$dir/cluster.out" 2>&1 &
 cluster_pid=$!
 printed=0
 deadline=$(( $(date +%s) + 120 ))
@@ -114,10 +122,13 @@ done
 
 say "Starting the operator (bin/manager, log in $dir/manager.log)"
 # A 1s pod failure backoff (10s by default) keeps the retries of the demo short.
+# The admission webhook, as the manifests run it: the cluster calls it at
+# https://localhost:<port>, and kwok-cluster wrote the flags that serve it there.
+mapfile -t webhook_args <"$dir/webhook-args"
 manager_args=(--metrics-bind-address=0 "--health-probe-bind-address=127.0.0.1:$probe_port"
-  --pod-failure-backoff=1s --pod-failure-backoff-max=10s)
+  --pod-failure-backoff=1s --pod-failure-backoff-max=10s "${webhook_args[@]}")
 echo "  bin/manager ${manager_args[*]}"
-${detach[@]+"${detach[@]}"} bin/manager "${manager_args[@]}" >"$dir/manager.log" 2>&1 &
+${detach[@]+"${detach[@]}"} "$bin/manager" "${manager_args[@]}" >"$dir/manager.log" 2>&1 &
 manager_pid=$!
 readyz() (
   exec 3<>"/dev/tcp/127.0.0.1/$probe_port" || exit 1
@@ -132,6 +143,12 @@ until readyz 2>/dev/null; do
   sleep 0.2
 done
 echo "  ready (pid $manager_pid)"
+
+say "Applying a copy of it whose pod template the Pod API refuses (a container named Example_1)"
+echo "\$ sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -"
+if sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' "$sample" | "$kubectl" apply -f - 2>&1; then
+  die "the admission webhook admitted an invalid pod template; see $dir/manager.log"
+fi
 
 say "Applying $sample"
 sed -n '1,/^apiVersion/{/^#/p}' "$sample"

@@ -37,8 +37,14 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
 	}
 	deleteErr := r.deletePods(ctx, job, p.delete)
-	created, createErr := r.createPods(ctx, job, p.create)
+	created, createErrs := r.createPods(ctx, job, p.create)
+	createErr := errors.Join(createErrs...)
 	p.status.Active -= int32(len(p.create) - created)
+	// What stops the job's pods shows in its status (condition
+	// PodCreationFailed, and the phase), not only in events. The error
+	// returned below retries the sync with the controller's rate limiter.
+	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, firstError(createErrs))
+	setPhase(&p.status)
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
 		// Nothing recorded in this status may lose its finalizer.
 		return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
@@ -80,10 +86,12 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	})
 }
 
-// createPods creates the pods and returns how many the API server took. A
-// pod that exists already was created by an earlier sync whose create the
-// cache has not shown yet: its deterministic name kept it from doubling.
-func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (int, error) {
+// createPods creates the pods and returns how many the API server took,
+// and the error of each create (nil where it succeeded), in the order of
+// creates. A pod that exists already was created by an earlier sync whose
+// create the cache has not shown yet: its deterministic name kept it from
+// doubling.
+func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (int, []error) {
 	logger := log.FromContext(ctx)
 	errs := make([]error, len(creates))
 	_ = parallel(ctx, len(creates), func(i int) error {
@@ -113,7 +121,17 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 			created--
 		}
 	}
-	return created, errors.Join(errs...)
+	return created, errs
+}
+
+// firstError is the first non-nil error, nil if there is none.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeStatus writes the status if it changed, and remembers the

@@ -9,16 +9,19 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
@@ -201,6 +204,25 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*cachedPod) sy
 	}
 }
 
+// maxSyncRetryDelay caps the delay before a failed sync is retried.
+// controller-runtime's default cap is 1000 s: a job whose pods a full
+// quota refused would then notice the freed quota only a quarter of an
+// hour later. Upstream's Job controller caps its retries of failed API
+// calls at 60 s too.
+const maxSyncRetryDelay = time.Minute
+
+// syncRetryLimiter is controller-runtime's default rate limiter (per job:
+// 5 ms doubling on each failed sync; overall 10 retries a second, bursts of
+// 100) with the per-job delay capped at maxSyncRetryDelay. A job whose pod
+// creates keep failing is thus retried ever more slowly, never in a hot
+// loop, and at least once a minute.
+func syncRetryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxSyncRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 // SetupWithManager registers the controller: jobs and their headless
 // Services, from the manager's cache (which holds only the operator's
 // Services, see CacheOptions), so that a deleted Service is created again;
@@ -221,7 +243,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 		For(&ibjv1.IndexedBatchJob{}).
 		Owns(&corev1.Service{}).
 		WatchesRawSource(pods).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles, RateLimiter: syncRetryLimiter()}).
 		Named("indexedbatchjob").
 		Complete(r)
 }

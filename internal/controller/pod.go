@@ -72,6 +72,13 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	return pod
 }
 
+// FirstPod is the pod the controller creates first for index: attempt 0,
+// no earlier failures. The admission webhook has the API server dry-run it,
+// so that a job is judged by exactly the pods it would get.
+func FirstPod(job *ibjv1.IndexedBatchJob, index int32) *corev1.Pod {
+	return newPod(job, podToCreate{index: index})
+}
+
 // controllerRef makes the job the controller of a pod or Service it
 // creates: the garbage collector deletes them with the job, and
 // BlockOwnerDeletion keeps a foreground deletion of the job waiting for them.

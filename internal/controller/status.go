@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"errors"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -118,10 +121,54 @@ func setPhase(st *ibjv1.IndexedBatchJobStatus) {
 		st.Phase = ibjv1.PhaseComplete
 	case isTrue(st, ibjv1.ConditionSuspended):
 		st.Phase = ibjv1.PhaseSuspended
+	case isTrue(st, ibjv1.ConditionPodCreationFailed):
+		st.Phase = ibjv1.Phase(meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodCreationFailed).Reason)
 	case st.StartTime != nil:
 		st.Phase = ibjv1.PhaseRunning
 	default:
 		st.Phase = ibjv1.PhasePending
+	}
+}
+
+// setPodCreation records how the sync's pod creates went: failure (the
+// error of the lowest index whose create failed, nil if none failed) sets
+// condition PodCreationFailed with the API server's message. The condition
+// goes once a sync's creates all succeed (attempted, no failure), and when
+// the job no longer creates pods (suspended, or its end decided): it says
+// what stops the job now, not what stopped it once. A sync that creates
+// nothing (waiting for a backoff, say) leaves it as it is.
+func setPodCreation(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, attempted bool, failure error) {
+	switch {
+	case failure != nil && !isTrue(st, ibjv1.ConditionSuspended) && currentTarget(st) == nil:
+		reason, message := podCreationFailure(failure)
+		setCondition(st, gen, now, ibjv1.ConditionPodCreationFailed, metav1.ConditionTrue, reason, message)
+	case attempted, isTrue(st, ibjv1.ConditionSuspended), currentTarget(st) != nil,
+		isTrue(st, ibjv1.ConditionComplete), isTrue(st, ibjv1.ConditionFailed):
+		meta.RemoveStatusCondition(&st.Conditions, ibjv1.ConditionPodCreationFailed)
+	}
+}
+
+// podCreationFailure is the reason and message of condition
+// PodCreationFailed for a failed create: the API server's own message
+// (which names the pod, the quota or the policy), and a reason from its
+// status: QuotaExceeded for a ResourceQuota's refusal (it runs once the
+// quota frees), PodForbidden for any other 403 (Pod Security admission, a
+// policy engine), PodInvalid for a 422, FailedCreate otherwise.
+func podCreationFailure(err error) (reason, message string) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return ibjv1.ReasonFailedCreate, err.Error()
+	}
+	message = status.Status().Message
+	switch {
+	case apierrors.IsForbidden(err) && strings.Contains(message, "exceeded quota"):
+		return ibjv1.ReasonQuotaExceeded, message
+	case apierrors.IsForbidden(err):
+		return ibjv1.ReasonPodForbidden, message
+	case apierrors.IsInvalid(err):
+		return ibjv1.ReasonPodInvalid, message
+	default:
+		return ibjv1.ReasonFailedCreate, message
 	}
 }
 

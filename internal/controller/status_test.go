@@ -1,15 +1,21 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -337,6 +343,100 @@ func TestSetPeerDNSReady(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantChanged, changed); diff != "" {
 				t.Errorf("reported change (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSetPodCreation(t *testing.T) {
+	started := &metav1.Time{Time: testNow.Add(-time.Hour)}
+	quota := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a-1-0",
+		errors.New("exceeded quota: compute, requested: cpu=1, used: cpu=1, limited: cpu=1"))
+	quotaMessage := `pods "a-1-0" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=1, limited: cpu=1`
+	psa := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a-0-0",
+		errors.New(`violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false`))
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "a-0-0",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("name"), "Main_1", "a lowercase RFC 1123 label")})
+	failing := func(reason, message string, at time.Time) metav1.Condition {
+		return metav1.Condition{Type: ibjv1.ConditionPodCreationFailed, Status: metav1.ConditionTrue, Reason: reason,
+			Message: message, ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(at)}
+	}
+	earlier := testNow.Add(-time.Minute)
+	suspended := cond(ibjv1.ConditionSuspended, earlier)
+	target := cond(ibjv1.ConditionFailureTarget, earlier)
+	cases := []struct {
+		name      string
+		st        ibjv1.IndexedBatchJobStatus
+		attempted bool
+		failure   error
+		want      ibjv1.IndexedBatchJobStatus
+	}{
+		{
+			name:      "a full quota: QuotaExceeded with the API server's message, in the phase too",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started},
+			attempted: true, failure: fmt.Errorf("creating pod a-1-0: %w", quota),
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseQuotaExceeded,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, testNow)}},
+		},
+		{
+			name:      "Pod Security: PodForbidden",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started},
+			attempted: true, failure: psa,
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhasePodForbidden,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonPodForbidden, psa.Error(), testNow)}},
+		},
+		{
+			name:      "an invalid pod: PodInvalid",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started},
+			attempted: true, failure: invalid,
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhasePodInvalid,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonPodInvalid, invalid.Error(), testNow)}},
+		},
+		{
+			name:      "an error without an API status: FailedCreate",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started},
+			attempted: true, failure: errors.New("connection refused"),
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseFailedCreate,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonFailedCreate, "connection refused", testNow)}},
+		},
+		{
+			name:      "failing again keeps the transition time",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, "older message", earlier)}},
+			attempted: true, failure: quota,
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseQuotaExceeded,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier)}},
+		},
+		{
+			name:      "creates that all succeed clear it, and the job is Running",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier)}},
+			attempted: true,
+			want:      ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseRunning, Conditions: []metav1.Condition{}},
+		},
+		{
+			name: "a sync that creates nothing leaves it",
+			st:   ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier)}},
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseQuotaExceeded,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier)}},
+		},
+		{
+			name: "a suspended job creates no pods: cleared",
+			st:   ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier), suspended}},
+			want: ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseSuspended, Conditions: []metav1.Condition{suspended}},
+		},
+		{
+			name:    "a job whose end is decided: cleared, and a late failure is not recorded",
+			st:      ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier), target}},
+			failure: quota,
+			want:    ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseRunning, Conditions: []metav1.Condition{target}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := *tc.st.DeepCopy()
+			setPodCreation(&st, 3, testNow, tc.attempted, tc.failure)
+			setPhase(&st)
+			if diff := cmp.Diff(tc.want, st, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
 			}
 		})
 	}

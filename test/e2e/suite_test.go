@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -76,7 +77,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 
 	By("starting etcd, kube-apiserver and kwok in " + dir)
-	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, Progress: GinkgoWriter})
+	// Two operators at once serve the webhook in the leader failover spec.
+	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, WebhookReplicas: 2, Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cluster.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -116,24 +118,42 @@ type operator struct {
 
 var operatorStarts int
 
+// webhookSlots holds the operator process serving the webhook on each of
+// the cluster's webhook ports (cluster.WebhookArgs), or nil.
+var webhookSlots []*kwokcluster.Process
+
 // launchOperator starts bin/manager against the cluster, as a deployment
-// would run it, with extra flags added, and returns at once: the process,
-// the port of its health probes and its log. A 1s pod failure backoff (10s
-// by default) keeps retries short.
+// would run it (its admission webhook included, on a free slot of the
+// cluster's webhook ports), with extra flags added, and returns at once: the
+// process, the port of its health probes and its log. A 1s pod failure
+// backoff (10s by default) keeps retries short.
 func launchOperator(extra ...string) (*kwokcluster.Process, int) {
 	GinkgoHelper()
 	operatorStarts++
 	probe, err := kwokcluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
+	if webhookSlots == nil {
+		webhookSlots = make([]*kwokcluster.Process, len(cluster.WebhookBackendPorts))
+	}
+	slot := slices.IndexFunc(webhookSlots, func(p *kwokcluster.Process) bool {
+		if p == nil {
+			return true
+		}
+		exited, _ := p.Exited()
+		return exited
+	})
+	Expect(slot).NotTo(Equal(-1), "more operators at once than the cluster has webhook ports (kwokcluster.Options.WebhookReplicas)")
 	logPath := filepath.Join(cluster.Dir, fmt.Sprintf("manager-%d.log", operatorStarts))
 	args := append([]string{
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
 		"--pod-failure-backoff=1s",
 		"--pod-failure-backoff-max=4s",
-	}, extra...)
+	}, cluster.WebhookArgs(slot, filepath.Join(cluster.Dir, fmt.Sprintf("webhook-certs-%d", operatorStarts)))...)
+	args = append(args, extra...)
 	proc, err := kwokcluster.StartProcess("manager", logPath, []string{"KUBECONFIG=" + cluster.Kubeconfig}, managerBin, args...)
 	Expect(err).NotTo(HaveOccurred())
+	webhookSlots[slot] = proc
 	return proc, probe
 }
 

@@ -63,3 +63,22 @@ The metrics Service; a Service name is a DNS label, at most 63 characters.
 {{- define "indexed-batch-job.metricsServiceName" -}}
 {{- printf "%s-controller-manager-metrics-service" (include "indexed-batch-job.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+The webhook configurations, Service and certificate Secret.
+*/}}
+{{- define "indexed-batch-job.validatingWebhookName" -}}
+{{ include "indexed-batch-job.fullname" . }}-validating-webhook-configuration
+{{- end }}
+{{- define "indexed-batch-job.mutatingWebhookName" -}}
+{{ include "indexed-batch-job.fullname" . }}-mutating-webhook-configuration
+{{- end }}
+{{- define "indexed-batch-job.webhookServiceName" -}}
+{{- printf "%s-webhook-service" (include "indexed-batch-job.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "indexed-batch-job.webhookSecretName" -}}
+{{ include "indexed-batch-job.fullname" . }}-webhook-server-cert
+{{- end }}
+{{- define "indexed-batch-job.certManager" -}}
+{{- if and .Values.webhook.enabled (eq .Values.webhook.certManagement "certManager") }}true{{ end }}
+{{- end }}

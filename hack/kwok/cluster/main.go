@@ -1,8 +1,9 @@
 // Command kwok-cluster runs the throwaway cluster of `make demo` (etcd,
 // kube-apiserver, the IndexedBatchJob CRD, kwok's fake nodes and a binder;
 // see test/e2e/kwokcluster) until it gets SIGINT or SIGTERM, then stops it.
-// Once the cluster is up it writes the admin kubeconfig to <dir>/kubeconfig
-// and then creates <dir>/ready.
+// Once the cluster is up it writes the admin kubeconfig to <dir>/kubeconfig,
+// the flags an operator needs to serve the admission webhook the cluster
+// calls to <dir>/webhook-args (one a line), and then creates <dir>/ready.
 //
 // usage: kwok-cluster --dir DIR [--nodes N] [--root REPO]
 package main
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
@@ -51,6 +53,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
 		os.Exit(1)
+	}
+	// The flags the operator needs to serve the admission webhook the
+	// cluster calls, one a line.
+	webhookArgs := strings.Join(cluster.WebhookArgs(0, filepath.Join(dir, "webhook-certs")), "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "webhook-args"), []byte(webhookArgs), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(cluster.Kubeconfig+"\n"), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)

@@ -1,6 +1,8 @@
 // Package kwokcluster starts a throwaway Kubernetes cluster on loopback for
 // the demo and the end-to-end tests: etcd and kube-apiserver from the pinned
-// control plane (bin/k8s/<version>), the IndexedBatchJob CRD, fake nodes run
+// control plane (bin/k8s/<version>), the IndexedBatchJob CRD, the admission
+// webhook's configurations (calling the operator on this host through a
+// forwarder, see webhook.go), fake nodes run
 // by kwok, a minimal binder in place of kube-scheduler and a reaper for the
 // kubelet's final delete of a pod. There is no kube-controller-manager: the
 // operator under test is the only controller.
@@ -75,6 +77,9 @@ type Options struct {
 	Nodes int
 	// Progress, if set, receives a line per step.
 	Progress io.Writer
+	// WebhookReplicas is how many operator processes can serve the
+	// admission webhook at once (WebhookArgs' slots); default 1.
+	WebhookReplicas int
 }
 
 // Cluster is a running cluster.
@@ -88,11 +93,19 @@ type Cluster struct {
 	Dir string
 	// NodeNames are the fake nodes, in order.
 	NodeNames []string
+	// WebhookPort is the port of the URL the webhook configurations call
+	// (https://localhost:<port>): a forwarder that passes each connection to
+	// the first of WebhookBackendPorts an operator listens on.
+	WebhookPort int
+	// WebhookBackendPorts are the ports operators serve the webhook on, one
+	// per slot of WebhookArgs.
+	WebhookBackendPorts []int
 
 	etcd, apiserver, kwok *Process
 	// apiserverCmd is how kube-apiserver was started, for RestartAPIServer.
 	apiserverCmd []string
 	certs        *pki
+	forwarder    *forwarder
 	stopHelpers  context.CancelFunc
 	helpers      sync.WaitGroup
 	helpersLog   *os.File
@@ -142,6 +155,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 2
+	}
+	if opts.WebhookReplicas <= 0 {
+		opts.WebhookReplicas = 1
 	}
 	progress := opts.Progress
 	if progress == nil {
@@ -245,6 +261,22 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
+
+	for range opts.WebhookReplicas {
+		port, err := FreePort()
+		if err != nil {
+			return c, err
+		}
+		c.WebhookBackendPorts = append(c.WebhookBackendPorts, port)
+	}
+	if c.forwarder, err = startForwarder(c.WebhookBackendPorts); err != nil {
+		return c, err
+	}
+	c.WebhookPort = c.forwarder.port()
+	step("installing the admission webhook: https://localhost:%d, forwarded to the operator's port %v", c.WebhookPort, c.WebhookBackendPorts)
+	if err := c.installWebhook(ctx, opts.Root, clientset); err != nil {
+		return c, fmt.Errorf("installing the webhook: %w", err)
+	}
 	for i := range opts.Nodes {
 		name := fmt.Sprintf("kwok-node-%d", i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -334,6 +366,10 @@ func (c *Cluster) Stop() error {
 		c.helpers.Wait()
 		_ = c.helpersLog.Close()
 		c.stopHelpers = nil
+	}
+	if c.forwarder != nil {
+		c.forwarder.stop()
+		c.forwarder = nil
 	}
 	var errs []error
 	for _, p := range []*Process{c.kwok, c.apiserver, c.etcd} {

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -107,6 +109,64 @@ func expectRestrictedAdmits(ctx context.Context, namespace, deployment string) {
 	err = c.Create(ctx, pod(privileged), client.DryRunAll)
 	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a privileged Pod must be rejected: %v", err)
 	Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted`))
+}
+
+// warnedClient is a client whose warnings go to recorder.
+func warnedClient(recorder *warningRecorder) client.Client {
+	warned := rest.CopyConfig(cfg)
+	warned.WarningHandler = recorder
+	c, err := client.New(warned, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// expectWebhookServes checks that the installed webhooks answer: a job
+// whose pods the Pod API refuses is refused with the field named (not
+// "failed calling webhook"), and a valid job is admitted and defaulted.
+// It creates both in a namespace of their own, left in place (deleting it
+// would have the operator's events for the job refused, which the specs
+// count as RBAC refusals).
+func expectWebhookServes(ctx context.Context) {
+	namespace := newNamespace(ctx, "admission")
+	bad := restrictedJob(namespace, "bad")
+	bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
+	Eventually(func() error { return k8sClient.Create(ctx, bad.DeepCopy()) }, 10*time.Second, 200*time.Millisecond).Should(
+		MatchError(ContainSubstring(`IndexedBatchJob.batch.indexedjob.dev "bad" is invalid: spec.template.spec.containers[0].name: Invalid value: "Main_1"`)))
+	good := restrictedJob(namespace, "good")
+	good.Spec.Suspend = ptr.To(true) // no pods: only admission is under test
+	Expect(k8sClient.Create(ctx, good)).To(Succeed())
+	Expect(good.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(2147483647)), "defaulted by the mutating webhook")
+}
+
+// restrictedJob is the seed example with a template that meets the
+// restricted Pod Security Standard.
+func restrictedJob(namespace, name string) *ibjv1.IndexedBatchJob {
+	job := seedJob(namespace, name)
+	spec := &job.Spec.Template.Spec
+	spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	return job
+}
+
+// webhookCertificate is the Secret holding the webhook's certificate and
+// the CA bundles of both webhook configurations.
+func webhookCertificate(ctx context.Context) (*corev1.Secret, [][]byte) {
+	secret := &corev1.Secret{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: releaseName + "-webhook-server-cert"}, secret)).To(Succeed())
+	var bundles [][]byte
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-validating-webhook-configuration"}, validating)).To(Succeed())
+	for _, w := range validating.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
+	for _, w := range mutating.Webhooks {
+		bundles = append(bundles, w.ClientConfig.CABundle)
+	}
+	return secret, bundles
 }
 
 // restrictedNamespace creates a namespace enforcing the restricted standard.
@@ -212,13 +272,12 @@ func scrape(address, token string) (int, string, error) {
 
 var _ = Describe("Installing and running the operator", Ordered, func() {
 	var (
-		ctx         = context.Background()
-		kubeconfig  string   // the manager ServiceAccount's
-		first       *manager // serves metrics; a leader election candidate
-		managerArgs = []string{
-			"--leader-elect", "--leader-election-namespace=" + installNamespace,
-			"--pod-failure-backoff=200ms", "--pod-failure-backoff-max=2s",
-		}
+		ctx        = context.Background()
+		kubeconfig string   // the manager ServiceAccount's
+		first      *manager // serves metrics; a leader election candidate
+		// the installed Deployment's args, plus the test's: set by the spec
+		// that applies install.yaml
+		managerArgs []string
 	)
 
 	AfterEach(func() {
@@ -259,7 +318,13 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		d := &appsv1.Deployment{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: managerSA}, d)).To(Succeed())
 		Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal(testImage + ":" + testImageTag))
-		Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--leader-elect"))
+		Expect(d.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--leader-elect", "--enable-webhook=true"))
+		// The processes the next specs start run with these args, as the
+		// Deployment's pods would (startManager gives each its own ports),
+		// plus a short failure backoff to keep the specs quick. Leader
+		// election happens in the install namespace, as in a pod there.
+		managerArgs = append(slices.Clone(d.Spec.Template.Spec.Containers[0].Args),
+			"--leader-election-namespace="+installNamespace, "--pod-failure-backoff=200ms", "--pod-failure-backoff-max=2s")
 		Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(managerSA))
 
 		Eventually(func() error {
@@ -272,6 +337,8 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		first = startManager("manager-1", kubeconfig, true, managerArgs...)
 		Eventually(first.leads, 30*time.Second, 200*time.Millisecond).Should(BeTrue(),
 			"the only replica should take the lease: the leader election Role covers leases")
+		pointWebhooksAt(ctx, first)
+		expectWebhookServes(ctx)
 
 		namespace := newNamespace(ctx, "seed")
 		k := startKubelet(namespace, "per-index", 0)
@@ -325,16 +392,88 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			"the manager may review tokens and access (the metrics-auth ClusterRole)")
 	})
 
+	It("judges jobs in a namespace that enforces the restricted Pod Security Standard", func() {
+		const namespace = "restricted-jobs"
+		restrictedNamespace(ctx, namespace)
+		recorder := &warningRecorder{}
+		c := warnedClient(recorder)
+
+		By("refusing a template the Pod API refuses, with the field named")
+		bad := restrictedJob(namespace, "bad")
+		bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
+		Expect(c.Create(ctx, bad)).To(MatchError(ContainSubstring(
+			`IndexedBatchJob.batch.indexedjob.dev "bad" is invalid: spec.template.spec.containers[0].name: Invalid value: "Main_1"`)))
+
+		By("admitting and defaulting a template that meets restricted, with no warning")
+		good := restrictedJob(namespace, "good")
+		good.Spec.Suspend = ptr.To(true) // only admission is under test
+		Expect(c.Create(ctx, good)).To(Succeed())
+		Expect(recorder.take()).To(BeEmpty())
+		Expect(good.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(2147483647)),
+			"the mutating webhook defaults backoffLimit with backoffLimitPerIndex, as batch/v1 stores it")
+
+		By("admitting, with a warning that names the violation, a template restricted forbids")
+		Expect(c.Create(ctx, seedJob(namespace, "privileged"))).To(Succeed())
+		Expect(strings.Join(recorder.take(), "\n")).To(And(
+			ContainSubstring("forbids this job's pods"), ContainSubstring(`violates PodSecurity "restricted`)))
+		Eventually(func(g Gomega) {
+			job := &ibjv1.IndexedBatchJob{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "privileged"}, job)).To(Succeed())
+			g.Expect(job.Status.Phase).To(BeEquivalentTo(ibjv1.ReasonPodForbidden), "its status says why no pod starts")
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+		// Gone before the next specs, whose operators must never be refused.
+		privileged := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "privileged"}}
+		Expect(k8sClient.Delete(ctx, privileged)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(privileged), privileged))
+		}, 30*time.Second, 200*time.Millisecond).Should(BeTrue())
+	})
+
+	It("keeps the webhook's certificate and CA bundle across an operator restart", func() {
+		secretBefore, bundlesBefore := webhookCertificate(ctx)
+		Expect(secretBefore.Data).To(HaveKey(corev1.TLSCertKey))
+		Expect(bundlesBefore).To(HaveLen(2))
+		for _, b := range bundlesBefore {
+			Expect(b).NotTo(BeEmpty(), "the operator injects the CA bundle")
+		}
+
+		first.stop()
+		first = startManager("manager-1-restarted", kubeconfig, true, managerArgs...)
+		Eventually(first.leads, leaseTakeover, 200*time.Millisecond).Should(BeTrue())
+		// In a cluster the Service reaches the new pod; here its new port.
+		pointWebhooksAt(ctx, first)
+
+		secretAfter, bundlesAfter := webhookCertificate(ctx)
+		Expect(secretAfter.Data).To(Equal(secretBefore.Data), "the certificate Secret is unchanged")
+		Expect(bundlesAfter).To(Equal(bundlesBefore), "the CA bundle in both configurations is unchanged")
+		served, err := os.ReadFile(filepath.Join(workDir, "manager-1-restarted-certs", corev1.TLSCertKey))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(served).To(Equal(secretBefore.Data[corev1.TLSCertKey]), "the restarted operator serves the same certificate")
+		expectWebhookServes(ctx)
+	})
+
 	It("hands a job over to the standby replica when the leader is killed mid-job, with exact counts", func() {
 		second := startManager("manager-2", kubeconfig, false, managerArgs...)
 		Consistently(second.leads, 3*time.Second, 200*time.Millisecond).Should(BeFalse(), "two leaders at once")
 		leader, standby := first, second
+
+		By("serving the webhook from the standby as well as from the leader")
+		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		pointWebhooksAt(ctx, leader)
+		expectWebhookServes(ctx)
 
 		namespace := newNamespace(ctx, "handover")
 		k := startKubelet(namespace, "per-index", time.Second)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
 		leader.kill()
+
+		By("answering admission from the standby while no replica leads")
+		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		Expect(standby.leads()).To(BeFalse(), "the killed leader's lease should not have expired yet")
+
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
 		Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
@@ -343,5 +482,62 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			"the standby should take the lease once the killed leader's expires")
 		expectSeedOutcome(ctx, k, namespace, "per-index", leaseTakeover+60*time.Second)
 		Expect(strings.ToLower(standby.log())).NotTo(ContainSubstring("forbidden"))
+	})
+
+	It("refuses creates and template changes while no replica runs, and lets every other update through", func() {
+		namespace := newNamespace(ctx, "operator-down")
+		paused := restrictedJob(namespace, "paused")
+		paused.Spec.Suspend = ptr.To(true)
+		Expect(k8sClient.Create(ctx, paused)).To(Succeed(), "a replica still serves the webhook")
+		killManagers()
+
+		By("refusing a create")
+		err := k8sClient.Create(ctx, restrictedJob(namespace, "new"))
+		Expect(err).To(MatchError(ContainSubstring("failed calling webhook")), "never admitted unjudged")
+
+		By("refusing a change of the template (one a suspended job may make)")
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(paused), paused)).To(Succeed())
+		changed := paused.DeepCopy()
+		changed.Spec.Template.Labels = map[string]string{"team": "a"}
+		Expect(k8sClient.Update(ctx, changed)).To(MatchError(ContainSubstring("failed calling webhook")))
+
+		By("admitting updates that leave the template alone: a label, a resume")
+		paused.Labels = map[string]string{"team": "a"}
+		Expect(k8sClient.Update(ctx, paused)).To(Succeed())
+		paused.Spec.Suspend = ptr.To(false)
+		Expect(k8sClient.Update(ctx, paused)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, paused)).To(Succeed(), "and deletes")
+	})
+
+	It("issues one certificate that both replicas serve when two start at once with an empty Secret", func() {
+		secret, _ := webhookCertificate(ctx)
+		old := secret.Data[corev1.TLSCertKey]
+		secret.Data = nil
+		Expect(k8sClient.Update(ctx, secret)).To(Succeed(), "emptied, as a fresh install creates it")
+
+		// Both start together, as the pods of a two-replica Deployment do.
+		var b *manager
+		started := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(started)
+			b = startManager("manager-b", kubeconfig, false, managerArgs...)
+		}()
+		a := startManager("manager-a", kubeconfig, false, managerArgs...)
+		Eventually(started, time.Minute).Should(BeClosed())
+
+		secret, bundles := webhookCertificate(ctx)
+		Expect(secret.Data[corev1.TLSCertKey]).NotTo(BeEmpty())
+		Expect(secret.Data[corev1.TLSCertKey]).NotTo(Equal(old), "a new certificate for the emptied Secret")
+		for _, bundle := range bundles {
+			Expect(bundle).To(Equal(secret.Data["ca.crt"]), "both configurations carry the Secret's CA")
+		}
+		for _, m := range []*manager{a, b} {
+			Eventually(func() ([]byte, error) {
+				return os.ReadFile(filepath.Join(workDir, m.name+"-certs", corev1.TLSCertKey))
+			}, 45*time.Second, 500*time.Millisecond).Should(Equal(secret.Data[corev1.TLSCertKey]), "%s serves the Secret's certificate", m.name)
+			pointWebhooksAt(ctx, m)
+			expectWebhookServes(ctx)
+		}
 	})
 })

@@ -16,11 +16,15 @@ import (
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 )
 
 // managers are every process started, killed at the end of the suite.
@@ -50,7 +54,41 @@ type manager struct {
 	logPath string
 	probe   string // host:port of the health probes
 	metrics string // host:port of the metrics endpoint, or ""
+	webhook string // host:port of the admission webhook
 	done    chan struct{}
+}
+
+// pointWebhooksAt sends the installed webhook configurations to m, as the
+// webhook Service sends them to a ready replica in a cluster: envtest's API
+// server cannot reach a Service, so the configurations call m's port on
+// localhost instead. Only clientConfig changes; the CA bundle stays the one
+// the operator injected.
+func pointWebhooksAt(ctx context.Context, m *manager) {
+	_, port, err := net.SplitHostPort(m.webhook)
+	Expect(err).NotTo(HaveOccurred())
+	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		Eventually(func() error {
+			cfg := &unstructured.Unstructured{}
+			cfg.SetAPIVersion("admissionregistration.k8s.io/v1")
+			cfg.SetKind(kind)
+			name, path := "indexed-batch-job-validating-webhook-configuration", webhook.ValidatePath
+			if kind == "MutatingWebhookConfiguration" {
+				name, path = "indexed-batch-job-mutating-webhook-configuration", webhook.MutatePath
+			}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
+				return err
+			}
+			hooks, _, _ := unstructured.NestedSlice(cfg.Object, "webhooks")
+			for i := range hooks {
+				h := hooks[i].(map[string]any)
+				cc := h["clientConfig"].(map[string]any)
+				delete(cc, "service")
+				cc["url"] = "https://localhost:" + port + path
+			}
+			Expect(unstructured.SetNestedSlice(cfg.Object, hooks, "webhooks")).To(Succeed())
+			return k8sClient.Update(ctx, cfg)
+		}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
+	}
 }
 
 // freeAddress is a loopback address with a port nobody listens on now.
@@ -61,15 +99,27 @@ func freeAddress() string {
 	return l.Addr().String()
 }
 
-// startManager runs the manager binary with the kubeconfig and args (plus
-// probe and, if withMetrics, secure metrics addresses of its own) and waits
-// until it reports ready. Its output goes to a file, shown if a spec fails.
+// startManager runs the manager binary with the kubeconfig and args (the
+// Deployment's, see deploymentArgs) and waits until it reports ready. What
+// differs between processes on one host comes after args, so it wins: probe
+// and webhook addresses of its own, a certificate directory of its own (a
+// pod's emptyDir), metrics on a port of its own if withMetrics, else none.
+// The certificate also names localhost, which pointWebhooksAt calls, and
+// its Secret is in the install namespace, as in a pod there. Its output goes
+// to a file, shown if a spec fails.
 func startManager(name, kubeconfig string, withMetrics bool, args ...string) *manager {
-	m := &manager{name: name, probe: freeAddress(), logPath: filepath.Join(workDir, name+".log"), done: make(chan struct{})}
-	args = append([]string{"--kubeconfig=" + kubeconfig, "--health-probe-bind-address=" + m.probe}, args...)
+	m := &manager{name: name, probe: freeAddress(), webhook: freeAddress(), logPath: filepath.Join(workDir, name+".log"), done: make(chan struct{})}
+	_, webhookPort, err := net.SplitHostPort(m.webhook)
+	Expect(err).NotTo(HaveOccurred())
+	args = append(append([]string{"--kubeconfig=" + kubeconfig}, args...),
+		"--health-probe-bind-address="+m.probe,
+		"--webhook-port="+webhookPort, "--webhook-cert-dir="+filepath.Join(workDir, name+"-certs"),
+		"--webhook-extra-dns-names=localhost", "--webhook-namespace="+installNamespace)
 	if withMetrics {
 		m.metrics = freeAddress()
 		args = append(args, "--metrics-bind-address="+m.metrics, "--metrics-secure=true")
+	} else {
+		args = append(args, "--metrics-bind-address=0")
 	}
 	logFile, err := os.Create(m.logPath)
 	Expect(err).NotTo(HaveOccurred())

@@ -116,6 +116,25 @@ func managerArgs(objects map[string]object, key string) []string {
 	return args
 }
 
+// webhookConfigurationName is config/default's name of the webhook
+// configuration of kind.
+func webhookConfigurationName(kind string) string {
+	if kind == "MutatingWebhookConfiguration" {
+		return releaseName + "-mutating-webhook-configuration"
+	}
+	return releaseName + "-validating-webhook-configuration"
+}
+
+// rulesOf is a rendered ClusterRole's rules.
+func rulesOf(role object) []map[string]any {
+	Expect(role).NotTo(BeNil())
+	var rules []map[string]any
+	for _, r := range role["rules"].([]any) {
+		rules = append(rules, r.(map[string]any))
+	}
+	return rules
+}
+
 // expectFlagsAccepted runs the manager binary with args and a kubeconfig that
 // does not exist: it must get past flag parsing (exit code 2 and "flag
 // provided but not defined" or "invalid value" mean it did not) and stop at
@@ -131,7 +150,7 @@ func expectFlagsAccepted(args []string) {
 }
 
 var _ = Describe("The Helm chart", func() {
-	It("carries the generated CRD and manager ClusterRole byte for byte (make helm-manifests copies them)", func() {
+	It("carries the generated CRD, manager ClusterRole and webhook configurations byte for byte (make helm-manifests copies them)", func() {
 		generated, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		inChart, err := filepath.Glob(filepath.Join(root, chartDir, "files", "crds", "*.yaml"))
@@ -146,7 +165,8 @@ var _ = Describe("The Helm chart", func() {
 		}
 		Expect(names(inChart)).To(Equal(names(generated)), "run make helm-manifests")
 		pairs := map[string]string{
-			filepath.Join(root, "config", "rbac", "role.yaml"): filepath.Join(root, chartDir, "files", "rbac", "role.yaml"),
+			filepath.Join(root, "config", "rbac", "role.yaml"):         filepath.Join(root, chartDir, "files", "rbac", "role.yaml"),
+			filepath.Join(root, "config", "webhook", "manifests.yaml"): filepath.Join(root, chartDir, "files", "webhook", "manifests.yaml"),
 		}
 		for _, p := range generated {
 			pairs[p] = filepath.Join(root, chartDir, "files", "crds", filepath.Base(p))
@@ -177,8 +197,55 @@ var _ = Describe("The Helm chart", func() {
 
 		By("passing flags the manager binary accepts")
 		args := managerArgs(helmed, "Deployment/"+installNamespace+"/"+managerSA)
-		Expect(args).To(Equal([]string{"--metrics-bind-address=:8443", "--leader-elect", "--health-probe-bind-address=:8081"}))
+		Expect(args).To(Equal([]string{"--metrics-bind-address=:8443", "--leader-elect", "--health-probe-bind-address=:8081",
+			"--enable-webhook=true"}))
 		expectFlagsAccepted(args)
+
+		By("leaving the operator's own namespace and kube-system out of both webhooks")
+		for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+			config := helmed[kind+"//"+webhookConfigurationName(kind)]
+			Expect(config).NotTo(BeNil(), kind)
+			for _, w := range config["webhooks"].([]any) {
+				Expect(w.(map[string]any)["namespaceSelector"]).To(Equal(map[string]any{"matchExpressions": []any{map[string]any{
+					"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": []any{"kube-system", installNamespace}}}}))
+				Expect(w.(map[string]any)["failurePolicy"]).To(Equal("Fail"))
+			}
+		}
+	})
+
+	It("builds config/certmanager: cert-manager issues the certificate and injects the CA bundle", func() {
+		kustomized := parseManifests(kustomizeBuild("", "config/certmanager"))
+		plain := parseManifests(kustomizeBuild("", "config/default"))
+		secret := "Secret/" + installNamespace + "/" + releaseName + "-webhook-server-cert"
+		Expect(plain).To(HaveKey(secret))
+		Expect(kustomized).NotTo(HaveKey(secret), "cert-manager creates the Secret")
+		Expect(kustomized).NotTo(HaveKey("Role/"+installNamespace+"/"+releaseName+"-webhook-cert-role"), "the manager needs no Secrets")
+		Expect(kustomized).To(HaveKey("Issuer/" + installNamespace + "/" + releaseName + "-selfsigned-issuer"))
+		certificate := kustomized["Certificate/"+installNamespace+"/"+releaseName+"-serving-cert"]
+		Expect(certificate).NotTo(BeNil())
+		Expect(certificate["spec"].(map[string]any)["secretName"]).To(Equal(releaseName + "-webhook-server-cert"))
+		Expect(certificate["spec"].(map[string]any)["dnsNames"]).To(ContainElement(
+			releaseName + "-webhook-service." + installNamespace + ".svc"))
+		for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+			config := kustomized[kind+"//"+webhookConfigurationName(kind)]
+			Expect(config["metadata"].(map[string]any)["annotations"]).To(HaveKeyWithValue(
+				"cert-manager.io/inject-ca-from", installNamespace+"/"+releaseName+"-serving-cert"))
+		}
+		deployment := "Deployment/" + installNamespace + "/" + managerSA
+		args := managerArgs(kustomized, deployment)
+		Expect(args).To(ContainElements("--enable-webhook=true", "--webhook-cert-management=external"))
+		expectFlagsAccepted(args)
+		podSpec := kustomized[deployment]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		Expect(podSpec["volumes"]).To(Equal([]any{map[string]any{"name": "webhook-certs",
+			"secret": map[string]any{"secretName": releaseName + "-webhook-server-cert"}}}))
+
+		By("rendering the same from the chart with webhook.certManagement=certManager")
+		helmed := parseManifests(helmTemplate(releaseName, installNamespace, "webhook.certManagement=certManager"))
+		delete(kustomized, "Namespace//"+installNamespace)
+		Expect(keysOf(helmed)).To(Equal(keysOf(kustomized)))
+		for key, want := range kustomized {
+			Expect(normalized(helmed[key])).To(Equal(normalized(want)), key)
+		}
 	})
 
 	It("renders the ServiceMonitor and NetworkPolicy of config/prometheus and config/network-policy when asked", func() {
@@ -216,12 +283,20 @@ podFailureBackoff:
 extraArgs: [--enable-http2]
 rbac:
   userRoles: false
+webhook:
+  port: 9444
+  excludeNamespaces: [kube-system, platform]
 `)
 		helmed := parseManifests(run(root, helmBin, "template", "tuned", chartDir, "--namespace", "ops", "--values", values))
 		deployment := "Deployment/ops/tuned-indexed-batch-job-controller-manager"
 		args := managerArgs(helmed, deployment)
 		Expect(args).To(Equal([]string{
 			"--metrics-bind-address=:8080", "--metrics-secure=false", "--health-probe-bind-address=:8081",
+			"--enable-webhook=true", "--webhook-port=9444",
+			"--webhook-service-name=tuned-indexed-batch-job-webhook-service",
+			"--webhook-secret-name=tuned-indexed-batch-job-webhook-server-cert",
+			"--webhook-validating-configuration=tuned-indexed-batch-job-validating-webhook-configuration",
+			"--webhook-mutating-configuration=tuned-indexed-batch-job-mutating-webhook-configuration",
 			"--zap-log-level=debug", "--kube-api-qps=20.5", "--kube-api-burst=1000000",
 			"--max-concurrent-reconciles=10", "--namespaces=team-a,team-b",
 			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m", "--enable-http2",
@@ -237,11 +312,40 @@ rbac:
 			"ClusterRole//tuned-indexed-batch-job-manager-role",
 			"ClusterRoleBinding//tuned-indexed-batch-job-manager-rolebinding",
 			"Service/ops/tuned-indexed-batch-job-controller-manager-metrics-service",
+			"Service/ops/tuned-indexed-batch-job-webhook-service",
+			"Secret/ops/tuned-indexed-batch-job-webhook-server-cert",
+			"Role/ops/tuned-indexed-batch-job-webhook-cert-role",
+			"RoleBinding/ops/tuned-indexed-batch-job-webhook-cert-rolebinding",
+			"ValidatingWebhookConfiguration//tuned-indexed-batch-job-validating-webhook-configuration",
+			"MutatingWebhookConfiguration//tuned-indexed-batch-job-mutating-webhook-configuration",
 			deployment,
 		), "no CRD, no leader election Role, no metrics authn/authz roles, no user roles")
+		webhookService := helmed["Service/ops/tuned-indexed-batch-job-webhook-service"]
+		Expect(webhookService["spec"].(map[string]any)["ports"]).To(Equal([]any{map[string]any{
+			"port": int64(443), "protocol": "TCP", "targetPort": int64(9444)}}))
+		validating := helmed["ValidatingWebhookConfiguration//tuned-indexed-batch-job-validating-webhook-configuration"]
+		hook := validating["webhooks"].([]any)[0].(map[string]any)
+		Expect(hook["clientConfig"]).To(HaveKeyWithValue("service", HaveKeyWithValue("name", "tuned-indexed-batch-job-webhook-service")))
+		Expect(hook["namespaceSelector"]).To(HaveKeyWithValue("matchExpressions", ContainElement(
+			HaveKeyWithValue("values", []any{"kube-system", "platform", "ops"}))))
+		Expect(rulesOf(helmed["ClusterRole//tuned-indexed-batch-job-manager-role"])).To(ContainElement(HaveKeyWithValue("resourceNames",
+			[]any{"tuned-indexed-batch-job-validating-webhook-configuration"})), "get and update of the release's own configurations")
 
-		By("turning metrics off altogether")
-		helmed = parseManifests(helmTemplate("quiet", "ops", "metrics.enabled=false"))
+		By("turning the webhook off")
+		helmed = parseManifests(helmTemplate("plain", "ops", "webhook.enabled=false"))
+		Expect(managerArgs(helmed, "Deployment/ops/plain-indexed-batch-job-controller-manager")).NotTo(
+			ContainElement(HavePrefix("--enable-webhook")))
+		for key := range helmed {
+			Expect(strings.ToLower(key)).NotTo(ContainSubstring("webhook"))
+		}
+		for _, rule := range rulesOf(helmed["ClusterRole//plain-indexed-batch-job-manager-role"]) {
+			Expect(rule["apiGroups"]).NotTo(ContainElement("admissionregistration.k8s.io"))
+		}
+		podSpec := helmed["Deployment/ops/plain-indexed-batch-job-controller-manager"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		Expect(podSpec).NotTo(HaveKey("volumes"))
+
+		By("turning metrics (and the webhook) off altogether")
+		helmed = parseManifests(helmTemplate("quiet", "ops", "metrics.enabled=false", "webhook.enabled=false"))
 		Expect(managerArgs(helmed, "Deployment/ops/quiet-indexed-batch-job-controller-manager")).To(
 			Equal([]string{"--leader-elect", "--health-probe-bind-address=:8081"}))
 		for key := range helmed {

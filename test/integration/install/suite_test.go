@@ -3,9 +3,12 @@
 // kustomize and Helm, applies them to a real kube-apiserver (envtest, which
 // authorizes with RBAC) in namespaces that enforce the "restricted" Pod
 // Security Standard, and runs the operator binary as a separate process with
-// nothing but the generated ServiceAccount's permissions: one replica to take
-// the seed example to its final status and to serve metrics, then two with
-// leader election, the leader killed mid-job.
+// nothing but the generated ServiceAccount's permissions and the installed
+// Deployment's args: one replica to take the seed example to its final
+// status, to serve metrics and the admission webhook (also for jobs in a
+// restricted namespace) and to keep its certificate across a restart, then
+// two with leader election, both serving the webhook, the leader killed
+// mid-job; last, two started at once with an empty certificate Secret.
 package install_test
 
 import (

@@ -1,0 +1,119 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+func TestDefaulter(t *testing.T) {
+	failJob := utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)
+	cases := []struct {
+		name string
+		job  *ibjv1.IndexedBatchJob
+		want *ibjv1.IndexedBatchJob
+	}{
+		{
+			name: "backoffLimit 6 and TerminatingOrFailed, as batch/v1",
+			job:  utils.MakeIndexedBatchJob("a", "ns").Obj(),
+			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(6).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
+		},
+		{
+			name: "unlimited backoffLimit with backoffLimitPerIndex",
+			job:  utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).Obj(),
+			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).BackoffLimit(math.MaxInt32).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
+		},
+		{
+			name: "Failed with a podFailurePolicy",
+			job:  utils.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).Obj(),
+			want: utils.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).BackoffLimit(6).PodReplacementPolicy(batchv1.Failed).Obj(),
+		},
+		{
+			name: "values set are kept",
+			job:  utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
+			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := (Defaulter{}).Default(context.Background(), tc.job); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, tc.job); diff != "" {
+				t.Errorf("job (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDefaultingPatchesOnlyTheDefaults checks the mutating webhook's answer:
+// a patch of the fields Defaulter set, on create, and nothing else, however
+// the request's JSON differs from the Go types marshalled back.
+func TestDefaultingPatchesOnlyTheDefaults(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := ibjv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	h := defaulting{decoder: admission.NewDecoder(scheme)}
+	const base = `{"apiVersion":"batch.indexedjob.dev/v1alpha1","kind":"IndexedBatchJob","metadata":{"name":"a","namespace":"ns"},"spec":{"completions":1,%s"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"main","image":"busybox"}]}}}}`
+	cases := []struct {
+		name        string
+		spec        string
+		op          admissionv1.Operation
+		wantPatches []jsonpatch.JsonPatchOperation
+	}{
+		{
+			name: "both defaults on create",
+			op:   admissionv1.Create,
+			wantPatches: []jsonpatch.JsonPatchOperation{
+				jsonpatch.NewOperation("add", "/spec/backoffLimit", int32(6)),
+				jsonpatch.NewOperation("add", "/spec/podReplacementPolicy", batchv1.TerminatingOrFailed),
+			},
+		},
+		{
+			// batch/v1's onPodConditions[].status has no omitempty: the Go
+			// type marshals it as "", which the CRD's enum refuses.
+			name: "a podFailurePolicy rule without status gets no status, only the defaults",
+			spec: `"podFailurePolicy":{"rules":[{"action":"Ignore","onPodConditions":[{"type":"DisruptionTarget"}]}]},`,
+			op:   admissionv1.Create,
+			wantPatches: []jsonpatch.JsonPatchOperation{
+				jsonpatch.NewOperation("add", "/spec/backoffLimit", int32(6)),
+				jsonpatch.NewOperation("add", "/spec/podReplacementPolicy", batchv1.Failed),
+			},
+		},
+		{
+			name: "nothing when both are set",
+			spec: `"backoffLimit":0,"podReplacementPolicy":"Failed",`,
+			op:   admissionv1.Create,
+		},
+		{
+			name: "nothing on update: podReplacementPolicy is immutable",
+			op:   admissionv1.Update,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				Operation: tc.op,
+				Object:    runtime.RawExtension{Raw: []byte(fmt.Sprintf(base, tc.spec))},
+			}})
+			if !resp.Allowed {
+				t.Fatalf("not allowed: %v", resp.Result)
+			}
+			if diff := cmp.Diff(tc.wantPatches, resp.Patches); diff != "" {
+				t.Errorf("patches (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

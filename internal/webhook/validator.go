@@ -1,0 +1,227 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+)
+
+// DefaultDryRunTimeout bounds the dry-run create of a job's first pod. It is
+// half the webhook's timeoutSeconds (10 s in config/webhook), so that an API
+// server slow to answer the dry-run still leaves the webhook time to allow
+// the job with a warning instead of timing out under failurePolicy Fail.
+const DefaultDryRunTimeout = 5 * time.Second
+
+// placeholderUID stands for the job's UID in the dry-run pod's owner
+// reference when the job has none yet; the API server checks only that the
+// reference has one.
+const placeholderUID types.UID = "00000000-0000-0000-0000-000000000000"
+
+// Validator judges a job's pod template as the Pod API judges it: it asks
+// the API server to create, as a dry run, the pod the controller would
+// create for index 0 (controller.FirstPod) in the job's namespace. No pod
+// validation is copied here, so the verdict is the API server's own, for its
+// version and its admission chain.
+type Validator struct {
+	// client sends the dry-run creates. It should not share a rate limiter
+	// with the controller, so that admission does not wait behind pod
+	// creates at the controller's QPS limit.
+	client  client.Client
+	timeout time.Duration
+}
+
+// NewValidator returns a Validator that dry-runs pods through c, waiting at
+// most timeout for the API server's answer.
+func NewValidator(c client.Client, timeout time.Duration) *Validator {
+	return &Validator{client: c, timeout: timeout}
+}
+
+var _ admission.Validator[*ibjv1.IndexedBatchJob] = (*Validator)(nil)
+
+// ValidateCreate judges the new job's pod template.
+func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	return v.judgePods(ctx, job)
+}
+
+// ValidateUpdate judges the template only when the update changes it (what
+// else the pod depends on, the job's name, namespace, network and
+// backoffLimitPerIndex, cannot change). An unchanged template was judged
+// when it was written; judging it again would block, for example, the
+// suspend and resume of a queueing system, or the labels of a job admitted
+// before the webhook was installed, and cost a dry run per update.
+func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	if job.DeletionTimestamp != nil || equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
+		return nil, nil
+	}
+	return v.judgePods(ctx, job)
+}
+
+// ValidateDelete allows every delete.
+func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	return nil, nil
+}
+
+// judgePods dry-runs the job's first pod. The API server's answer decides:
+//   - Invalid (422): the job is rejected with the Pod API's causes, their
+//     fields under spec.template (see jobField);
+//   - Forbidden (403: a full ResourceQuota, Pod Security admission, a
+//     policy engine): the job is admitted with a warning. A quota frees up
+//     and a namespace's policy can change, and the controller reports what
+//     stops the pods in the job's status (condition PodCreationFailed);
+//   - any other error (a timeout, an unavailable webhook of another
+//     component, a webhook that does not support dry runs): the job is
+//     admitted with a warning. The webhook cannot judge, and refusing every
+//     job while the API server struggles would be worse than the status
+//     the controller reports later.
+func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	pod := controller.FirstPod(job, 0)
+	// A generated name: the pod the controller made for index 0 may exist.
+	pod.GenerateName, pod.Name = pod.Name+"-", ""
+	for i := range pod.OwnerReferences {
+		if pod.OwnerReferences[i].UID == "" {
+			pod.OwnerReferences[i].UID = placeholderUID
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	err := v.client.Create(ctx, pod, client.DryRunAll)
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+		return nil, nil
+	case apierrors.IsInvalid(err) && errors.As(err, &status):
+		return nil, invalidJob(job, status.Status())
+	case apierrors.IsForbidden(err):
+		return admission.Warnings{fmt.Sprintf("the API server forbids this job's pods now, so none will start until that changes "+
+			"(the job's condition PodCreationFailed will say so): %s", apiMessage(err))}, nil
+	default:
+		log.FromContext(ctx).Info("Admitted a job whose pod template could not be checked", "job", client.ObjectKeyFromObject(job), "error", err)
+		return admission.Warnings{fmt.Sprintf("the pod template was not checked (dry-run create of its first pod: %s); "+
+			"if its pods are refused, the job's condition PodCreationFailed will say why", apiMessage(err))}, nil
+	}
+}
+
+// invalidJob is the API server's refusal of the pod, restated for the job:
+// each cause keeps its message, its field moves under the job's template,
+// and kubectl prints it as it prints a batch/v1 Job's:
+// `The IndexedBatchJob "x" is invalid: spec.template.spec.containers[0].name: Invalid value: ...`.
+func invalidJob(job *ibjv1.IndexedBatchJob, pod metav1.Status) *apierrors.StatusError {
+	var causes []metav1.StatusCause
+	if pod.Details != nil {
+		causes = make([]metav1.StatusCause, 0, len(pod.Details.Causes))
+		for _, c := range pod.Details.Causes {
+			c.Field = jobField(job, c.Field)
+			causes = append(causes, c)
+		}
+	}
+	if len(causes) == 0 {
+		causes = []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.template", Message: pod.Message}}
+	}
+	parts := make([]string, len(causes))
+	for i, c := range causes {
+		parts[i] = c.Message
+		if c.Field != "" {
+			parts[i] = c.Field + ": " + c.Message
+		}
+	}
+	msg := strings.Join(parts, ", ")
+	if len(parts) > 1 {
+		msg = "[" + msg + "]"
+	}
+	gk := ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind()
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusUnprocessableEntity,
+		Reason: metav1.StatusReasonInvalid,
+		Details: &metav1.StatusDetails{
+			Group:  gk.Group,
+			Kind:   gk.Kind,
+			Name:   job.Name,
+			Causes: causes,
+		},
+		Message: fmt.Sprintf("%s %q is invalid: %s", gk.String(), job.Name, msg),
+	}}
+}
+
+// jobField is where a field of the pod comes from in the job: the pod's
+// spec and metadata are the template's (spec.template.spec.containers[0].name),
+// its name is made from the job's. The controller puts JOB_COMPLETION_INDEX
+// first in every container's env, so an env entry's index is the
+// template's (see templateEnvIndex).
+func jobField(job *ibjv1.IndexedBatchJob, podField string) string {
+	switch {
+	case podField == "metadata.name" || podField == "metadata.generateName":
+		return "metadata.name"
+	case podField == "spec" || podField == "metadata":
+		return "spec.template." + podField
+	case strings.HasPrefix(podField, "metadata."):
+		return "spec.template." + podField
+	case strings.HasPrefix(podField, "spec."):
+		if m := envField.FindStringSubmatch(podField); m != nil {
+			if ix, ok := templateEnvIndex(job, m[1], atoi(m[2]), atoi(m[3])); ok {
+				return fmt.Sprintf("spec.template.spec.%s[%s].env[%d]%s", m[1], m[2], ix, m[4])
+			}
+		}
+		return "spec.template." + podField
+	default:
+		return podField
+	}
+}
+
+// envField matches an env entry's field path in a pod: the container list,
+// the container's index, the entry's index, the rest.
+var envField = regexp.MustCompile(`^spec\.(containers|initContainers)\[(\d+)\]\.env\[(\d+)\](.*)$`)
+
+// templateEnvIndex maps the index of an env entry of the pod's container
+// to the template's: the pod's env is JOB_COMPLETION_INDEX followed by the
+// template's entries without any of that name.
+func templateEnvIndex(job *ibjv1.IndexedBatchJob, list string, container, podIndex int) (int, bool) {
+	containers := job.Spec.Template.Spec.Containers
+	if list == "initContainers" {
+		containers = job.Spec.Template.Spec.InitContainers
+	}
+	if podIndex < 1 || container >= len(containers) {
+		return 0, false
+	}
+	n := 0
+	for i, e := range containers[container].Env {
+		if e.Name == ibjv1.CompletionIndexEnvName {
+			continue
+		}
+		n++
+		if n == podIndex {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// apiMessage is the API server's message of an error, or the error itself.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
+}

@@ -1,0 +1,60 @@
+package webhook
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+func TestJobField(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: "A"}, {Name: ibjv1.CompletionIndexEnvName}, {Name: "B=C"},
+	}
+	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "X"}}}}
+	cases := map[string]string{
+		"spec.containers[0].name":                    "spec.template.spec.containers[0].name",
+		"spec.containers[0].env[1].name":             "spec.template.spec.containers[0].env[0].name",
+		"spec.containers[0].env[2].name":             "spec.template.spec.containers[0].env[2].name",
+		"spec.initContainers[0].env[1].valueFrom":    "spec.template.spec.initContainers[0].env[0].valueFrom",
+		"spec.containers[0].env[0].name":             "spec.template.spec.containers[0].env[0].name",
+		"spec.volumes[0].name":                       "spec.template.spec.volumes[0].name",
+		"spec":                                       "spec.template.spec",
+		"metadata.labels":                            "spec.template.metadata.labels",
+		"metadata.generateName":                      "metadata.name",
+		"metadata.name":                              "metadata.name",
+		"":                                           "",
+		"spec.containers[0].resources.requests[cpu]": "spec.template.spec.containers[0].resources.requests[cpu]",
+	}
+	for pod, want := range cases {
+		if got := jobField(job, pod); got != want {
+			t.Errorf("jobField(%q) = %q, want %q", pod, got, want)
+		}
+	}
+}
+
+func TestInvalidJobRestatesThePodsCausesForTheJob(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("bad", "ns").Obj()
+	pod := metav1.Status{Message: `Pod "bad-0-0-x" is invalid: ...`, Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{
+		{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.containers[0].name", Message: `Invalid value: "Main_1": a lowercase RFC 1123 label`},
+		{Type: metav1.CauseTypeFieldValueNotFound, Field: "spec.containers[0].volumeMounts[0].name", Message: `Not found: "data"`},
+	}}}
+	got := invalidJob(job, pod).ErrStatus
+	want := metav1.Status{
+		Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
+		Details: &metav1.StatusDetails{Group: "batch.indexedjob.dev", Kind: "IndexedBatchJob", Name: "bad", Causes: []metav1.StatusCause{
+			{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.template.spec.containers[0].name", Message: `Invalid value: "Main_1": a lowercase RFC 1123 label`},
+			{Type: metav1.CauseTypeFieldValueNotFound, Field: "spec.template.spec.containers[0].volumeMounts[0].name", Message: `Not found: "data"`},
+		}},
+		Message: `IndexedBatchJob.batch.indexedjob.dev "bad" is invalid: [spec.template.spec.containers[0].name: Invalid value: "Main_1": a lowercase RFC 1123 label, ` +
+			`spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data"]`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,121 @@
+// Package webhook is the IndexedBatchJob admission webhook: a defaulting
+// webhook for the defaults a CRD cannot express (defaulter.go), a
+// validating webhook that has the API server judge the pods a job would
+// get (validator.go), and the serving certificates the operator manages
+// itself with open-policy-agent's cert-controller (certs.go), so that an
+// install needs no cert-manager. The third party's API stays inside this
+// package.
+package webhook
+
+import (
+	"context"
+	"net/http"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// The paths the webhook configurations call, as kubebuilder names them.
+const (
+	MutatePath   = "/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob"
+	ValidatePath = "/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob"
+)
+
+// failurePolicy Fail and timeoutSeconds 10, as JobSet and Kueue: a job is
+// never admitted unjudged because the operator is down (the API server
+// refuses creates, and updates that change the template, of
+// IndexedBatchJobs until a replica serves the webhook again), and the
+// validating webhook's own dry run is bounded by DefaultDryRunTimeout, well
+// inside the 10 s. The validating webhook's matchCondition sends it only
+// creates and template changes, what the Validator judges: an update that
+// leaves the template alone (a queueing system's suspend or resume, a
+// label) neither waits for the webhook nor fails while it is down. The namespaceSelector that
+// leaves out the operator's own namespace is added in config/default and
+// the chart, which know that namespace.
+//
+// +kubebuilder:webhook:path=/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create,versions=v1alpha1,name=mindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template"}]}`
+
+// Register serves the defaulting and validating webhooks on srv.
+func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {
+	srv.Register(MutatePath, &admission.Webhook{Handler: defaulting{decoder: admission.NewDecoder(scheme)}})
+	srv.Register(ValidatePath, admission.WithValidator[*ibjv1.IndexedBatchJob](scheme, v))
+}
+
+// defaulting is the mutating webhook: on create only (see Defaulter), it
+// answers with a patch of the fields Defaulter set, and nothing else.
+//
+// Not controller-runtime's defaulting handler: that one patches the
+// difference between the request and the job marshalled back from the Go
+// type, which adds every field the reused batch/v1 and core/v1 types
+// marshal without omitempty (a podFailurePolicy rule's
+// onPodConditions[].status, left out by the user, as "") and so turns a
+// valid job into one the CRD's schema refuses.
+type defaulting struct {
+	decoder admission.Decoder
+}
+
+// Handle defaults the job of a create request.
+func (h defaulting) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	job := &ibjv1.IndexedBatchJob{}
+	if err := h.decoder.Decode(req, job); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	before := job.Spec.DeepCopy()
+	if err := (Defaulter{}).Default(ctx, job); err != nil {
+		return admission.Denied(err.Error())
+	}
+	var patches []jsonpatch.JsonPatchOperation
+	if before.BackoffLimit == nil && job.Spec.BackoffLimit != nil {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/backoffLimit", *job.Spec.BackoffLimit))
+	}
+	if before.PodReplacementPolicy == nil && job.Spec.PodReplacementPolicy != nil {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/podReplacementPolicy", *job.Spec.PodReplacementPolicy))
+	}
+	return admission.Patched("", patches...)
+}
+
+// DelayedServer is a webhook server that starts serving only once ready is
+// closed: the certificates it serves are written by the certificate
+// rotator after the manager started, and controller-runtime's server
+// refuses to start without them. It runs on every replica, leader or not.
+type DelayedServer struct {
+	ctrlwebhook.Server
+	Ready <-chan struct{}
+}
+
+// Start waits for Ready, then serves until ctx is done.
+func (s DelayedServer) Start(ctx context.Context) error {
+	select {
+	case <-s.Ready:
+	case <-ctx.Done():
+		return nil
+	}
+	return s.Server.Start(ctx)
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (s DelayedServer) NeedLeaderElection() bool { return false }
+
+// StartedChecker is a readiness check: ready once the certificates are
+// ready and the server listens.
+func (s DelayedServer) StartedChecker() healthz.Checker {
+	started := s.Server.StartedChecker()
+	return func(req *http.Request) error {
+		select {
+		case <-s.Ready:
+			return started(req)
+		default:
+			return errNotReady
+		}
+	}
+}

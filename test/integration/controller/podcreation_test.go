@@ -1,0 +1,119 @@
+package controller_test
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+// What admission cannot foresee: the API server refuses the pods when they
+// are created. envtest's kube-apiserver runs the ResourceQuota admission
+// plugin but no quota controller, so the spec writes the quota's status
+// (hard and used) as that controller would.
+var _ = Describe("Pod creates the API server refuses", func() {
+
+	setQuota := func(hard, used int) {
+		q := &corev1.ResourceQuota{}
+		Eventually(func() error {
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "compute"}, q); err != nil {
+				return err
+			}
+			q.Spec.Hard = corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(hard), resource.DecimalSI)}
+			if err := k8sClient.Update(ctx, q); err != nil {
+				return err
+			}
+			q.Status.Hard = q.Spec.Hard
+			q.Status.Used = corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(used), resource.DecimalSI)}
+			return k8sClient.Status().Update(ctx, q)
+		}, 10*time.Second).Should(Succeed())
+	}
+
+	It("shows a full quota in the status, not Running, retries slowly, and runs once the quota frees", func() {
+		Expect(k8sClient.Create(ctx, &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Name: "compute", Namespace: ns},
+			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+		})).To(Succeed())
+		setQuota(1, 1)
+
+		failedBefore := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		job := utils.MakeIndexedBatchJob("quota", ns).Completions(2).Parallelism(2).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, succeedAll)
+		defer k.Stop()
+
+		By("saying why in the phase (kubectl get's STATUS) and in condition PodCreationFailed, with the API server's message")
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseQuotaExceeded))
+			c := apimeta.FindStatusCondition(j.Status.Conditions, ibjv1.ConditionPodCreationFailed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Reason).To(Equal(ibjv1.ReasonQuotaExceeded))
+			g.Expect(c.Message).To(And(HavePrefix(`pods "quota-0-0" is forbidden: exceeded quota: compute`), ContainSubstring("limited: pods=1")))
+			g.Expect(j.Status.Active).To(BeZero())
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		Expect(jobPods(ctx, ns, job.Name)).To(BeEmpty())
+		Expect(eventReasons(ctx, ns, job.Name)).To(ContainElement("FailedCreate"))
+
+		By("retrying with a growing delay, not in a hot loop")
+		start := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		Expect(start - failedBefore).To(BeNumerically(">=", 2))
+		time.Sleep(5 * time.Second)
+		// Two pods a try; the delay doubles from 5 ms, so that after the
+		// first second or so a try comes at most every few seconds.
+		Expect(metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})-start).
+			To(BeNumerically("<=", 12), "failed creates in 5 s")
+		Expect(getJob(ctx, ns, job.Name).Status.Phase).To(Equal(ibjv1.PhaseQuotaExceeded))
+
+		By("creating the pods once the quota frees, clearing the condition, and completing")
+		setQuota(10, 1)
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(apimeta.FindStatusCondition(j.Status.Conditions, ibjv1.ConditionPodCreationFailed)).To(BeNil())
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
+			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
+			g.Expect(j.Status.CompletedIndexes).To(Equal("0,1"))
+			g.Expect(j.Status.Failed).To(BeZero(), "a refused create is no failed pod")
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		expectNoFinalizers(ctx, ns, job.Name)
+		Expect(k.Doubles()).To(BeEmpty())
+	})
+
+	It("shows a pod forbidden by Pod Security as PodForbidden, and runs once the namespace allows it", func() {
+		nsObj := &corev1.Namespace{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ns}, nsObj)).To(Succeed())
+		nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+		Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
+
+		job := utils.MakeIndexedBatchJob("psa", ns).Completions(1).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, succeedAll)
+		defer k.Stop()
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhasePodForbidden))
+			c := apimeta.FindStatusCondition(j.Status.Conditions, ibjv1.ConditionPodCreationFailed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Message).To(ContainSubstring(`violates PodSecurity "restricted:latest"`))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+
+		By("relaxing the namespace's level")
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ns}, nsObj)).To(Succeed())
+		nsObj.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
+		Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
+			g.Expect(apimeta.FindStatusCondition(j.Status.Conditions, ibjv1.ConditionPodCreationFailed)).To(BeNil())
+		}, 2*timeout, 100*time.Millisecond).Should(Succeed())
+	})
+})
