@@ -68,10 +68,12 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		start := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
 		Expect(start - failedBefore).To(BeNumerically(">=", 2))
 		time.Sleep(5 * time.Second)
-		// Two pods a try; the delay doubles from 5 ms, so that after the
-		// first second or so a try comes at most every few seconds.
+		// Two pods a try. The delay doubles from 5 ms, which gives about
+		// five tries in these 5 s, and a sync that an event of the job
+		// brings (its own status write) may add a try or two; a hot loop,
+		// even held to the queue's 10 a second, would make a hundred.
 		Expect(metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})-start).
-			To(BeNumerically("<=", 12), "failed creates in 5 s")
+			To(BeNumerically("<=", 20), "failed creates in 5 s")
 		Expect(getJob(ctx, ns, job.Name).Status.Phase).To(Equal(ibjv1.PhaseQuotaExceeded))
 
 		By("creating the pods once the quota frees, clearing the condition, and completing")
