@@ -6,7 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Names other tooling relies on; see SPEC.md "Fixed names".
+// Names other tooling relies on (labels, annotations, finalizer, condition
+// reasons): they are part of the API and must not change.
 const (
 	// CompletionIndexLabel is the pod label (and annotation) holding the pod's completion index.
 	CompletionIndexLabel = "batch.indexedjob.dev/completion-index"

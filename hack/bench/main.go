@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -69,16 +70,9 @@ type targets struct {
 // usual holds on every workload: CPU ≤ 0.5x, peak RSS ≤ 0.35x, no more
 // requests, and the last finalizer gone no later than 1.05x.
 func usual(t targets) targets {
-	t.CPU = cmpOr(t.CPU, 0.5)
+	t.CPU = cmp.Or(t.CPU, 0.5)
 	t.RSS, t.Requests, t.Finalizers = 0.35, 1.0, 1.05
 	return t
-}
-
-func cmpOr(a, b float64) float64 {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 func (w workload) jobs() int { return max(w.Jobs, 1) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log"
 	"maps"
 	"slices"
 	"sync"
@@ -10,7 +9,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +32,10 @@ func listWatch(ctx context.Context, wcl client.WithWatch, newList func() client.
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
-		eachItem(list, func(o client.Object) { handle(watch.Added, o) })
+		_ = apimeta.EachListItem(list, func(o runtime.Object) error {
+			handle(watch.Added, o.(client.Object))
+			return nil
+		})
 		w, err := wcl.Watch(ctx, newList(), client.InNamespace(ns),
 			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}})
 		if err != nil {
@@ -44,25 +48,6 @@ func listWatch(ctx context.Context, wcl client.WithWatch, newList func() client.
 			}
 		}
 		w.Stop()
-	}
-}
-
-func eachItem(list client.ObjectList, f func(client.Object)) {
-	switch l := list.(type) {
-	case *ibjv1.IndexedBatchJobList:
-		for i := range l.Items {
-			f(&l.Items[i])
-		}
-	case *batchv1.JobList:
-		for i := range l.Items {
-			f(&l.Items[i])
-		}
-	case *corev1.PodList:
-		for i := range l.Items {
-			f(&l.Items[i])
-		}
-	default:
-		log.Fatalf("listWatch: unexpected list %T", list)
 	}
 }
 

@@ -8,9 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -25,16 +23,9 @@ import (
 // A pod deleted uncounted is reported as soon as it is gone, even when the
 // status write of the same sync fails: the next sync no longer sees it.
 func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := ibjv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	job := utils.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
 	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-abc", Namespace: "ns"}}
-	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(job, stray).WithStatusSubresource(job).Build()
+	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, stray).WithStatusSubresource(job).Build()
 	c := interceptor.NewClient(api, interceptor.Funcs{
 		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
 			return apierrors.NewConflict(schema.GroupResource{Group: ibjv1.GroupVersion.Group, Resource: "indexedbatchjobs"}, "a", nil)

@@ -29,7 +29,7 @@ func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 }
 
 // newPod builds the pod for one index from the job's template: the fixed
-// labels and annotations of SPEC.md, JOB_COMPLETION_INDEX in every container,
+// labels and annotations of the API (api/v1alpha1), JOB_COMPLETION_INDEX in every container,
 // hostname <job>-<index> (in the job's headless Service's subdomain with peer
 // DNS), the owner reference and the tracking finalizer.
 func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {

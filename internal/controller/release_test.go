@@ -7,9 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -22,10 +20,6 @@ import (
 // the worker and the pod informer's notices come in, and keeps nothing
 // about a pod once its release is done and seen.
 func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	var objs []client.Object
 	pods := map[string]*cachedPod{}
 	for _, name := range []string{"seen-first", "released-first", "in-flight"} {
@@ -37,7 +31,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 	}
 	var patches atomic.Int32
 	var r *Reconciler
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(), interceptor.Funcs{
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(objs...).Build(), interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			patches.Add(1)
 			if err := c.Patch(ctx, obj, patch, opts...); err != nil {

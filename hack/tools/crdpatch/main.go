@@ -1,6 +1,6 @@
 // Command crdpatch adds to the generated IndexedBatchJob CRD the validation
 // that controller-gen cannot place, because it belongs on batch/v1 types this
-// API reuses (SPEC.md asks for reuse rather than copies) and markers can only
+// API reuses rather than copies and markers can only
 // be written on our own types: list bounds, enums and per-item CEL rules of
 // podFailurePolicy and successPolicy, and the template immutability rule,
 // which is generated from the PodSpec schema so that every field but the
