@@ -51,6 +51,13 @@ test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed 
 	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/... ./test/e2e/kwokcluster/...
 	go test -count=1 -timeout 40m ./test/integration/...
 
+# Each fuzz target runs for FUZZTIME (default 10m); CI runs a short time per target.
+FUZZTIME ?= 10m
+
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each (default 10m); crashers land in the package's testdata/fuzz/.
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
 .PHONY: verify
 verify: manifests generate helm-manifests ## Fail if generated files (and the chart's copies of them) are out of date.
 	@git diff --exit-code -- api config charts || { echo "generated files changed: run make manifests generate and commit"; exit 1; }

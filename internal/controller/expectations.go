@@ -72,6 +72,19 @@ func (e *expectations) wroteStatus(uid types.UID, resourceVersion string) {
 	e.get(uid).statusVersion = resourceVersion
 }
 
+// sizes reports how many jobs have expectations and how many creates and
+// finalizer removals they wait to see, for trackedEntries.
+func (e *expectations) sizes() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int{"expectations": len(e.jobs), "expected_creates": 0, "expected_finalizers": 0}
+	for _, j := range e.jobs {
+		out["expected_creates"] += len(j.creates)
+		out["expected_finalizers"] += len(j.finalizers)
+	}
+	return out
+}
+
 // forget drops everything about a job that is gone.
 func (e *expectations) forget(uid types.UID) {
 	e.mu.Lock()

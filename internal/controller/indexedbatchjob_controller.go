@@ -236,6 +236,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	pods.finalizerGone = r.later.observed
 	r.pods = pods
 	r.apiReader = mgr.GetAPIReader()
+	tracked.add(r)
 	if err := mgr.Add(r.later); err != nil {
 		return err
 	}

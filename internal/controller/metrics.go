@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -68,4 +69,65 @@ func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
 		jobsFinished.WithLabelValues(c.Type, c.Reason).Inc()
 		log.FromContext(ctx).Info("Job finished", "condition", c.Type, "reason", c.Reason)
 	}
+}
+
+// trackedDesc describes the entries the operator keeps in memory per job
+// or per pod, by store. Each must follow the jobs and pods that exist, not
+// the ones that came and went: the soak test reads them to prove it.
+var trackedDesc = prometheus.NewDesc("indexedbatchjob_controller_tracked_entries",
+	"Entries the controller keeps in memory, by store: jobs with expectations (expectations), "+
+		"pod creates and finalizer removals not yet seen in the cache (expected_creates, expected_finalizers), "+
+		"job names mapped to their UID (job_uids), pods queued for a finalizer removal (finalizer_releases), "+
+		"jobs whose Service name is taken (taken_services) and pods cached (cached_pods).",
+	[]string{"store"}, nil)
+
+// trackedCollector reports the sizes of the stores of the reconcilers set up
+// in this process (one in the operator; tests may set up more), summed.
+type trackedCollector struct {
+	mu          sync.Mutex
+	reconcilers []*Reconciler
+}
+
+var tracked = &trackedCollector{}
+
+func init() {
+	metrics.Registry.MustRegister(tracked)
+}
+
+func (c *trackedCollector) add(r *Reconciler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reconcilers = append(c.reconcilers, r)
+}
+
+// Describe implements prometheus.Collector.
+func (c *trackedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- trackedDesc }
+
+// Collect implements prometheus.Collector.
+func (c *trackedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sums := map[string]int{}
+	for _, r := range c.reconcilers {
+		for store, n := range r.trackedEntries() {
+			sums[store] += n
+		}
+	}
+	for store, n := range sums {
+		ch <- prometheus.MustNewConstMetric(trackedDesc, prometheus.GaugeValue, float64(n), store)
+	}
+}
+
+// trackedEntries are the sizes of the reconciler's stores, by store name.
+func (r *Reconciler) trackedEntries() map[string]int {
+	out := r.exp.sizes()
+	uids := 0
+	r.uids.Range(func(any, any) bool { uids++; return true })
+	out["job_uids"] = uids
+	out["taken_services"] = r.takenServices.Len()
+	out["finalizer_releases"] = r.later.size()
+	if r.pods != nil {
+		out["cached_pods"] = r.pods.size()
+	}
+	return out
 }

@@ -278,6 +278,15 @@ func (s *podSource) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
+// size is how many pods the informers cache, for trackedEntries.
+func (s *podSource) size() int {
+	n := 0
+	for _, inf := range s.informers {
+		n += len(inf.GetStore().ListKeys())
+	}
+	return n
+}
+
 func (s *podSource) String() string { return "pods of IndexedBatchJobs" }
 
 // list returns the cached pods labelled with the job's name. They are the

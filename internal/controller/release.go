@@ -56,6 +56,13 @@ func newLaterReleases(r *Reconciler) *laterReleases {
 	}
 }
 
+// size is how many pods are pending, for trackedEntries.
+func (l *laterReleases) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending)
+}
+
 // add queues the pods of job whose finalizer this process has not removed
 // already and that are not pending.
 func (l *laterReleases) add(job types.UID, pods []*cachedPod) {

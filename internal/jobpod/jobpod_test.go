@@ -87,3 +87,30 @@ func TestFinishTime(t *testing.T) {
 		})
 	}
 }
+
+// FuzzIndex checks that Index never panics and accepts exactly the
+// canonical decimal form of a non-negative int32, from the label or, when
+// the label is missing, from the annotation.
+func FuzzIndex(f *testing.F) {
+	for _, s := range []string{"0", "7", "01", "-1", "+1", " 1", "2147483647", "2147483648", "", "x"} {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, v string, asLabel bool) {
+		pod := &corev1.Pod{}
+		if asLabel {
+			pod.Labels = map[string]string{ibjv1.CompletionIndexLabel: v}
+		} else {
+			pod.Annotations = map[string]string{ibjv1.CompletionIndexLabel: v}
+		}
+		got, ok := Index(pod)
+		n, err := strconv.ParseInt(v, 10, 32)
+		want := err == nil && n >= 0 && strconv.FormatInt(n, 10) == v
+		if ok != want {
+			t.Fatalf("Index(%q) ok = %v, want %v", v, ok, want)
+		}
+		if ok && int64(got) != n {
+			t.Fatalf("Index(%q) = %d, want %d", v, got, n)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -57,4 +58,46 @@ func TestInvalidJobRestatesThePodsCausesForTheJob(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
+}
+
+// FuzzJobField checks that restating a pod's field path for the job never
+// panics, keeps every spec and metadata path under the job's template, and
+// maps an env entry only to an entry that exists in the template.
+func FuzzJobField(f *testing.F) {
+	for _, s := range []string{
+		"spec.containers[0].env[1].name", "spec.initContainers[0].env[1].valueFrom", "spec.containers[9].env[1]",
+		"spec.containers[0].env[99999999999999999999].name", "metadata.labels", "metadata.name", "spec", "", "status.phase",
+	} {
+		f.Add(s)
+	}
+	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A"}, {Name: ibjv1.CompletionIndexEnvName}, {Name: "B"}}
+	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "X"}}}}
+	f.Fuzz(func(t *testing.T, podField string) {
+		got := jobField(job, podField)
+		switch {
+		case podField == "metadata.name" || podField == "metadata.generateName":
+			if got != "metadata.name" {
+				t.Fatalf("jobField(%q) = %q, want metadata.name", podField, got)
+			}
+		case podField == "spec" || podField == "metadata" || strings.HasPrefix(podField, "spec.") || strings.HasPrefix(podField, "metadata."):
+			if !strings.HasPrefix(got, "spec.template.") {
+				t.Fatalf("jobField(%q) = %q, not under spec.template", podField, got)
+			}
+		default:
+			if got != podField {
+				t.Fatalf("jobField(%q) = %q, want it unchanged", podField, got)
+			}
+		}
+		if m := envField.FindStringSubmatch(strings.TrimPrefix(got, "spec.template.")); m != nil && got != "spec.template."+podField {
+			containers := job.Spec.Template.Spec.Containers
+			if m[1] == "initContainers" {
+				containers = job.Spec.Template.Spec.InitContainers
+			}
+			c, e := atoi(m[2]), atoi(m[3])
+			if c >= len(containers) || e >= len(containers[c].Env) || containers[c].Env[e].Name == ibjv1.CompletionIndexEnvName {
+				t.Fatalf("jobField(%q) = %q names no env entry of the template", podField, got)
+			}
+		}
+	})
 }

@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// gatherTracked reads the tracked-entries gauge through a registry, as a
+// scrape of the metrics endpoint would.
+func gatherTracked(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// The tracked-entries gauge reports each per-job store as it fills and
+// goes back to zero once the jobs are forgotten: what the soak test reads
+// from a running operator.
+func TestTrackedEntries(t *testing.T) {
+	r := NewReconciler(nil, nil, clock.RealClock{}, DefaultBackoff)
+	collector := &trackedCollector{}
+	collector.add(r)
+	now := time.Now()
+	key := k8stypes.NamespacedName{Namespace: "ns", Name: "a"}
+
+	r.exp.expectCreate("job-a", "a-0", now)
+	r.exp.expectCreate("job-a", "a-1", now)
+	r.exp.expectCreate("job-b", "b-0", now)
+	r.uids.Store(key, k8stypes.UID("job-a"))
+	pod := &cachedPod{tracked: true}
+	pod.Name, pod.Namespace, pod.UID = "a-0", "ns", "pod-a-0"
+	r.later.add("job-a", []*cachedPod{pod})
+	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
+
+	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
+		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1}
+	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
+		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
+	}
+
+	r.exp.forget("job-a")
+	r.exp.forget("job-b")
+	r.uids.Delete(key)
+	r.later.observed(pod)
+	r.later.drain(context.Background())
+	r.takenServices.Delete(k8stypes.UID("job-b"))
+	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
+		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0}
+	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
+		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
+	}
+}
