@@ -3,6 +3,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	"k8s.io/client-go/rest"
@@ -20,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
@@ -171,10 +174,34 @@ func main() {
 		setupLog.Error(err, "Unable to set up ready check")
 		os.Exit(1)
 	}
+	api, err := apiChecker(cfg)
+	if err != nil {
+		setupLog.Error(err, "Unable to set up the kube-apiserver check")
+		os.Exit(1)
+	}
+	if err := errors.Join(mgr.Add(api), mgr.AddReadyzCheck("kube-apiserver", api.Check)); err != nil {
+		setupLog.Error(err, "Unable to set up the kube-apiserver check")
+		os.Exit(1)
+	}
 
 	setupLog.Info("Starting manager", "qps", qps, "burst", burst, "maxConcurrentReconciles", maxConcurrent)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
 	}
+}
+
+// apiChecker probes kube-apiserver every 2 s on a client of its own (never
+// held back by --kube-api-qps), and fails readiness once it has not
+// answered for 10 s, logging when an outage starts and ends.
+func apiChecker(cfg *rest.Config) (*apicheck.Checker, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, 5, 10
+	cfg.Timeout = 2 * time.Second
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &apicheck.Checker{Client: d.RESTClient(), Interval: 2 * time.Second, Grace: 10 * time.Second,
+		Log: ctrl.Log.WithName("kube-apiserver"), Clock: clock.RealClock{}}, nil
 }
