@@ -102,8 +102,9 @@ type Cluster struct {
 	WebhookBackendPorts []int
 
 	etcd, apiserver, kwok *Process
-	// apiserverCmd is how kube-apiserver was started, for RestartAPIServer.
-	apiserverCmd []string
+	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
+	// started, to start them again.
+	etcdCmd, apiserverCmd []string
 	certs        *pki
 	forwarder    *forwarder
 	stopHelpers  context.CancelFunc
@@ -186,7 +187,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
 	step("starting etcd on %s", etcdURL)
-	c.etcd, err = StartProcess("etcd", filepath.Join(opts.Dir, "etcd.log"), nil, filepath.Join(bin, "etcd"),
+	c.etcdCmd = []string{filepath.Join(bin, "etcd"),
 		"--data-dir="+filepath.Join(opts.Dir, "etcd"),
 		"--listen-client-urls="+etcdURL,
 		"--advertise-client-urls="+etcdURL,
@@ -194,7 +195,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
 		"--initial-cluster=default=http://127.0.0.1:"+strconv.Itoa(peerPort),
 		"--unsafe-no-fsync=true",
-	)
+	}
+	c.etcd, err = StartProcess("etcd", c.etcdLog(), nil, c.etcdCmd[0], c.etcdCmd[1:]...)
 	if err != nil {
 		return c, err
 	}
@@ -347,9 +349,22 @@ func (c *Cluster) apiserverLog() string { return filepath.Join(c.Dir, "kube-apis
 // port, and returns once it is ready. Clients see their connections drop and
 // their watches end, and must recover by themselves.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	if err := c.apiserver.Stop(15 * time.Second); err != nil {
+	if err := c.StopAPIServer(); err != nil {
 		return err
 	}
+	return c.StartAPIServer(ctx)
+}
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 15 s)
+// and leaves it stopped: every client's requests fail until
+// StartAPIServer.
+func (c *Cluster) StopAPIServer() error {
+	return c.apiserver.Stop(15 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again with the same flags on the
+// same port and returns once it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	p, err := StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
 	if err != nil {
 		return err
@@ -357,6 +372,28 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	c.apiserver = p
 	return c.waitReady(ctx)
 }
+
+// RestartEtcd stops etcd (SIGTERM, then SIGKILL after 15 s) and starts it
+// again on the same data directory, so nothing stored is lost, and returns
+// once kube-apiserver is ready again.
+func (c *Cluster) RestartEtcd(ctx context.Context) error {
+	if err := c.etcd.Stop(15 * time.Second); err != nil {
+		return err
+	}
+	p, err := StartProcess("etcd", c.etcdLog(), nil, c.etcdCmd[0], c.etcdCmd[1:]...)
+	if err != nil {
+		return err
+	}
+	c.etcd = p
+	return c.waitReady(ctx)
+}
+
+// SetWebhookReachable cuts the webhook off from kube-apiserver (false), as
+// a webhook Service without ready endpoints or a network policy would, and
+// restores it (true). The operators behind it keep running.
+func (c *Cluster) SetWebhookReachable(reachable bool) { c.forwarder.setDown(!reachable) }
+
+func (c *Cluster) etcdLog() string { return filepath.Join(c.Dir, "etcd.log") }
 
 // Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
 // that order.

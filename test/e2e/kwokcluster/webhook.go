@@ -137,6 +137,12 @@ type forwarder struct {
 	listener net.Listener
 	backends []int
 	wg       sync.WaitGroup
+
+	mu sync.Mutex
+	// down: every connection is closed at once, as to a Service without
+	// ready endpoints; conns are the connections being passed on.
+	down  bool
+	conns map[net.Conn]struct{}
 }
 
 func startForwarder(backends []int) (*forwarder, error) {
@@ -144,7 +150,7 @@ func startForwarder(backends []int) (*forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarder{listener: l, backends: backends}
+	f := &forwarder{listener: l, backends: backends, conns: map[net.Conn]struct{}{}}
 	f.wg.Add(1)
 	go f.serve()
 	return f, nil
@@ -166,6 +172,18 @@ func (f *forwarder) serve() {
 
 func (f *forwarder) forward(in net.Conn) {
 	defer func() { _ = in.Close() }()
+	f.mu.Lock()
+	if f.down {
+		f.mu.Unlock()
+		return
+	}
+	f.conns[in] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.conns, in)
+		f.mu.Unlock()
+	}()
 	var out net.Conn
 	for _, port := range f.backends {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
@@ -182,6 +200,19 @@ func (f *forwarder) forward(in net.Conn) {
 	go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
 	<-done
+}
+
+// setDown makes the webhook unreachable (closing the connections open now)
+// or reachable again.
+func (f *forwarder) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+	if down {
+		for c := range f.conns {
+			_ = c.Close()
+		}
+	}
 }
 
 func (f *forwarder) stop() {

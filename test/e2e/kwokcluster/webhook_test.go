@@ -81,3 +81,40 @@ func TestForwarderGoesToTheFirstBackendThatAccepts(t *testing.T) {
 		t.Errorf("with no backend: answered by %q, want the connection closed", got)
 	}
 }
+
+func TestForwarderDownClosesEveryConnection(t *testing.T) {
+	port, closeBackend := echoServer(t, "backend")
+	defer closeBackend()
+	f, err := startForwarder([]int{port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.stop()
+
+	// A connection open before the outage is cut by it.
+	open, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(f.port()), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Close() }()
+	r := bufio.NewReader(open)
+	if _, err := open.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "backend\n" {
+		t.Fatalf("before the outage: %q, %v", line, err)
+	}
+	f.setDown(true)
+	_ = open.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = open.Write([]byte("hello\n"))
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Errorf("the connection open at the outage answered %q, want it closed", line)
+	}
+	if got := ask(t, f.port()); got != "" {
+		t.Errorf("during the outage: answered by %q, want the connection closed", got)
+	}
+	f.setDown(false)
+	if got := ask(t, f.port()); got != "backend" {
+		t.Errorf("after the outage: answered by %q, want backend", got)
+	}
+}
