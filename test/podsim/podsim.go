@@ -13,6 +13,7 @@
 package podsim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -41,10 +42,12 @@ const (
 )
 
 // Plan is how one pod ends: after Run, with phase Failed if Fail, else
-// Succeeded.
+// Succeeded. A failed pod's containers exit with ExitCode, ExitFailed when
+// it is 0.
 type Plan struct {
-	Run  time.Duration
-	Fail bool
+	Run      time.Duration
+	Fail     bool
+	ExitCode int32
 }
 
 // Options configure a Simulator.
@@ -58,6 +61,10 @@ type Options struct {
 	// IndexLabels are the pod labels that may carry the completion index;
 	// the first one a pod has is used.
 	IndexLabels []string
+	// JobLabel, when set, is the pod label naming the pod's job: one
+	// simulator then plays the pods of many jobs, keeping "one unfinished
+	// pod per index" per job (and namespace).
+	JobLabel string
 	// Script decides each pod's plan when the simulator first sees it. It
 	// is called once per pod UID, from one goroutine at a time.
 	Script func(pod *corev1.Pod, index int) Plan
@@ -70,12 +77,17 @@ type Options struct {
 // Record is the ground truth of one pod: how it ended, as written by the
 // simulator and acknowledged by the API server.
 type Record struct {
-	UID   types.UID
-	Name  string
+	UID  types.UID
+	Name string
+	// Job is the pod's namespace and the value of Options.JobLabel
+	// ("namespace/job"), empty without a JobLabel.
+	Job   string
 	Index int
 	Phase corev1.PodPhase
 	// Deleted: the pod was deleted while running and failed on shutdown.
 	Deleted bool
+	// ExitCode of its containers, as the simulator wrote it.
+	ExitCode int32
 }
 
 // Simulator is a fake kubelet for every pod its options select.
@@ -86,10 +98,16 @@ type Simulator struct {
 
 	mu         sync.Mutex
 	plans      map[types.UID]*plan
-	live       map[int]map[types.UID]string // index -> unfinished pods seen (UID -> name)
+	live       map[slot]map[types.UID]string // unfinished pods seen (UID -> name) by job and index
 	truth      map[types.UID]Record
 	seen       int
 	violations []string
+}
+
+// slot is one index of one job.
+type slot struct {
+	job   string
+	index int
 }
 
 type plan struct {
@@ -107,7 +125,7 @@ func New(opts Options) *Simulator {
 		opts:  opts,
 		queue: workqueue.NewTypedDelayingQueue[string](),
 		plans: map[types.UID]*plan{},
-		live:  map[int]map[types.UID]string{},
+		live:  map[slot]map[types.UID]string{},
 		truth: map[types.UID]Record{},
 	}
 }
@@ -147,6 +165,14 @@ func (s *Simulator) Run(ctx context.Context) error {
 
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// job is the pod's job as Record.Job names it.
+func (s *Simulator) job(pod *corev1.Pod) string {
+	if s.opts.JobLabel == "" {
+		return ""
+	}
+	return pod.Namespace + "/" + pod.Labels[s.opts.JobLabel]
 }
 
 func (s *Simulator) index(pod *corev1.Pod) (int, bool) {
@@ -191,14 +217,15 @@ func (s *Simulator) observe(obj any) {
 		p.due = time.Now().Add(p.Run)
 		s.plans[pod.UID] = p
 		s.seen++
-		others := s.live[index]
+		at := slot{s.job(pod), index}
+		others := s.live[at]
 		if others == nil {
 			others = map[types.UID]string{}
-			s.live[index] = others
+			s.live[at] = others
 		}
 		for uid, name := range others {
 			s.violations = append(s.violations, fmt.Sprintf(
-				"index %d: pod %s (%s) created while pod %s (%s) had not finished", index, pod.Name, pod.UID, name, uid))
+				"%sindex %d: pod %s (%s) created while pod %s (%s) had not finished", jobPrefix(at.job), index, pod.Name, pod.UID, name, uid))
 		}
 		others[pod.UID] = pod.Name
 	}
@@ -227,21 +254,39 @@ func (s *Simulator) forget(obj any) {
 	index, _ := s.index(pod)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	at := slot{s.job(pod), index}
 	if _, done := s.truth[pod.UID]; !done && !terminal(pod) {
-		s.violations = append(s.violations, fmt.Sprintf("index %d: pod %s (%s) removed before it finished", index, pod.Name, pod.UID))
+		s.violations = append(s.violations, fmt.Sprintf("%sindex %d: pod %s (%s) removed before it finished", jobPrefix(at.job), index, pod.Name, pod.UID))
 	}
-	delete(s.live[index], pod.UID)
+	delete(s.live[at], pod.UID)
+	if len(s.live[at]) == 0 {
+		delete(s.live, at)
+	}
 	delete(s.plans, pod.UID)
 }
 
 // finishLocked books a pod the watch shows terminal.
 func (s *Simulator) finishLocked(pod *corev1.Pod, index int) {
-	delete(s.live[index], pod.UID)
+	delete(s.live[slot{s.job(pod), index}], pod.UID)
 	if _, done := s.truth[pod.UID]; !done {
 		// Observed terminal without our acknowledgement: our write went
 		// through but its answer was lost (an API server restart).
-		s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Index: index, Phase: pod.Status.Phase}
+		r := Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: pod.Status.Phase}
+		for _, c := range pod.Status.ContainerStatuses {
+			if t := c.State.Terminated; t != nil {
+				r.ExitCode = t.ExitCode
+			}
+		}
+		s.truth[pod.UID] = r
 	}
+}
+
+// jobPrefix names the job in a violation when the simulator plays many.
+func jobPrefix(job string) string {
+	if job == "" {
+		return ""
+	}
+	return "job " + job + ", "
 }
 
 func (s *Simulator) violate(format string, args ...any) {
@@ -302,7 +347,7 @@ func (s *Simulator) sync(ctx context.Context, key string) error {
 	case deleted:
 		phase, exit, reason = corev1.PodFailed, ExitKilled, "Error"
 	case p.Fail:
-		phase, exit, reason = corev1.PodFailed, ExitFailed, "Error"
+		phase, exit, reason = corev1.PodFailed, cmp.Or(p.ExitCode, ExitFailed), "Error"
 	}
 	now := metav1.Now()
 	started := metav1.NewTime(p.due.Add(-p.Run))
@@ -328,8 +373,8 @@ func (s *Simulator) sync(ctx context.Context, key string) error {
 	}
 	index, _ := s.index(pod)
 	s.mu.Lock()
-	delete(s.live[index], pod.UID)
-	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Index: index, Phase: phase, Deleted: deleted}
+	delete(s.live[slot{s.job(pod), index}], pod.UID)
+	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: phase, Deleted: deleted, ExitCode: exit}
 	s.mu.Unlock()
 	return s.finalDelete(ctx, written)
 }
@@ -371,8 +416,8 @@ func (s *Simulator) Running() []*corev1.Pod {
 	return out
 }
 
-// Truth is the record of every pod that finished, by index and then in
-// the order of their names.
+// Truth is the record of every pod that finished, by job, index and then
+// in the order of their names.
 func (s *Simulator) Truth() []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -381,6 +426,9 @@ func (s *Simulator) Truth() []Record {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(a, b int) bool {
+		if out[a].Job != out[b].Job {
+			return out[a].Job < out[b].Job
+		}
 		if out[a].Index != out[b].Index {
 			return out[a].Index < out[b].Index
 		}
