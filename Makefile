@@ -181,7 +181,7 @@ demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live
 
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e -v -ginkgo.v
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
 
 ##@ Benchmarks
 

@@ -227,9 +227,11 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 		return err
 	}
 	err = r.client.Delete(ctx, job, client.PropagationPolicy("Background"), client.Preconditions{UID: &job.UID})
+	if err == nil {
+		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
+	}
 	if err = client.IgnoreNotFound(err); err == nil {
 		r.exp.forget(job.UID)
-		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
 	}
 	return err
 }

@@ -183,11 +183,13 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	Expect(err).NotTo(HaveOccurred())
 	pprofPort, err := kwokcluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	o := startOperator(append(slices.Clone(fleetFlags),
+	// The operator watches only the soak's namespace, so that its stores
+	// hold nothing of the jobs other specs left behind.
+	ns := newNamespace(ctx)
+	o := startOperator(append(slices.Clone(fleetFlags), "--namespaces="+ns,
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metricsPort), "--metrics-secure=false",
 		"--pprof-bind-address=127.0.0.1:"+strconv.Itoa(pprofPort))...)
 	DeferCleanup(o.stop)
-	ns := newNamespace(ctx)
 
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())

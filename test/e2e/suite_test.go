@@ -45,8 +45,8 @@ func TestE2E(t *testing.T) {
 	suiteConfig, reporterConfig := GinkgoConfiguration()
 	// Leave room for AfterSuite to stop every process before `go test
 	// -timeout` would kill the binary without cleaning up.
-	if suiteConfig.Timeout > 20*time.Minute {
-		suiteConfig.Timeout = 20 * time.Minute
+	if suiteConfig.Timeout > 90*time.Minute {
+		suiteConfig.Timeout = 90 * time.Minute
 	}
 	RunSpecs(t, "IndexedBatchJob end-to-end suite (kwok)", suiteConfig, reporterConfig)
 }

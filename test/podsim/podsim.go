@@ -88,6 +88,10 @@ type Record struct {
 	Deleted bool
 	// ExitCode of its containers, as the simulator wrote it.
 	ExitCode int32
+	// Finished is when the simulator's terminal status write was
+	// acknowledged (or, for a write whose answer was lost, when the watch
+	// showed it).
+	Finished time.Time
 }
 
 // Simulator is a fake kubelet for every pod its options select.
@@ -271,7 +275,7 @@ func (s *Simulator) finishLocked(pod *corev1.Pod, index int) {
 	if _, done := s.truth[pod.UID]; !done {
 		// Observed terminal without our acknowledgement: our write went
 		// through but its answer was lost (an API server restart).
-		r := Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: pod.Status.Phase}
+		r := Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: pod.Status.Phase, Finished: time.Now()}
 		for _, c := range pod.Status.ContainerStatuses {
 			if t := c.State.Terminated; t != nil {
 				r.ExitCode = t.ExitCode
@@ -374,7 +378,7 @@ func (s *Simulator) sync(ctx context.Context, key string) error {
 	index, _ := s.index(pod)
 	s.mu.Lock()
 	delete(s.live[slot{s.job(pod), index}], pod.UID)
-	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: phase, Deleted: deleted, ExitCode: exit}
+	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Job: s.job(pod), Index: index, Phase: phase, Deleted: deleted, ExitCode: exit, Finished: time.Now()}
 	s.mu.Unlock()
 	return s.finalDelete(ctx, written)
 }
