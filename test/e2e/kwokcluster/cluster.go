@@ -105,11 +105,11 @@ type Cluster struct {
 	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
 	// started, to start them again.
 	etcdCmd, apiserverCmd []string
-	certs        *pki
-	forwarder    *forwarder
-	stopHelpers  context.CancelFunc
-	helpers      sync.WaitGroup
-	helpersLog   *os.File
+	certs                 *pki
+	forwarder             *forwarder
+	stopHelpers           context.CancelFunc
+	helpers               sync.WaitGroup
+	helpersLog            *os.File
 }
 
 // ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
@@ -188,12 +188,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
 	step("starting etcd on %s", etcdURL)
 	c.etcdCmd = []string{filepath.Join(bin, "etcd"),
-		"--data-dir="+filepath.Join(opts.Dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-cluster=default=http://127.0.0.1:"+strconv.Itoa(peerPort),
+		"--data-dir=" + filepath.Join(opts.Dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=http://127.0.0.1:" + strconv.Itoa(peerPort),
+		"--initial-advertise-peer-urls=http://127.0.0.1:" + strconv.Itoa(peerPort),
+		"--initial-cluster=default=http://127.0.0.1:" + strconv.Itoa(peerPort),
 		"--unsafe-no-fsync=true",
 	}
 	c.etcd, err = StartProcess("etcd", c.etcdLog(), nil, c.etcdCmd[0], c.etcdCmd[1:]...)
