@@ -126,6 +126,27 @@ func (e *expectations) removedFinalizers(job types.UID, pods []*cachedPod, now t
 	}
 }
 
+// track gives a job that is being synced an entry, if it has none, so
+// that releasedInBackground can record against it until forget.
+func (e *expectations) track(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(uid)
+}
+
+// releasedInBackground remembers a pod whose finalizer the background queue
+// removed, if the job still has expectations: the queue outlives the syncs
+// of its jobs, and an entry made for a job already forgotten (gone, or
+// deleted and its expectations dropped) would stay for good. Without the
+// entry, at worst a sync patches the pod once more, which is harmless.
+func (e *expectations) releasedInBackground(job types.UID, pod *cachedPod, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[job]; j != nil {
+		j.finalizers[pod.UID] = now
+	}
+}
+
 // unpatched returns the pods whose finalizer this process has not removed
 // already, in their order.
 func (e *expectations) unpatched(job types.UID, pods []*cachedPod) []*cachedPod {

@@ -148,3 +148,23 @@ func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing
 		t.Errorf("a deleted job's removals were kept")
 	}
 }
+
+// A background release that lands after its job was forgotten leaves no
+// entry behind: the soak found such entries piling up, one per job that
+// went while its pods' finalizers were being removed.
+func TestExpectationsKeepNothingOfAJobForgottenBeforeItsBackgroundRelease(t *testing.T) {
+	e := newExpectations()
+	now := time.Now()
+	pod := &cachedPod{tracked: true}
+	pod.Name, pod.UID = "a-0", "pod-a-0"
+	e.track("job-a")
+	e.releasedInBackground("job-a", pod, now)
+	if got := e.unpatched("job-a", []*cachedPod{pod}); len(got) != 0 {
+		t.Errorf("a pod released in the background of a known job is still unpatched: %v", got)
+	}
+	e.forget("job-a")
+	e.releasedInBackground("job-a", pod, now)
+	if sizes := e.sizes(); sizes["expectations"] != 0 || sizes["expected_finalizers"] != 0 {
+		t.Errorf("entries after a release of a forgotten job: %v, want none", sizes)
+	}
+}

@@ -134,6 +134,7 @@ func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibj
 	if old, loaded := r.uids.Swap(key, job.UID); loaded && old.(types.UID) != job.UID {
 		r.exp.forget(old.(types.UID))
 	}
+	r.exp.track(job.UID)
 	return job, nil
 }
 

@@ -158,8 +158,9 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 	l.queue.Forget(uid)
 	// A sync that read its pods before the cache showed this release
 	// would queue the pod again once observed has forgotten it; the
-	// expectation stops that until a sync reads the pod let go.
-	l.r.exp.removedFinalizers(item.job, []*cachedPod{pod}, l.r.clock.Now())
+	// expectation stops that until a sync reads the pod let go. A job
+	// gone meanwhile gets none: nothing would forget it.
+	l.r.exp.releasedInBackground(item.job, pod, l.r.clock.Now())
 	l.mu.Lock()
 	item.released = true
 	if item.seen {

@@ -47,6 +47,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 		},
 	})
 	r = NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r.exp.track("job") // as a sync of the job does
 	l, ctx := r.later, context.Background()
 
 	// Let go by someone else before the worker got to it: no patch.

@@ -394,22 +394,46 @@ func (f *fleet) remaining(ctx context.Context) int {
 	return n
 }
 
-// fleetExpect is the status one job of the fleet must end with, derived
-// from the pods the simulator ran.
-type fleetExpect struct {
+// fleetStatus is what a fleet job's status says, in the terms of the
+// ground truth.
+type fleetStatus struct {
 	condition, reason               string
 	succeeded, failed               int32
 	completedIndexes, failedIndexes string
-	// failedBefore, when set, makes failed a ceiling and failedBefore the
-	// floor of the failed count (the success policy's kind).
-	failedBefore int32
 }
 
-func expectFleetJob(name string, truth []podsim.Record) (fleetExpect, []string) {
+func statusOf(job *ibjv1.IndexedBatchJob) fleetStatus {
+	got := fleetStatus{
+		succeeded: job.Status.Succeeded, failed: job.Status.Failed,
+		completedIndexes: job.Status.CompletedIndexes, failedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
+	}
+	if r := utils.ConditionReason(job, ibjv1.ConditionFailed); r != "" {
+		got.condition, got.reason = "Failed", r
+	} else if r := utils.ConditionReason(job, ibjv1.ConditionComplete); r != "" {
+		got.condition = "Complete"
+		if r == ibjv1.ReasonSuccessPolicy {
+			got.reason = r
+		}
+	}
+	return got
+}
+
+// checkFleetJob holds one fleet job's status against the pods the simulator
+// ran for it and returns what does not agree.
+//
+// Most kinds end exactly as their pods say. Two end on a decision (a
+// FailJob rule matched, the success policy met) and then stop the pods
+// still running, counting each as upstream does: after a FailJob, a pod
+// the controller found unfinished counts as failed whatever it ends as;
+// after success, it is not counted at all. Which pods were unfinished
+// depends on when the controller saw the deciding pod, so for these kinds
+// a pod that finished before the deciding pod must be counted by its
+// phase, and one that finished after may be counted either way.
+func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string {
 	kind := fleetKind(name)
 	if kind == fleetPerIndex {
 		o := podsim.Expect(truth, fleetIndexes, fleetPerIndexLimit)
-		want := fleetExpect{condition: o.Condition, succeeded: o.Succeeded, failed: o.Failed,
+		want := fleetStatus{condition: o.Condition, succeeded: o.Succeeded, failed: o.Failed,
 			completedIndexes: o.CompletedIndexes, failedIndexes: o.FailedIndexes}
 		if o.Condition == "Failed" {
 			want.reason = ibjv1.ReasonFailedIndexes
@@ -418,70 +442,143 @@ func expectFleetJob(name string, truth []podsim.Record) (fleetExpect, []string) 
 		if len(o.Unfinished) > 0 {
 			problems = append(problems, fmt.Sprintf("ended with indexes neither done nor out of retries: %v", o.Unfinished))
 		}
-		return want, problems
+		if got != want {
+			problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
+		}
+		return problems
 	}
-	var want fleetExpect
-	succeeded := make([]bool, fleetIndexes)
-	failJob := false
-	// successAt: when the success policy's indexes had all succeeded.
-	var successAt time.Time
+
+	// decided: when the deciding pod finished (zero for the other kinds).
+	var decided time.Time
 	firstSuccess := make([]time.Time, fleetIndexes)
+	var failed int32
 	for _, r := range truth {
-		switch r.Phase {
-		case corev1.PodSucceeded:
-			succeeded[r.Index] = true
+		switch {
+		case r.Phase == corev1.PodSucceeded:
 			if firstSuccess[r.Index].IsZero() || r.Finished.Before(firstSuccess[r.Index]) {
 				firstSuccess[r.Index] = r.Finished
 			}
-		case corev1.PodFailed:
-			want.failed++
-			failJob = failJob || (kind == fleetFailJob && r.ExitCode == fleetFailJobExit && !r.Deleted)
+		case kind == fleetFailJob && r.ExitCode == fleetFailJobExit && !r.Deleted:
+			if decided.IsZero() || r.Finished.Before(decided) {
+				decided = r.Finished
+			}
 		}
-	}
-	for i := range 5 {
-		if firstSuccess[i].After(successAt) {
-			successAt = firstSuccess[i]
+		if r.Phase == corev1.PodFailed {
+			failed++
 		}
 	}
 	if kind == fleetSuccessPolicy {
-		// A pod that fails once the success criteria are met, stopped by
-		// the controller, is not counted (as upstream); one that failed
-		// before is. Between the two, it depends on when the controller
-		// saw the success: failedBefore is the floor.
-		for _, r := range truth {
-			if r.Phase == corev1.PodFailed && r.Finished.Before(successAt) {
-				want.failedBefore++
-			}
-		}
-	}
-	for _, s := range succeeded {
-		if s {
-			want.succeeded++
-		}
-	}
-	want.completedIndexes = podsim.Intervals(succeeded)
-	var problems []string
-	switch {
-	case failJob:
-		want.condition, want.reason = "Failed", ibjv1.ReasonPodFailurePolicy
-	case want.failed > fleetBackoffLimit:
-		want.condition, want.reason = "Failed", ibjv1.ReasonBackoffLimitExceeded
-	case kind == fleetFailJob:
-		problems = append(problems, "no pod of index 7 exited 42, yet the job ended")
-	case kind == fleetSuccessPolicy:
-		want.condition, want.reason = "Complete", ibjv1.ReasonSuccessPolicy
 		for i := range 5 {
-			if !succeeded[i] {
-				problems = append(problems, fmt.Sprintf("index %d of the success policy never succeeded", i))
+			if firstSuccess[i].IsZero() {
+				return []string{fmt.Sprintf("index %d of the success policy never succeeded, yet the job ended", i)}
 			}
+			if firstSuccess[i].After(decided) {
+				decided = firstSuccess[i]
+			}
+		}
+	}
+	if kind == fleetFailJob && decided.IsZero() {
+		return []string{fmt.Sprintf("no pod of index %d exited %d, yet the job ended", fleetFailJobIndex, fleetFailJobExit)}
+	}
+	settled := func(r podsim.Record) bool { return decided.IsZero() || !r.Finished.After(decided) }
+
+	// The succeeded indexes the status must and may show, and the failed
+	// pods it must and may count.
+	must, may := make([]bool, fleetIndexes), make([]bool, fleetIndexes)
+	var failedMin, failedMax, open int32
+	for _, r := range truth {
+		switch {
+		case r.Phase == corev1.PodSucceeded && settled(r):
+			must[r.Index], may[r.Index] = true, true
+		case r.Phase == corev1.PodSucceeded:
+			may[r.Index] = true
+			open++
+		case settled(r):
+			failedMin++
+			failedMax++
+		default:
+			failedMax++
+			open++
+		}
+	}
+	var problems []string
+	shown := make([]bool, fleetIndexes)
+	completed, err := indexesOf(got.completedIndexes)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	for _, i := range completed {
+		shown[i] = true
+	}
+	var mustSucceed int32
+	for i := range fleetIndexes {
+		if must[i] && !shown[i] {
+			problems = append(problems, fmt.Sprintf("index %d succeeded before the job's end was decided, but completedIndexes is %q", i, got.completedIndexes))
+		}
+		if shown[i] && !may[i] {
+			problems = append(problems, fmt.Sprintf("completedIndexes %q has index %d, which never succeeded", got.completedIndexes, i))
+		}
+		if must[i] {
+			mustSucceed++
+		}
+	}
+	if got.succeeded != int32(len(completed)) {
+		problems = append(problems, fmt.Sprintf("succeeded %d, but completedIndexes %q", got.succeeded, got.completedIndexes))
+	}
+	want := fleetStatus{condition: "Complete", completedIndexes: got.completedIndexes, succeeded: got.succeeded, failed: got.failed}
+	switch {
+	case kind == fleetFailJob:
+		want.condition, want.reason = "Failed", ibjv1.ReasonPodFailurePolicy
+		// Every pod counts: succeeded or failed.
+		if counted := got.succeeded - mustSucceed + got.failed - failedMin; counted != open {
+			problems = append(problems, fmt.Sprintf("%d of the %d pods that ended after the FailJob pod are counted, want all", counted, open))
+		}
+	case failed > fleetBackoffLimit:
+		want.condition, want.reason = "Failed", ibjv1.ReasonBackoffLimitExceeded
+		want.failed, want.completedIndexes = failed, podsim.Intervals(may)
+	case kind == fleetSuccessPolicy:
+		want.reason = ibjv1.ReasonSuccessPolicy
+		if got.failed < failedMin || got.failed > failedMax {
+			problems = append(problems, fmt.Sprintf("failed %d, want between %d and %d", got.failed, failedMin, failedMax))
 		}
 	default:
-		want.condition = "Complete"
-		if want.succeeded != fleetIndexes {
-			problems = append(problems, fmt.Sprintf("completed with %d of %d indexes succeeded", want.succeeded, fleetIndexes))
+		want.failed, want.completedIndexes, want.succeeded = failed, podsim.Intervals(may), int32(len(completed))
+		if got.completedIndexes != fmt.Sprintf("0-%d", fleetIndexes-1) {
+			problems = append(problems, fmt.Sprintf("completed with indexes %q", got.completedIndexes))
 		}
 	}
-	return want, problems
+	if got != want {
+		problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
+	}
+	return problems
+}
+
+// indexesOf parses an index set in the status syntax ("0,3-7").
+func indexesOf(set string) ([]int, error) {
+	var out []int
+	if set == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(set, ",") {
+		first, last, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(first)
+		if err != nil {
+			return nil, fmt.Errorf("index set %q: %w", set, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(last); err != nil {
+				return nil, fmt.Errorf("index set %q: %w", set, err)
+			}
+		}
+		for i := a; i <= b; i++ {
+			if i < 0 || i >= fleetIndexes {
+				return nil, fmt.Errorf("index set %q: %d out of range", set, i)
+			}
+			out = append(out, i)
+		}
+	}
+	return out, nil
 }
 
 // verify waits for every job to end and every finalizer to go, then holds
@@ -546,31 +643,9 @@ func (f *fleet) verify(ctx context.Context) string {
 			mismatches = append(mismatches, name+": gone")
 			continue
 		}
-		want, problems := expectFleetJob(name, records)
-		for _, p := range problems {
+		got := statusOf(job)
+		for _, p := range checkFleetJob(name, records, got) {
 			mismatches = append(mismatches, name+": "+p)
-		}
-		got := fleetExpect{
-			succeeded: job.Status.Succeeded, failed: job.Status.Failed,
-			completedIndexes: job.Status.CompletedIndexes, failedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
-		}
-		if r := utils.ConditionReason(job, ibjv1.ConditionFailed); r != "" {
-			got.condition, got.reason = "Failed", r
-		} else if r := utils.ConditionReason(job, ibjv1.ConditionComplete); r != "" {
-			got.condition = "Complete"
-			if r == ibjv1.ReasonSuccessPolicy {
-				got.reason = r
-			}
-		}
-		if want.failedBefore > 0 || fleetKind(name) == fleetSuccessPolicy {
-			// The failed count may lie between the floor and the ceiling.
-			if got.failed >= want.failedBefore && got.failed <= want.failed {
-				got.failed = want.failed
-			}
-			want.failedBefore = 0
-		}
-		if got != want {
-			mismatches = append(mismatches, fmt.Sprintf("%s: status %+v, the pods say %+v", name, got, want))
 		}
 		if job.Status.Active != 0 || job.Status.UncountedTerminatedPods != nil {
 			mismatches = append(mismatches, fmt.Sprintf("%s: active %d, uncounted %v after the end", name, job.Status.Active, job.Status.UncountedTerminatedPods))
