@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	"k8s.io/client-go/rest"
@@ -149,7 +150,13 @@ func main() {
 		os.Exit(1)
 	}
 
-	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"),
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		setupLog.Error(err, "Unable to create the events client")
+		os.Exit(1)
+	}
+	recorder, stopRecorder := controller.NewEventRecorder(clientset, scheme, "indexedbatchjob-controller")
+	r := controller.NewReconciler(mgr.GetClient(), recorder,
 		clock.RealClock{}, controller.Backoff{Base: backoffBase, Max: backoffMax})
 	if err := r.SetupWithManager(mgr, watched, maxConcurrent); err != nil {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
@@ -185,7 +192,9 @@ func main() {
 	}
 
 	setupLog.Info("Starting manager", "qps", qps, "burst", burst, "maxConcurrentReconciles", maxConcurrent)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	stopRecorder()
+	if err != nil {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
 	}

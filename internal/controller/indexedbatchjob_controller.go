@@ -75,7 +75,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/status,verbs=get;update
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile reads the job and its pods from the cache, creates the job's
 // headless Service if it asks for one (service.go), lets syncJob decide,

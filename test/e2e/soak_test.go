@@ -337,6 +337,13 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	fmt.Fprintln(GinkgoWriter, report)
 	if dir := os.Getenv("IBJ_SOAK_OUT"); dir != "" {
 		Expect(writeSoakOutput(dir, samples, report)).To(Succeed())
+		// The heap once every job is gone, to see what is left.
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", pprofPort))
+		Expect(err).NotTo(HaveOccurred())
+		profile, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(os.WriteFile(filepath.Join(dir, "heap-after.pprof"), profile, 0o644)).To(Succeed())
 	}
 	Expect(len(warm)).To(BeNumerically(">=", 5), "too few samples after the warm-up to see a trend")
 	for name, limit := range soakLimits {

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -113,13 +114,17 @@ func startOperator(namespaces ...string) *operator {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"), clock.RealClock{}, testBackoff)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	recorder, stopRecorder := controller.NewEventRecorder(clientset, scheme, "indexedbatchjob-controller")
+	r := controller.NewReconciler(mgr.GetClient(), recorder, clock.RealClock{}, testBackoff)
 	Expect(r.SetupWithManager(mgr, namespaces, 4)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(op.done)
+		defer stopRecorder()
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 	return op
