@@ -130,8 +130,8 @@ func (o *describeOptions) describe(ctx context.Context, job *ibjv1.IndexedBatchJ
 }
 
 // jobEvents lists the events about the job, oldest first. Events written
-// through events.k8s.io/v1 (as the operator's recorder does) are listed
-// too: the API server serves every event in both APIs.
+// through events.k8s.io/v1 are listed too: the API server serves every
+// event in both APIs.
 func (c *common) jobEvents(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]jobEvent, error) {
 	list := c.kube.CoreV1().Events(job.Namespace)
 	p := c.newPager(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

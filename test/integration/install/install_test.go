@@ -345,7 +345,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		expectSeedOutcome(ctx, k, namespace, "per-index", 60*time.Second)
 
-		By("emitting events through events.k8s.io")
+		By("emitting events, which events.k8s.io lists too")
 		Eventually(func(g Gomega) {
 			var events eventsv1.EventList
 			g.Expect(k8sClient.List(ctx, &events, client.InNamespace(namespace))).To(Succeed())
