@@ -35,6 +35,11 @@ import (
 // creates a job, waits for its end, deletes it and starts the next.
 const soakLanes = 40
 
+// soakWarmUp is how many jobs go before the readings are held flat: the
+// operator's bounded caches (the event recorder's LRUs, maps grown to the
+// jobs that exist at once) fill during the first quarter.
+func soakWarmUp(jobs int) int64 { return int64(jobs) / 4 }
+
 // soakStores are the operator's per-job and per-pod stores
 // (indexedbatchjob_controller_tracked_entries).
 var soakStores = []string{"expectations", "expected_creates", "expected_finalizers", "job_uids", "finalizer_releases", "taken_services", "cached_pods"}
@@ -50,7 +55,7 @@ type soakSample struct {
 }
 
 // soakLimits are how much each reading may grow over the soak (by a least
-// squares fit against the jobs gone, from the end of the warm-up to the
+// squares fit against the jobs gone, from the end of the warm-up (soakWarmUp) to the
 // end): what an operator whose state follows the jobs that exist shows
 // as noise, far below what one byte more per job gone would add up to.
 var soakLimits = map[string]float64{"heap MiB": 8, "goroutines": 25, "open fds": 25, "metric series": 50}
@@ -112,6 +117,20 @@ func scrapeOperator(metricsPort, pprofPort int) (soakSample, error) {
 		}
 	}
 	return s, sc.Err()
+}
+
+// saveHeapProfile writes the operator's heap profile (after a GC) to path.
+func saveHeapProfile(pprofPort int, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", pprofPort))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	profile, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, profile, 0o644)
 }
 
 // growth is the rise of a reading over the samples, by a least squares
@@ -233,6 +252,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	start := time.Now()
 	var samples []soakSample
 	var samplesMu sync.Mutex
+	warmProfile := false
 	sample := func() {
 		s, err := scrapeOperator(metricsPort, pprofPort)
 		if err != nil {
@@ -241,6 +261,11 @@ func soak(ctx context.Context, cfg fleetConfig) {
 		}
 		s.at = time.Since(start).Round(time.Second)
 		s.gone = gone.Load()
+		if dir := os.Getenv("IBJ_SOAK_OUT"); dir != "" && !warmProfile && s.gone >= soakWarmUp(cfg.soakJobs) {
+			// The heap at the end of the warm-up, to compare with the
+			// one left at the end (go tool pprof -diff_base).
+			warmProfile = os.MkdirAll(dir, 0o755) == nil && saveHeapProfile(pprofPort, filepath.Join(dir, "heap-warm.pprof")) == nil
+		}
 		s.existing = created.Load() - s.gone
 		samplesMu.Lock()
 		samples = append(samples, s)
@@ -328,7 +353,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 
 	warm := samples[:0:0]
 	for _, s := range samples {
-		if s.gone >= int64(cfg.soakJobs)/10 {
+		if s.gone >= soakWarmUp(cfg.soakJobs) {
 			warm = append(warm, s)
 		}
 	}
@@ -338,12 +363,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	if dir := os.Getenv("IBJ_SOAK_OUT"); dir != "" {
 		Expect(writeSoakOutput(dir, samples, report)).To(Succeed())
 		// The heap once every job is gone, to see what is left.
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", pprofPort))
-		Expect(err).NotTo(HaveOccurred())
-		profile, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(filepath.Join(dir, "heap-after.pprof"), profile, 0o644)).To(Succeed())
+		Expect(saveHeapProfile(pprofPort, filepath.Join(dir, "heap-after.pprof"))).To(Succeed())
 	}
 	Expect(len(warm)).To(BeNumerically(">=", 5), "too few samples after the warm-up to see a trend")
 	for name, limit := range soakLimits {
