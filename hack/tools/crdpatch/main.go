@@ -159,7 +159,45 @@ func patchSpec(spec obj) error {
 				"indexes must be within 0 and completions-1"},
 			templateRule(props),
 		)...)
+
+	// A container's resources may change while the job is suspended
+	// (templateRule lets the container lists change then, keeping their
+	// names); every other field of a container stays immutable. The rule
+	// sits on the list items, which the API server pairs with the old
+	// ones by name (the lists are maps keyed by name).
+	podSpec := mustObj(props, "template", "properties", "spec", "properties")
+	for _, list := range []string{"containers", "initContainers"} {
+		item := mustObj(podSpec, list, "items")
+		item["x-kubernetes-validations"] = validations(containerRule(item, list))
+	}
 	return nil
+}
+
+// containerRule builds the transition rule of a container of list: equal
+// to the old one in every field but resources.
+func containerRule(item obj, list string) rule {
+	fields := mustObj(item, "properties")
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		if name != "resources" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	terms := make([]string, 0, len(names))
+	for _, name := range names {
+		terms = append(terms, fieldEqual("self."+celName(name), "oldSelf."+celName(name), "has(self."+celName(name)+")", "has(oldSelf."+celName(name)+")"))
+	}
+	return rule{
+		rule:    strings.Join(terms, " && "),
+		message: "the fields of a container in template.spec." + list + " are immutable, except for resources while the job is suspended",
+	}
+}
+
+// fieldEqual is a CEL expression true when an optional field is unset in
+// both objects or set to the same value in both.
+func fieldEqual(newPath, oldPath, hasNew, hasOld string) string {
+	return fmt.Sprintf("(%[3]s ? %[4]s && %[1]s == %[2]s : !%[4]s)", newPath, oldPath, hasNew, hasOld)
 }
 
 // indexListRules are the rules of a list of indexes in the syntax of
@@ -192,7 +230,10 @@ func existing(o obj) []any {
 }
 
 // mutableWhileSuspended lists the template fields upstream lets a suspended
-// Job change (its "mutable scheduling directives").
+// Job change (its "mutable scheduling directives"), and the container
+// lists, whose containers' resources may change then too (KEP-5440):
+// containerRule keeps the rest of each container, and containerLists its
+// containers' names.
 var mutableWhileSuspended = map[string]bool{
 	"metadata.labels":      true,
 	"metadata.annotations": true,
@@ -200,7 +241,13 @@ var mutableWhileSuspended = map[string]bool{
 	"spec.affinity":        true,
 	"spec.tolerations":     true,
 	"spec.schedulingGates": true,
+	"spec.containers":      true,
+	"spec.initContainers":  true,
 }
+
+// containerLists are the template's lists of containers, whose containers
+// may change only in their resources while the job is suspended.
+var containerLists = []string{"containers", "initContainers"}
 
 // templateRule builds a transition rule: the template may change only while
 // the job is suspended, and then only in its scheduling directives. It
@@ -228,12 +275,17 @@ func templateRule(specProps obj) rule {
 				hasNew = "(has(self.template.metadata) && " + hasNew + ")"
 				hasOld = "(has(oldSelf.template.metadata) && " + hasOld + ")"
 			}
-			terms = append(terms, fmt.Sprintf("(%[2]s ? %[3]s && self.%[1]s == oldSelf.%[1]s : !%[3]s)", p, hasNew, hasOld))
+			terms = append(terms, fieldEqual("self."+p, "oldSelf."+p, hasNew, hasOld))
 		}
+	}
+	// The same containers, in the same order, by name.
+	for _, list := range containerLists {
+		p := "template.spec." + list
+		terms = append(terms, fieldEqual("self."+p+".map(c, c.name)", "oldSelf."+p+".map(c, c.name)", "has(self."+p+")", "has(oldSelf."+p+")"))
 	}
 	return rule{
 		rule:    "self.template == oldSelf.template || (has(oldSelf.suspend) && oldSelf.suspend && " + strings.Join(terms, " && ") + ")",
-		message: "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended",
+		message: "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations, schedulingGates and container resources while the job is suspended",
 	}
 }
 
