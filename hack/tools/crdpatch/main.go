@@ -158,40 +158,11 @@ func patchSpec(spec obj) error {
 			rule{"!has(self.indexes) || self.indexes.findAll('[0-9]+').all(n, size(n) <= 10 && int(n) < self.completions)",
 				"indexes must be within 0 and completions-1"},
 			templateRule(props),
+			containerListRule("containers"),
+			containerListRule("initContainers"),
 		)...)
 
-	// A container's resources may change while the job is suspended
-	// (templateRule lets the container lists change then, keeping their
-	// names); every other field of a container stays immutable. The rule
-	// sits on the list items, which the API server pairs with the old
-	// ones by name (the lists are maps keyed by name).
-	podSpec := mustObj(props, "template", "properties", "spec", "properties")
-	for _, list := range []string{"containers", "initContainers"} {
-		item := mustObj(podSpec, list, "items")
-		item["x-kubernetes-validations"] = validations(containerRule(item, list))
-	}
 	return nil
-}
-
-// containerRule builds the transition rule of a container of list: equal
-// to the old one in every field but resources.
-func containerRule(item obj, list string) rule {
-	fields := mustObj(item, "properties")
-	names := make([]string, 0, len(fields))
-	for name := range fields {
-		if name != "resources" {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	terms := make([]string, 0, len(names))
-	for _, name := range names {
-		terms = append(terms, fieldEqual("self."+celName(name), "oldSelf."+celName(name), "has(self."+celName(name)+")", "has(oldSelf."+celName(name)+")"))
-	}
-	return rule{
-		rule:    strings.Join(terms, " && "),
-		message: "the fields of a container in template.spec." + list + " are immutable, except for resources while the job is suspended",
-	}
 }
 
 // fieldEqual is a CEL expression true when an optional field is unset in
@@ -221,7 +192,8 @@ func existing(o obj) []any {
 	for _, r := range v {
 		m := r.(obj)
 		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "successPolicy rules' succeededIndexes") ||
-			strings.HasPrefix(msg, "indexes must be within") || strings.HasPrefix(msg, "template is immutable") {
+			strings.HasPrefix(msg, "indexes must be within") || strings.HasPrefix(msg, "template is immutable") ||
+			strings.HasPrefix(msg, "template.spec.containers ") || strings.HasPrefix(msg, "template.spec.initContainers ") {
 			continue
 		}
 		out = append(out, r)
@@ -231,9 +203,8 @@ func existing(o obj) []any {
 
 // mutableWhileSuspended lists the template fields upstream lets a suspended
 // Job change (its "mutable scheduling directives"), and the container
-// lists, whose containers' resources may change then too (KEP-5440):
-// containerRule keeps the rest of each container, and containerLists its
-// containers' names.
+// lists, whose containers' resources may change then too (KEP-5440), under
+// containerListRule.
 var mutableWhileSuspended = map[string]bool{
 	"metadata.labels":      true,
 	"metadata.annotations": true,
@@ -245,9 +216,23 @@ var mutableWhileSuspended = map[string]bool{
 	"spec.initContainers":  true,
 }
 
-// containerLists are the template's lists of containers, whose containers
-// may change only in their resources while the job is suspended.
-var containerLists = []string{"containers", "initContainers"}
+// containerListRule builds the transition rule of a container list of the
+// template: it may change only while the job is suspended, and then keep
+// its containers' names and order. That a container changes in nothing
+// but its resources is the validating webhook's to judge: a CEL rule that
+// compares each field of each container costs more than the API server
+// allows a CRD's rules (the lists and their strings are unbounded), where
+// the names alone stay well within it.
+func containerListRule(list string) rule {
+	p := "template.spec." + list
+	newList, oldList := "self."+p, "oldSelf."+p
+	return rule{
+		rule: fmt.Sprintf("(has(%[1]s) ? has(%[2]s) && %[1]s == %[2]s : !has(%[2]s)) || "+
+			"(has(oldSelf.suspend) && oldSelf.suspend && has(%[1]s) && has(%[2]s) && %[1]s.map(c, c.name) == %[2]s.map(c, c.name))",
+			newList, oldList),
+		message: p + " may change only while the job is suspended, and then only in their resources: the containers, their names and their order stay",
+	}
+}
 
 // templateRule builds a transition rule: the template may change only while
 // the job is suspended, and then only in its scheduling directives. It
@@ -277,11 +262,6 @@ func templateRule(specProps obj) rule {
 			}
 			terms = append(terms, fieldEqual("self."+p, "oldSelf."+p, hasNew, hasOld))
 		}
-	}
-	// The same containers, in the same order, by name.
-	for _, list := range containerLists {
-		p := "template.spec." + list
-		terms = append(terms, fieldEqual("self."+p+".map(c, c.name)", "oldSelf."+p+".map(c, c.name)", "has(self."+p+")", "has(oldSelf."+p+")"))
 	}
 	return rule{
 		rule:    "self.template == oldSelf.template || (has(oldSelf.suspend) && oldSelf.suspend && " + strings.Join(terms, " && ") + ")",
