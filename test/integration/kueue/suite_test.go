@@ -13,16 +13,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -34,21 +30,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
-	qcache "sigs.k8s.io/kueue/pkg/cache/queue"
-	schdcache "sigs.k8s.io/kueue/pkg/cache/scheduler"
-	kueueconstants "sigs.k8s.io/kueue/pkg/constants"
-	"sigs.k8s.io/kueue/pkg/controller/core"
-	"sigs.k8s.io/kueue/pkg/controller/core/indexer"
-	"sigs.k8s.io/kueue/pkg/controller/jobframework"
-	"sigs.k8s.io/kueue/pkg/scheduler"
-	preemptexpectations "sigs.k8s.io/kueue/pkg/scheduler/preemption/expectations"
-	kueuewebhooks "sigs.k8s.io/kueue/pkg/webhooks"
-	"sigs.k8s.io/yaml"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 )
 
@@ -74,14 +60,16 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(ibjv1.AddToScheme(scheme)).To(Succeed())
 	Expect(ibjkueue.AddToScheme(scheme)).To(Succeed())
-	Expect(configapi.AddToScheme(scheme)).To(Succeed())
+	Expect(inprocess.AddToScheme(scheme)).To(Succeed())
 
-	kueueDir := kueueModuleDir()
-	mutating, validating := kueueCoreWebhooks(filepath.Join(kueueDir, "config", "components", "webhook", "manifests.yaml"))
+	kueueDir, err := inprocess.ModuleDir()
+	Expect(err).NotTo(HaveOccurred())
+	mutating, validating, err := inprocess.CoreWebhooks(kueueDir)
+	Expect(err).NotTo(HaveOccurred())
 	testEnv = &envtest.Environment{
 		CRDDirectoryPaths: []string{
 			filepath.Join("..", "..", "..", "config", "crd", "bases"),
-			filepath.Join(kueueDir, "config", "components", "crd", "bases"),
+			inprocess.CRDDir(kueueDir),
 		},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
@@ -90,7 +78,6 @@ var _ = BeforeSuite(func() {
 			ValidatingWebhooks: validating,
 		},
 	}
-	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -106,50 +93,6 @@ var _ = AfterSuite(func() {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
 })
-
-// kueueModuleDir is where the Go module cache holds the Kueue module go.mod
-// pins, whose CRDs and webhook configurations the suite installs.
-func kueueModuleDir() string {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue").Output()
-	Expect(err).NotTo(HaveOccurred(), "go list -m sigs.k8s.io/kueue")
-	dir := strings.TrimSpace(string(out))
-	Expect(dir).NotTo(BeEmpty(), "the Kueue module is not in the module cache: run go mod download")
-	return dir
-}
-
-// kueueCoreWebhooks reads Kueue's webhook configurations and keeps the
-// webhooks of Kueue's own API (Workloads, ClusterQueues, ResourceFlavors,
-// ...): those of the built-in job integrations (batch Jobs, Pods, ...) are
-// not served here, as Kueue's manager does not serve them either unless
-// they are enabled.
-func kueueCoreWebhooks(path string) ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration) {
-	raw, err := os.ReadFile(path)
-	Expect(err).NotTo(HaveOccurred())
-	kueueAPI := func(c admissionv1.WebhookClientConfig) bool {
-		return c.Service != nil && c.Service.Path != nil && strings.Contains(*c.Service.Path, "-kueue-x-k8s-io-")
-	}
-	var mutating []*admissionv1.MutatingWebhookConfiguration
-	var validating []*admissionv1.ValidatingWebhookConfiguration
-	for _, doc := range strings.Split(string(raw), "\n---") {
-		var kind struct{ Kind string }
-		Expect(yaml.Unmarshal([]byte(doc), &kind)).To(Succeed())
-		switch kind.Kind {
-		case "MutatingWebhookConfiguration":
-			c := &admissionv1.MutatingWebhookConfiguration{}
-			Expect(yaml.Unmarshal([]byte(doc), c)).To(Succeed())
-			c.Webhooks = slices.DeleteFunc(c.Webhooks, func(w admissionv1.MutatingWebhook) bool { return !kueueAPI(w.ClientConfig) })
-			mutating = append(mutating, c)
-		case "ValidatingWebhookConfiguration":
-			c := &admissionv1.ValidatingWebhookConfiguration{}
-			Expect(yaml.Unmarshal([]byte(doc), c)).To(Succeed())
-			c.Webhooks = slices.DeleteFunc(c.Webhooks, func(w admissionv1.ValidatingWebhook) bool { return !kueueAPI(w.ClientConfig) })
-			validating = append(validating, c)
-		}
-	}
-	Expect(mutating).NotTo(BeEmpty())
-	Expect(validating).NotTo(BeEmpty())
-	return mutating, validating
-}
 
 // startManager starts one manager with what the operator runs (its
 // reconciler, its webhook with the Kueue integration's defaulting, the
@@ -182,23 +125,7 @@ func startManager() {
 		webhook.NewValidator(direct, webhook.DefaultDryRunTimeout))
 
 	// Kueue, as its manager sets itself up with the external framework.
-	Expect(jobframework.RegisterExternalJobType(ibjkueue.FrameworkName)).To(Succeed())
-	Expect(indexer.Setup(ctx, mgr.GetFieldIndexer())).To(Succeed())
-	cCache := schdcache.New(mgr.GetClient())
-	expectations := preemptexpectations.New()
-	requeuer := qcache.NewRequeuer(qcache.WithBatchPeriod(100 * time.Millisecond))
-	go func() { _ = requeuer.Start(ctx) }()
-	queues := qcache.NewManager(mgr.GetClient(), cCache, requeuer, qcache.WithPreemptionExpectations(expectations))
-	configuration := &configapi.Configuration{}
-	mgr.GetScheme().Default(configuration)
-	failed, err := core.SetupControllers(mgr, queues, cCache, configuration,
-		core.SetupControllersOpts{PreemptionExpectations: expectations})
-	Expect(err).NotTo(HaveOccurred(), "Kueue controller %s", failed)
-	failed, err = kueuewebhooks.Setup(mgr, nil)
-	Expect(err).NotTo(HaveOccurred(), "Kueue webhook %s", failed)
-	sched := scheduler.New(queues, cCache, mgr.GetClient(), mgr.GetEventRecorder(kueueconstants.AdmissionName),
-		scheduler.WithPreemptionExpectations(expectations))
-	Expect(sched.Start(ctx)).To(Succeed())
+	Expect(inprocess.Setup(ctx, mgr, true)).To(Succeed())
 
 	go func() {
 		defer GinkgoRecover()
