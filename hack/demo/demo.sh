@@ -17,9 +17,10 @@
 # it installs Kueue's CRDs from the Go module cache (the version go.mod pins)
 # before the operator starts, runs Kueue itself (bin/kueue-demo, Kueue's
 # controllers and scheduler in one process: hack/kueue), creates the queues of
-# config/samples/kueue/queues.yaml and the two jobs of
-# config/samples/kueue/jobs.yaml, and shows one job admitted, the other
-# suspended and waiting for quota, then both finishing.
+# config/samples/kueue/queues.yaml and the jobs of config/samples/kueue/
+# train-a.yaml and train-b.yaml, one after the other, and shows the first
+# admitted, the second suspended and waiting for quota until the first gives
+# some back, then both finishing.
 #
 # Environment: KEEP=1, DEMO_KUEUE=1, DEMO_DIR (state and logs; default a new temp dir),
 # DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION, LOCALBIN
@@ -175,18 +176,23 @@ if [ "$kueue" = 1 ]; then
 
   say "Creating the queues: config/samples/kueue/queues.yaml (quota: 4 cpus)"
   "$kubectl" apply -f config/samples/kueue/queues.yaml
-  say "Creating two jobs for the queue, each 3 pods of 1 cpu at a time: config/samples/kueue/jobs.yaml"
-  "$kubectl" apply -f config/samples/kueue/jobs.yaml
-  echo "\$ kubectl get ibj train-a train-b -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend"
-  "$kubectl" get ibj train-a train-b -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend
-  echo "  (created suspended by the admission webhook: they run once Kueue admits them)"
+  say "Creating a job for the queue, 3 pods of 1 cpu at a time: config/samples/kueue/train-a.yaml"
+  "$kubectl" apply -f config/samples/kueue/train-a.yaml
+  echo "\$ kubectl get ibj train-a -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend"
+  "$kubectl" get ibj train-a -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend
+  echo "  (created suspended by the admission webhook: it runs once Kueue admits it)"
+  until [ "$("$kubectl" get ibj train-a -o jsonpath='{.spec.suspend}')" = false ]; do sleep 0.2; done
+  echo "  admitted by Kueue and resumed"
+  say "Creating a second one, which the remaining quota (1 cpu) cannot hold: config/samples/kueue/train-b.yaml"
+  "$kubectl" apply -f config/samples/kueue/train-b.yaml
 
   say "Watching the jobs and their Workloads"
+  echo "  job: NAME SUSPEND PHASE COMPLETED-INDEXES ACTIVE    workload: NAME ADMITTED RECLAIMABLE-PODS"
   deadline=$(( $(date +%s) + timeout ))
   last=
   while :; do
     now=$("$kubectl" get ibj train-a train-b --no-headers -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend,STATUS:.status.phase,COMPLETED:.status.completedIndexes,ACTIVE:.status.active 2>&1;
-          "$kubectl" get workloads --no-headers -o custom-columns=WORKLOAD:.metadata.name,ADMITTED:.status.conditions[?\(@.type==\"Admitted\"\)].status,RECLAIMABLE:.status.reclaimablePods[0].count 2>&1)
+          "$kubectl" get workloads --no-headers -o custom-columns=WORKLOAD:.metadata.name,ADMITTED:.status.conditions[?\(@.type==\"Admitted\"\)].status,RECLAIMABLE-PODS:.status.reclaimablePods[0].count 2>&1)
     if [ "$now" != "$last" ]; then
       printf '%s  ---- %s\n%s\n' "$bold" "$(elapsed)$reset" "$now"
       last=$now

@@ -141,4 +141,3 @@ func startManager() {
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	Eventually(integration.Active, 30*time.Second).Should(BeTrue())
 }
-
