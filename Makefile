@@ -179,6 +179,11 @@ e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: co
 demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
 	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
+.PHONY: demo-kueue
+demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway kwok cluster; KEEP=1 leaves it running.
+	go build -o $(LOCALBIN)/kueue-demo ./hack/kueue
+	DEMO_KUEUE=1 KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
+
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
 	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v

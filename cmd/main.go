@@ -25,6 +25,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
@@ -37,6 +38,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ibjv1.AddToScheme(scheme))
+	utilruntime.Must(ibjkueue.AddToScheme(scheme))
 }
 
 func main() {
@@ -49,6 +51,7 @@ func main() {
 		backoffBase, backoffMax, throttleTick            time.Duration
 		leaseDuration, renewDeadline, retryPeriod        time.Duration
 		wh                                               webhookFlags
+		kueueMode                                        string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -77,6 +80,10 @@ func main() {
 	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
 	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max, "Cap of the replacement delay.")
+	flag.StringVar(&kueueMode, "kueue", ibjkueue.ModeAuto,
+		"The Kueue integration: auto runs it once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) is served, "+
+			"checked at start and polled after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
+			"before then; disabled never runs it.")
 	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -162,13 +169,18 @@ func main() {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}
+	kq, err := ibjkueue.Setup(mgr, kueueMode)
+	if err != nil {
+		setupLog.Error(err, "Unable to set up the Kueue integration")
+		os.Exit(1)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		setupLog.Error(err, "Unable to set up health check")
 		os.Exit(1)
 	}
 	readyz := healthz.Ping
 	if wh.enabled {
-		srv, err := setupWebhook(mgr, dryRunCfg, wh, tlsOpts)
+		srv, err := setupWebhook(mgr, dryRunCfg, wh, tlsOpts, kq)
 		if err != nil {
 			setupLog.Error(err, "Unable to set up the webhook")
 			os.Exit(1)

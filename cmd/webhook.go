@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	ibjwebhook "github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 )
 
@@ -63,7 +64,8 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 // setupWebhook registers the webhooks on the manager's webhook server,
 // started only once its certificates are ready, and, with internal
 // certificate management, the certificate rotator.
-func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config)) (ibjwebhook.DelayedServer, error) {
+func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config),
+	kq *ibjkueue.Integration) (ibjwebhook.DelayedServer, error) {
 	ready := make(chan struct{})
 	switch f.certManagement {
 	case "internal":
@@ -101,7 +103,11 @@ func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsO
 		Server: webhook.NewServer(webhook.Options{Port: f.port, CertDir: f.certDir, TLSOpts: tlsOpts}),
 		Ready:  ready,
 	}
-	ibjwebhook.Register(srv, mgr.GetScheme(), ibjwebhook.NewValidator(dryRun, f.dryRunTimeout))
+	var d ibjwebhook.Defaulter
+	if kq != nil {
+		d.Queue = kq.Defaulter(dryRun)
+	}
+	ibjwebhook.Register(srv, mgr.GetScheme(), d, ibjwebhook.NewValidator(dryRun, f.dryRunTimeout))
 	return srv, mgr.Add(srv)
 }
 

@@ -221,9 +221,12 @@ type IndexedBatchJobSpec struct {
 	// +kubebuilder:default=false
 	Suspend *bool `json:"suspend,omitempty"`
 
-	// template is the pod to run for each index. Immutable, except for its
-	// scheduling directives (labels, annotations, node selector, affinity,
-	// tolerations, scheduling gates) while the job is suspended.
+	// template is the pod to run for each index. Immutable, except while the
+	// job is suspended: then its scheduling directives (labels, annotations,
+	// node selector, affinity, tolerations, scheduling gates) and its
+	// containers' and init containers' resources may change, as a queueing
+	// system such as Kueue needs (the containers themselves, their names and
+	// order, and every other field stay).
 	// +required
 	Template corev1.PodTemplateSpec `json:"template"`
 
@@ -347,7 +350,8 @@ type IndexedBatchJobStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// startTime is when the job started running (reset on resume).
+	// startTime is when the job started running: cleared when the job is
+	// suspended, set again when it resumes.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 

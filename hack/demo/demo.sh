@@ -13,7 +13,16 @@
 # expects bin/kwok-cluster, bin/manager, bin/kwok-<version>/kwok and the control
 # plane in bin/k8s/<version>.
 #
-# Environment: KEEP=1, DEMO_DIR (state and logs; default a new temp dir),
+# With DEMO_KUEUE=1 (`make demo-kueue`) it shows the Kueue integration instead:
+# it installs Kueue's CRDs from the Go module cache (the version go.mod pins)
+# before the operator starts, runs Kueue itself (bin/kueue-demo, Kueue's
+# controllers and scheduler in one process: hack/kueue), creates the queues of
+# config/samples/kueue/queues.yaml and the jobs of config/samples/kueue/
+# train-a.yaml and train-b.yaml, one after the other, and shows the first
+# admitted, the second suspended and waiting for quota until the first gives
+# some back, then both finishing.
+#
+# Environment: KEEP=1, DEMO_KUEUE=1, DEMO_DIR (state and logs; default a new temp dir),
 # DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION, LOCALBIN
 # (where the binaries are; default bin/), KUBEBUILDER_ASSETS (the control
 # plane; default bin/k8s/<version>).
@@ -27,14 +36,17 @@ kubectl="${KUBEBUILDER_ASSETS:-$bin/k8s/$k8s_version}/kubectl"
 sample=config/samples/batch_v1alpha1_indexedbatchjob.yaml
 job=per-index
 keep=${KEEP:-0}
+kueue=${DEMO_KUEUE:-0}
 timeout=${DEMO_TIMEOUT:-180}
 
 if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
 say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
-for f in "$bin/kwok-cluster" "$bin/manager" "$kubectl"; do
-  [ -x "$f" ] || die "$f is missing: run \`make demo\`, which builds it"
+need=("$bin/kwok-cluster" "$bin/manager" "$kubectl")
+if [ "$kueue" = 1 ]; then need+=("$bin/kueue-demo"); fi
+for f in "${need[@]}"; do
+  [ -x "$f" ] || die "$f is missing: run \`make demo\` (or \`make demo-kueue\`), which builds it"
 done
 
 created_dir=0
@@ -46,7 +58,7 @@ dir=$DEMO_DIR
 mkdir -p "$dir"
 export KUBECONFIG="$dir/kubeconfig"
 
-cluster_pid= manager_pid= watch_pid= aborted=0 started=$(date +%s)
+cluster_pid= manager_pid= kueue_pid= watch_pid= aborted=0 started=$(date +%s)
 
 cleanup() {
   local status=$?
@@ -71,14 +83,14 @@ cleanup() {
                                       # in hack/kwok/stages/pods.yaml
 Logs: $dir/manager.log (operator), $dir/kwok.log, $dir/binder-reaper.log, $dir/kube-apiserver.log
 Stop everything with:
-  kill $manager_pid $cluster_pid && rm -rf $dir
+  kill $manager_pid $kueue_pid $cluster_pid && rm -rf $dir
 EOF
     exit 0
   fi
-  if [ -n "$manager_pid$cluster_pid" ]; then
+  if [ -n "$manager_pid$kueue_pid$cluster_pid" ]; then
     say "Stopping the operator and the cluster"
     # The cluster stops its own children: kwok, kube-apiserver, etcd.
-    for pid in $manager_pid $cluster_pid; do
+    for pid in $manager_pid $kueue_pid $cluster_pid; do
       kill "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
     done
@@ -113,6 +125,17 @@ done
 sed -n "$((printed + 1)),\$p" "$dir/cluster.out"
 "$kubectl" get nodes
 
+if [ "$kueue" = 1 ]; then
+  kueue_dir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+  say "Installing Kueue's CRDs ($(go list -m -f '{{.Path}} {{.Version}}' sigs.k8s.io/kueue), from the Go module cache)"
+  "$kubectl" apply --server-side -f "$kueue_dir/config/components/crd/bases" >/dev/null
+  "$kubectl" wait --for condition=established --timeout=60s -f "$kueue_dir/config/components/crd/bases"
+  say "Starting Kueue (bin/kueue-demo, log in $dir/kueue.log), with"
+  echo "  integrations.externalFrameworks: [IndexedBatchJob.v1alpha1.batch.indexedjob.dev]"
+  ${detach[@]+"${detach[@]}"} "$bin/kueue-demo" >"$dir/kueue.log" 2>&1 &
+  kueue_pid=$!
+fi
+
 # A port for the health probe: the first of a range nothing listens on.
 probe_port=
 for port in $(seq 18081 18181); do
@@ -143,6 +166,56 @@ until readyz 2>/dev/null; do
   sleep 0.2
 done
 echo "  ready (pid $manager_pid)"
+
+if [ "$kueue" = 1 ]; then
+  until grep -q "Kueue's API is served" "$dir/manager.log"; do
+    kill -0 "$manager_pid" 2>/dev/null || die "the operator exited; see $dir/manager.log"
+    sleep 0.2
+  done
+  grep -o "Kueue's API is served.*queued by Kueue" "$dir/manager.log" | head -1 | sed 's/^/  operator: /'
+
+  say "Creating the queues: config/samples/kueue/queues.yaml (quota: 4 cpus)"
+  "$kubectl" apply -f config/samples/kueue/queues.yaml
+  say "Creating a job for the queue, 3 pods of 1 cpu at a time: config/samples/kueue/train-a.yaml"
+  "$kubectl" apply -f config/samples/kueue/train-a.yaml
+  echo "\$ kubectl get ibj train-a -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend"
+  "$kubectl" get ibj train-a -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend
+  echo "  (created suspended by the admission webhook: it runs once Kueue admits it)"
+  until [ "$("$kubectl" get ibj train-a -o jsonpath='{.spec.suspend}')" = false ]; do sleep 0.2; done
+  echo "  admitted by Kueue and resumed"
+  say "Creating a second one, which the remaining quota (1 cpu) cannot hold: config/samples/kueue/train-b.yaml"
+  "$kubectl" apply -f config/samples/kueue/train-b.yaml
+
+  say "Watching the jobs and their Workloads"
+  echo "  job: NAME SUSPEND PHASE COMPLETED-INDEXES ACTIVE    workload: NAME ADMITTED RECLAIMABLE-PODS"
+  deadline=$(( $(date +%s) + timeout ))
+  last=
+  while :; do
+    now=$("$kubectl" get ibj train-a train-b --no-headers -o custom-columns=NAME:.metadata.name,SUSPEND:.spec.suspend,STATUS:.status.phase,COMPLETED:.status.completedIndexes,ACTIVE:.status.active 2>&1;
+          "$kubectl" get workloads --no-headers -o custom-columns=WORKLOAD:.metadata.name,ADMITTED:.status.conditions[?\(@.type==\"Admitted\"\)].status,RECLAIMABLE-PODS:.status.reclaimablePods[0].count 2>&1)
+    if [ "$now" != "$last" ]; then
+      printf '%s  ---- %s\n%s\n' "$bold" "$(elapsed)$reset" "$now"
+      last=$now
+    fi
+    done_a=$("$kubectl" get ibj train-a -o jsonpath='{.status.phase}')
+    done_b=$("$kubectl" get ibj train-b -o jsonpath='{.status.phase}')
+    if [[ $done_a =~ ^(Complete|Failed)$ && $done_b =~ ^(Complete|Failed)$ ]]; then break; fi
+    [ "$(date +%s)" -lt "$deadline" ] || die "the jobs did not finish within ${timeout}s; see $dir/manager.log and $dir/kueue.log"
+    sleep 0.5
+  done
+
+  say "Finished after $(elapsed)"
+  echo "\$ kubectl get ibj"
+  "$kubectl" get ibj
+  echo
+  echo "\$ kubectl get workloads"
+  "$kubectl" get workloads
+  echo
+  echo "\$ kubectl describe ibj train-b   (events)"
+  "$kubectl" describe ibj train-b | sed -n '/^Events:/,$p'
+  [ "$done_a/$done_b" = Complete/Complete ] || die "the jobs ended $done_a and $done_b, not both Complete"
+  exit 0
+fi
 
 say "Applying a copy of it whose pod template the Pod API refuses (a container named Example_1)"
 echo "\$ sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -"

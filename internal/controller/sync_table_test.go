@@ -179,7 +179,7 @@ func TestSyncJob(t *testing.T) {
 			},
 		},
 		{
-			name: "suspend deletes active pods without counting them and stops the deadline",
+			name: "suspend deletes active pods without counting them and clears startTime, which stops the deadline",
 			job:  suspended,
 			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
 				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).obj(), makePod(j, 2).succeededAt(testNow).obj()}

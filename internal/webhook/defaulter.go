@@ -24,12 +24,19 @@ import (
 // The mutating webhook (defaulting, webhook.go) runs it on create only:
 // podReplacementPolicy is immutable, so defaulting it on the update of a job
 // stored without it would fail that update.
-type Defaulter struct{}
+//
+// Queue, when set, is a queueing system's defaulting (the Kueue
+// integration's, which creates a job labelled with a queue name
+// suspended); it may set spec.suspend and nothing else.
+type Defaulter struct {
+	Queue func(context.Context, *ibjv1.IndexedBatchJob) error
+}
 
 var _ admission.Defaulter[*ibjv1.IndexedBatchJob] = Defaulter{}
 
-// Default fills backoffLimit and podReplacementPolicy when they are unset.
-func (Defaulter) Default(_ context.Context, job *ibjv1.IndexedBatchJob) error {
+// Default fills backoffLimit and podReplacementPolicy when they are unset,
+// then applies Queue.
+func (d Defaulter) Default(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
 	if job.Spec.BackoffLimit == nil {
 		if job.Spec.BackoffLimitPerIndex != nil {
 			job.Spec.BackoffLimit = ptr.To[int32](math.MaxInt32)
@@ -43,6 +50,9 @@ func (Defaulter) Default(_ context.Context, job *ibjv1.IndexedBatchJob) error {
 		} else {
 			job.Spec.PodReplacementPolicy = ptr.To(batchv1.TerminatingOrFailed)
 		}
+	}
+	if d.Queue != nil {
+		return d.Queue(ctx, job)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -107,6 +108,62 @@ func TestDefaultingPatchesOnlyTheDefaults(t *testing.T) {
 			resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 				Operation: tc.op,
 				Object:    runtime.RawExtension{Raw: []byte(fmt.Sprintf(base, tc.spec))},
+			}})
+			if !resp.Allowed {
+				t.Fatalf("not allowed: %v", resp.Result)
+			}
+			if diff := cmp.Diff(tc.wantPatches, resp.Patches); diff != "" {
+				t.Errorf("patches (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDefaultingPatchesTheQueueSuspend checks that a queueing system's
+// defaulting (Defaulter.Queue, the Kueue integration's in the operator)
+// reaches the patch as spec.suspend, and only when it changed it.
+func TestDefaultingPatchesTheQueueSuspend(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := ibjv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	suspendQueued := func(_ context.Context, job *ibjv1.IndexedBatchJob) error {
+		if job.Labels["kueue.x-k8s.io/queue-name"] != "" {
+			job.Spec.Suspend = ptr.To(true)
+		}
+		return nil
+	}
+	h := defaulting{decoder: admission.NewDecoder(scheme), defaulter: Defaulter{Queue: suspendQueued}}
+	const base = `{"apiVersion":"batch.indexedjob.dev/v1alpha1","kind":"IndexedBatchJob","metadata":{"name":"a","namespace":"ns"%s},"spec":{"completions":1,"backoffLimit":0,"podReplacementPolicy":"Failed",%s"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"main","image":"busybox"}]}}}}`
+	cases := []struct {
+		name, meta, spec string
+		wantPatches      []jsonpatch.JsonPatchOperation
+	}{
+		{
+			name:        "a job with a queue name is suspended",
+			meta:        `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`,
+			wantPatches: []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", "/spec/suspend", true)},
+		},
+		{
+			name:        "a job with a queue name and suspend false is suspended",
+			meta:        `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`,
+			spec:        `"suspend":false,`,
+			wantPatches: []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", "/spec/suspend", true)},
+		},
+		{
+			name: "a job created suspended gets no patch",
+			meta: `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`,
+			spec: `"suspend":true,`,
+		},
+		{
+			name: "a job without a queue name gets no patch",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				Operation: admissionv1.Create,
+				Object:    runtime.RawExtension{Raw: []byte(fmt.Sprintf(base, tc.meta, tc.spec))},
 			}})
 			if !resp.Allowed {
 				t.Fatalf("not allowed: %v", resp.Result)

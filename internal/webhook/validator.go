@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -69,7 +71,40 @@ func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedB
 	if job.DeletionTimestamp != nil || equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
 		return nil, nil
 	}
+	if errs := containersChangedBeyondResources(old, job); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
+	}
 	return v.judgePods(ctx, job)
+}
+
+// containersChangedBeyondResources refuses a template update that changes
+// a container in anything but its resources: the CRD lets the container
+// lists of a suspended job change (for their resources), keeping the
+// containers' names and order, but comparing every field of every
+// container is beyond what its CEL rules may cost.
+func containersChangedBeyondResources(old, job *ibjv1.IndexedBatchJob) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec", "template", "spec")
+	for _, lists := range []struct {
+		path     *field.Path
+		old, new []corev1.Container
+	}{
+		{spec.Child("containers"), old.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers},
+		{spec.Child("initContainers"), old.Spec.Template.Spec.InitContainers, job.Spec.Template.Spec.InitContainers},
+	} {
+		if len(lists.old) != len(lists.new) {
+			continue // the CRD's rule refuses it, with its message
+		}
+		for i := range lists.new {
+			o, n := lists.old[i].DeepCopy(), lists.new[i].DeepCopy()
+			o.Resources, n.Resources = corev1.ResourceRequirements{}, corev1.ResourceRequirements{}
+			if !equality.Semantic.DeepEqual(o, n) {
+				errs = append(errs, field.Forbidden(lists.path.Index(i),
+					"a container may change only in its resources, and only while the job is suspended"))
+			}
+		}
+	}
+	return errs
 }
 
 // ValidateDelete allows every delete.

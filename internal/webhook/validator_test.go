@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -100,4 +101,44 @@ func FuzzJobField(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestContainersMayChangeOnlyInTheirResources(t *testing.T) {
+	base := utils.MakeIndexedBatchJob("a", "ns").Suspend(true).InitContainer("setup").Obj()
+	cases := []struct {
+		name   string
+		change func(*corev1.PodSpec)
+		want   []string
+	}{
+		{name: "nothing", change: func(*corev1.PodSpec) {}},
+		{name: "resources of both lists", change: func(s *corev1.PodSpec) {
+			s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+			s.InitContainers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+		}},
+		{name: "scheduling directives are not containers", change: func(s *corev1.PodSpec) {
+			s.NodeSelector = map[string]string{"pool": "a"}
+		}},
+		{name: "an image", change: func(s *corev1.PodSpec) { s.Containers[0].Image = "other" },
+			want: []string{"spec.template.spec.containers[0]"}},
+		{name: "an init container's env beside resources", change: func(s *corev1.PodSpec) {
+			s.InitContainers[0].Env = []corev1.EnvVar{{Name: "A"}}
+			s.InitContainers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+		}, want: []string{"spec.template.spec.initContainers[0]"}},
+		{name: "a container added: the CRD's rule refuses it", change: func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, corev1.Container{Name: "b"})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := base.DeepCopy()
+			tc.change(&job.Spec.Template.Spec)
+			var got []string
+			for _, e := range containersChangedBeyondResources(base, job) {
+				got = append(got, e.Field)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("refused fields (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -43,8 +44,8 @@ const (
 // +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template"}]}`
 
 // Register serves the defaulting and validating webhooks on srv.
-func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {
-	srv.Register(MutatePath, &admission.Webhook{Handler: defaulting{decoder: admission.NewDecoder(scheme)}})
+func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, d Defaulter, v *Validator) {
+	srv.Register(MutatePath, &admission.Webhook{Handler: defaulting{decoder: admission.NewDecoder(scheme), defaulter: d}})
 	srv.Register(ValidatePath, admission.WithValidator[*ibjv1.IndexedBatchJob](scheme, v))
 }
 
@@ -58,7 +59,8 @@ func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, v *Validator) {
 // onPodConditions[].status, left out by the user, as "") and so turns a
 // valid job into one the CRD's schema refuses.
 type defaulting struct {
-	decoder admission.Decoder
+	decoder   admission.Decoder
+	defaulter Defaulter
 }
 
 // Handle defaults the job of a create request.
@@ -71,7 +73,7 @@ func (h defaulting) Handle(ctx context.Context, req admission.Request) admission
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	before := job.Spec.DeepCopy()
-	if err := (Defaulter{}).Default(ctx, job); err != nil {
+	if err := h.defaulter.Default(ctx, job); err != nil {
 		return admission.Denied(err.Error())
 	}
 	var patches []jsonpatch.JsonPatchOperation
@@ -80,6 +82,9 @@ func (h defaulting) Handle(ctx context.Context, req admission.Request) admission
 	}
 	if before.PodReplacementPolicy == nil && job.Spec.PodReplacementPolicy != nil {
 		patches = append(patches, jsonpatch.NewOperation("add", "/spec/podReplacementPolicy", *job.Spec.PodReplacementPolicy))
+	}
+	if ptr.Deref(job.Spec.Suspend, false) && !ptr.Deref(before.Suspend, false) {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/suspend", true))
 	}
 	return admission.Patched("", patches...)
 }

@@ -298,3 +298,27 @@ func ConditionReason(job *v1alpha1.IndexedBatchJob, typ string) string {
 	}
 	return ""
 }
+
+// Label sets a label on the job itself.
+func (w *JobWrapper) Label(key, value string) *JobWrapper {
+	if w.job.Labels == nil {
+		w.job.Labels = map[string]string{}
+	}
+	w.job.Labels[key] = value
+	return w
+}
+
+// Annotation sets an annotation on the job itself.
+func (w *JobWrapper) Annotation(key, value string) *JobWrapper {
+	if w.job.Annotations == nil {
+		w.job.Annotations = map[string]string{}
+	}
+	w.job.Annotations[key] = value
+	return w
+}
+
+// Requests sets the resource requests of the template's first container.
+func (w *JobWrapper) Requests(requests corev1.ResourceList) *JobWrapper {
+	w.job.Spec.Template.Spec.Containers[0].Resources.Requests = requests
+	return w
+}

@@ -158,8 +158,17 @@ func patchSpec(spec obj) error {
 			rule{"!has(self.indexes) || self.indexes.findAll('[0-9]+').all(n, size(n) <= 10 && int(n) < self.completions)",
 				"indexes must be within 0 and completions-1"},
 			templateRule(props),
+			containerListRule("containers"),
+			containerListRule("initContainers"),
 		)...)
+
 	return nil
+}
+
+// fieldEqual is a CEL expression true when an optional field is unset in
+// both objects or set to the same value in both.
+func fieldEqual(newPath, oldPath, hasNew, hasOld string) string {
+	return fmt.Sprintf("(%[3]s ? %[4]s && %[1]s == %[2]s : !%[4]s)", newPath, oldPath, hasNew, hasOld)
 }
 
 // indexListRules are the rules of a list of indexes in the syntax of
@@ -183,7 +192,8 @@ func existing(o obj) []any {
 	for _, r := range v {
 		m := r.(obj)
 		if msg, _ := m["message"].(string); strings.HasPrefix(msg, "successPolicy rules' succeededIndexes") ||
-			strings.HasPrefix(msg, "indexes must be within") || strings.HasPrefix(msg, "template is immutable") {
+			strings.HasPrefix(msg, "indexes must be within") || strings.HasPrefix(msg, "template is immutable") ||
+			strings.HasPrefix(msg, "template.spec.containers ") || strings.HasPrefix(msg, "template.spec.initContainers ") {
 			continue
 		}
 		out = append(out, r)
@@ -192,7 +202,9 @@ func existing(o obj) []any {
 }
 
 // mutableWhileSuspended lists the template fields upstream lets a suspended
-// Job change (its "mutable scheduling directives").
+// Job change (its "mutable scheduling directives"), and the container
+// lists, whose containers' resources may change then too (KEP-5440), under
+// containerListRule.
 var mutableWhileSuspended = map[string]bool{
 	"metadata.labels":      true,
 	"metadata.annotations": true,
@@ -200,6 +212,26 @@ var mutableWhileSuspended = map[string]bool{
 	"spec.affinity":        true,
 	"spec.tolerations":     true,
 	"spec.schedulingGates": true,
+	"spec.containers":      true,
+	"spec.initContainers":  true,
+}
+
+// containerListRule builds the transition rule of a container list of the
+// template: it may change only while the job is suspended, and then keep
+// its containers' names and order. That a container changes in nothing
+// but its resources is the validating webhook's to judge: a CEL rule that
+// compares each field of each container costs more than the API server
+// allows a CRD's rules (the lists and their strings are unbounded), where
+// the names alone stay well within it.
+func containerListRule(list string) rule {
+	p := "template.spec." + list
+	newList, oldList := "self."+p, "oldSelf."+p
+	return rule{
+		rule: fmt.Sprintf("(has(%[1]s) ? has(%[2]s) && %[1]s == %[2]s : !has(%[2]s)) || "+
+			"(has(oldSelf.suspend) && oldSelf.suspend && has(%[1]s) && has(%[2]s) && %[1]s.map(c, c.name) == %[2]s.map(c, c.name))",
+			newList, oldList),
+		message: p + " may change only while the job is suspended, and then only in their resources: the containers, their names and their order stay",
+	}
 }
 
 // templateRule builds a transition rule: the template may change only while
@@ -228,12 +260,12 @@ func templateRule(specProps obj) rule {
 				hasNew = "(has(self.template.metadata) && " + hasNew + ")"
 				hasOld = "(has(oldSelf.template.metadata) && " + hasOld + ")"
 			}
-			terms = append(terms, fmt.Sprintf("(%[2]s ? %[3]s && self.%[1]s == oldSelf.%[1]s : !%[3]s)", p, hasNew, hasOld))
+			terms = append(terms, fieldEqual("self."+p, "oldSelf."+p, hasNew, hasOld))
 		}
 	}
 	return rule{
 		rule:    "self.template == oldSelf.template || (has(oldSelf.suspend) && oldSelf.suspend && " + strings.Join(terms, " && ") + ")",
-		message: "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended",
+		message: "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations, schedulingGates and container resources while the job is suspended",
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -47,7 +48,9 @@ const (
 	msgIndexesRange             = "indexes must be within 0 and completions-1"
 	msgIndexesImmutable         = "indexes is immutable"
 	msgRetryBackoffOrder        = "retryBackoff.initialDelaySeconds must be less than or equal to maxDelaySeconds"
-	msgTemplateImmutable        = "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations and schedulingGates while the job is suspended"
+	msgTemplateImmutable        = "template is immutable, except for labels, annotations, nodeSelector, affinity, tolerations, schedulingGates and container resources while the job is suspended"
+	msgContainersChanged        = "template.spec.containers may change only while the job is suspended, and then only in their resources: the containers, their names and their order stay"
+	msgInitContainersChanged    = "template.spec.initContainers may change only while the job is suspended, and then only in their resources: the containers, their names and their order stay"
 	msgSubdomainNeedsDNS        = "network.subdomain can only be set when network.enableDNSHostnames is true"
 	msgSubdomainFormat          = "network.subdomain must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
 	msgServiceNameFromJobName   = "metadata.name must start with a letter when network.enableDNSHostnames is true and network.subdomain is unset: the name is then the headless Service's, which must be a DNS-1035 label; or set network.subdomain"
@@ -404,12 +407,24 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodReplacementPolicy = ptr.To(batchv1.Failed) }, "podReplacementPolicy is immutable"),
 		Entry("of a container image while running", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Image = "example.com/other:1" }, msgTemplateImmutable),
-		Entry("of a container image while suspended", suspendedJob().Obj(),
-			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Image = "example.com/other:1" }, msgTemplateImmutable),
+		Entry("of a container image while running, in the containers' rule too", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Image = "example.com/other:1" }, msgContainersChanged),
+		// A suspended job's other container fields are the webhook's to
+		// refuse (test/integration/webhook): CEL checks names and order.
+		Entry("renaming a container while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Name = "other" }, msgContainersChanged),
+		Entry("adding a container while suspended", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: utils.DefaultImage})
+			}, msgContainersChanged),
 		Entry("adding an init container while suspended", suspendedJob().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
 				j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: utils.DefaultImage}}
-			}, msgTemplateImmutable),
+			}, msgInitContainersChanged),
+		Entry("of a container's resources while running", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+			}, msgContainersChanged),
 		Entry("of the template's nodeSelector while running", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }, msgTemplateImmutable),
 		Entry("of the template's labels while running", job().Obj(),
@@ -450,6 +465,23 @@ var _ = Describe("IndexedBatchJob admission", func() {
 				j.Spec.Suspend = ptr.To(false)
 				j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"}
 				j.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
+			}),
+		Entry("of a container's resources while suspended (KEP-5440)", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+				}
+			}),
+		Entry("of an init container's resources while suspended", suspendedJob().InitContainer("setup").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.InitContainers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			}),
+		Entry("of resources and scheduling directives together in the update that resumes the job (Kueue's start)", suspendedJob().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Suspend = ptr.To(false)
+				j.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+				j.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "a"}
 			}),
 		Entry("of parallelism", job().Parallelism(2).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](3) }),

@@ -87,7 +87,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	dryRun, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.NewValidator(dryRun, webhook.DefaultDryRunTimeout))
+	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{}, webhook.NewValidator(dryRun, webhook.DefaultDryRunTimeout))
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())

@@ -143,6 +143,41 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 		}, "spec.template.spec.nodeSelector"),
 	)
 
+	DescribeTable("refuses a suspended job's container changed in anything but its resources (the CRD checks only names and order)",
+		func(edit func(*corev1.PodTemplateSpec), field string) {
+			ns := newNamespace(nil)
+			job := utils.MakeIndexedBatchJob("ctr", ns).Suspend(true).InitContainer("setup").Obj()
+			Expect(k8sClient.Create(ctx, job)).To(Succeed())
+			edit(&job.Spec.Template)
+			err := k8sClient.Update(ctx, job)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			Expect(causeFields(err)).To(ContainElement(field))
+			Expect(err.Error()).To(ContainSubstring("a container may change only in its resources"))
+		},
+		Entry("its image", func(t *corev1.PodTemplateSpec) {
+			t.Spec.Containers[0].Image = "example.com/other:1"
+		}, "spec.template.spec.containers[0]"),
+		Entry("its env, with its resources", func(t *corev1.PodTemplateSpec) {
+			t.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
+			t.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+		}, "spec.template.spec.containers[0]"),
+		Entry("an init container's command", func(t *corev1.PodTemplateSpec) {
+			t.Spec.InitContainers[0].Command = []string{"true"}
+		}, "spec.template.spec.initContainers[0]"),
+	)
+
+	It("admits a suspended job's container resources changed, as upstream 1.36 does (KEP-5440)", func() {
+		ns := newNamespace(nil)
+		job := utils.MakeIndexedBatchJob("res", ns).Suspend(true).InitContainer("setup").Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		job.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}
+		job.Spec.Template.Spec.InitContainers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+		Expect(k8sClient.Update(ctx, job)).To(Succeed())
+	})
+
 	It("admits valid templates: a sidecar, volumes, env that refers to JOB_COMPLETION_INDEX", func() {
 		ns := newNamespace(nil)
 		sidecar := container("proxy")

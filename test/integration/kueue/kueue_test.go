@@ -1,0 +1,406 @@
+package kueue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+)
+
+const (
+	queueNameLabel     = "kueue.x-k8s.io/queue-name"
+	priorityClassLabel = "kueue.x-k8s.io/priority-class"
+	flavorNodeLabel    = "example.com/pool"
+	timeout            = 60 * time.Second
+)
+
+// flavorToleration is what the flavor's nodes need and admission adds to
+// the template.
+var flavorToleration = corev1.Toleration{Key: "example.com/batch", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+
+// Each spec gets its own namespace, ResourceFlavor, ClusterQueue (with
+// quota for cpus pods of one cpu each) and LocalQueue "queue".
+var (
+	ns   string
+	spec int
+)
+
+var _ = BeforeEach(func() {
+	spec++
+	n := &corev1.Namespace{}
+	n.GenerateName = "ibj-kueue-"
+	Expect(k8sClient.Create(ctx, n)).To(Succeed())
+	ns = n.Name
+})
+
+var _ = AfterEach(func() {
+	if CurrentSpecReport().Failed() {
+		dumpNamespace(ns)
+	}
+})
+
+// makeQueues creates a flavor whose nodes carry flavorNodeLabel and need
+// flavorToleration, a ClusterQueue with quota for cpus cpus on it
+// (preempting lower priorities within the queue), and LocalQueue "queue"
+// in ns, unless localQueue is false.
+func makeQueues(cpus int, localQueue bool) string {
+	name := fmt.Sprintf("spec-%d", spec)
+	Expect(k8sClient.Create(ctx, &kueuev1beta2.ResourceFlavor{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kueuev1beta2.ResourceFlavorSpec{
+			NodeLabels:  map[string]string{flavorNodeLabel: name},
+			Tolerations: []corev1.Toleration{flavorToleration},
+		},
+	})).To(Succeed())
+	Expect(k8sClient.Create(ctx, &kueuev1beta2.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kueuev1beta2.ClusterQueueSpec{
+			NamespaceSelector: &metav1.LabelSelector{},
+			ResourceGroups: []kueuev1beta2.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
+				Flavors: []kueuev1beta2.FlavorQuotas{{
+					Name: kueuev1beta2.ResourceFlavorReference(name),
+					Resources: []kueuev1beta2.ResourceQuota{{
+						Name: corev1.ResourceCPU, NominalQuota: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+					}},
+				}},
+			}},
+			Preemption: &kueuev1beta2.ClusterQueuePreemption{WithinClusterQueue: kueuev1beta2.PreemptionPolicyLowerPriority},
+		},
+	})).To(Succeed())
+	if localQueue {
+		makeLocalQueue(name)
+	}
+	return name
+}
+
+// makeLocalQueue creates LocalQueue "queue" in ns, for ClusterQueue cq.
+func makeLocalQueue(cq string) {
+	Expect(k8sClient.Create(ctx, &kueuev1beta2.LocalQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: "queue", Namespace: ns},
+		Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
+	})).To(Succeed())
+}
+
+// queuedJob is a job for LocalQueue "queue" whose pods ask for one cpu.
+func queuedJob(name string, completions, parallelism int32) *utils.JobWrapper {
+	return utils.MakeIndexedBatchJob(name, ns).Completions(completions).Parallelism(parallelism).
+		Label(queueNameLabel, "queue").
+		Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+}
+
+// gate holds the pods of chosen indexes running until it opens them.
+type gate struct {
+	mu     sync.Mutex
+	held   map[int]bool
+	opened map[int]bool
+}
+
+func holding(indexes ...int) *gate {
+	g := &gate{held: map[int]bool{}, opened: map[int]bool{}}
+	for _, i := range indexes {
+		g.held[i] = true
+	}
+	return g
+}
+
+func (g *gate) open(indexes ...int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, i := range indexes {
+		g.opened[i] = true
+	}
+}
+
+func (g *gate) outcome(index, _ int) utils.PodOutcome {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return utils.PodOutcome{StayRunning: g.held[index] && !g.opened[index]}
+}
+
+// startKubelet plays the kubelet for job's pods, ending each as g says.
+func startKubelet(job string, g *gate) *utils.Kubelet {
+	k := utils.StartKubelet(k8sClient, ns, job, utils.KubeletOptions{Outcome: g.outcome, RunFor: 200 * time.Millisecond})
+	DeferCleanup(k.Stop)
+	return k
+}
+
+func getJob(name string) *ibjv1.IndexedBatchJob {
+	job := &ibjv1.IndexedBatchJob{}
+	ExpectWithOffset(1, k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, job)).To(Succeed())
+	return job
+}
+
+// workloadOf is the Workload Kueue's reconciler made for job, or nil.
+func workloadOf(g Gomega, job string) *kueuev1beta2.Workload {
+	uid := getJob(job).UID
+	var list kueuev1beta2.WorkloadList
+	g.Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+	for i := range list.Items {
+		for _, o := range list.Items[i].OwnerReferences {
+			if o.UID == uid {
+				return &list.Items[i]
+			}
+		}
+	}
+	return nil
+}
+
+func hasCondition(wl *kueuev1beta2.Workload, t string) bool {
+	return wl != nil && apimeta.IsStatusConditionTrue(wl.Status.Conditions, t)
+}
+
+// pods lists job's pods that have not finished.
+func runningPods(job string) []corev1.Pod {
+	var list corev1.PodList
+	ExpectWithOffset(1, k8sClient.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: job})).To(Succeed())
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func finished(job string, condition string) func(g Gomega) {
+	return func(g Gomega) {
+		j := getJob(job)
+		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, condition)).To(BeTrue(), "condition %s of %s", condition, job)
+	}
+}
+
+var _ = Describe("IndexedBatchJob queued by Kueue", func() {
+	It("is created suspended and runs once Kueue admits its Workload, with the flavor's node selector and tolerations", func() {
+		cq := makeQueues(3, false)
+		job := queuedJob("admitted", 4, 2).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		// The webhook's answer: stored suspended.
+		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeTrue(), "created suspended")
+		k := startKubelet("admitted", holding())
+
+		By("one PodSet, count = parallelism, with the template's requests")
+		var wl *kueuev1beta2.Workload
+		Eventually(func(g Gomega) {
+			wl = workloadOf(g, "admitted")
+			g.Expect(wl).NotTo(BeNil())
+		}, timeout).Should(Succeed())
+		Expect(wl.Spec.PodSets).To(HaveLen(1))
+		Expect(wl.Spec.PodSets[0].Count).To(Equal(int32(2)))
+		Expect(wl.Spec.PodSets[0].Template.Spec.Containers[0].Resources.Requests.Cpu().String()).To(Equal("1"))
+		Expect(wl.Spec.QueueName).To(Equal(kueuev1beta2.LocalQueueName("queue")))
+
+		By("no LocalQueue yet: not admitted, no pod")
+		Consistently(func(g Gomega) {
+			g.Expect(ptr.Deref(getJob("admitted").Spec.Suspend, false)).To(BeTrue())
+			g.Expect(runningPods("admitted")).To(BeEmpty())
+		}, 2*time.Second).Should(Succeed())
+
+		By("the LocalQueue: admitted, started on the flavor")
+		makeLocalQueue(cq)
+		Eventually(func(g Gomega) {
+			j := getJob("admitted")
+			g.Expect(ptr.Deref(j.Spec.Suspend, true)).To(BeFalse())
+			g.Expect(j.Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue(flavorNodeLabel, cq))
+			g.Expect(j.Spec.Template.Spec.Tolerations).To(ContainElement(flavorToleration))
+		}, timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			pods := runningPods("admitted")
+			g.Expect(pods).NotTo(BeEmpty())
+			g.Expect(pods[0].Spec.NodeSelector).To(HaveKeyWithValue(flavorNodeLabel, cq))
+			g.Expect(pods[0].Spec.Tolerations).To(ContainElement(flavorToleration))
+		}, timeout).Should(Succeed())
+
+		Eventually(finished("admitted", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		j := getJob("admitted")
+		Expect(j.Status.Succeeded).To(Equal(int32(4)))
+		Expect(j.Status.Failed).To(Equal(int32(0)))
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 2))
+		Eventually(func(g Gomega) {
+			g.Expect(hasCondition(workloadOf(g, "admitted"), kueuev1beta2.WorkloadFinished)).To(BeTrue())
+		}, timeout).Should(Succeed())
+	})
+
+	It("queues a second job until the first gives its quota back, index by index (reclaimable pods)", func() {
+		makeQueues(2, true)
+		first := holding(0, 1, 2)
+		startKubelet("first", first)
+		startKubelet("second", holding())
+		Expect(k8sClient.Create(ctx, queuedJob("first", 3, 2).Obj())).To(Succeed())
+		Eventually(func() []corev1.Pod { return runningPods("first") }, timeout).Should(HaveLen(2))
+
+		By("the second job waits for quota, suspended")
+		Expect(k8sClient.Create(ctx, queuedJob("second", 1, 1).Obj())).To(Succeed())
+		Eventually(func(g Gomega) {
+			wl := workloadOf(g, "second")
+			g.Expect(wl).NotTo(BeNil())
+			c := apimeta.FindStatusCondition(wl.Status.Conditions, kueuev1beta2.WorkloadQuotaReserved)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		}, timeout).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(ptr.Deref(getJob("second").Spec.Suspend, false)).To(BeTrue())
+			g.Expect(runningPods("second")).To(BeEmpty())
+		}, 2*time.Second).Should(Succeed())
+
+		By("indexes 0 and 1 finish: one index left for a parallelism of 2, one pod's quota given back")
+		first.open(0, 1)
+		Eventually(func(g Gomega) {
+			g.Expect(workloadOf(g, "first").Status.ReclaimablePods).To(Equal([]kueuev1beta2.ReclaimablePod{{Name: kueuev1beta2.DefaultPodSetName, Count: 1}}))
+		}, timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(ptr.Deref(getJob("second").Spec.Suspend, true)).To(BeFalse())
+		}, timeout).Should(Succeed())
+		// The first job's last index still runs beside the second job.
+		Expect(getJob("first").Status.CompletedIndexes).To(Equal("0,1"))
+		Expect(runningPods("first")).To(HaveLen(1))
+
+		Eventually(finished("second", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		first.open(2)
+		Eventually(finished("first", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Expect(getJob("first").Status.Succeeded).To(Equal(int32(3)))
+	})
+
+	It("runs with a smaller parallelism when Kueue admits it partially", func() {
+		makeQueues(3, true)
+		g := holding(0, 1, 2, 3, 4)
+		k := startKubelet("partial", g)
+		job := queuedJob("partial", 5, 5).Annotation(ibjkueue.MinParallelismAnnotation, "2").Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			j := getJob("partial")
+			g.Expect(ptr.Deref(j.Spec.Suspend, true)).To(BeFalse())
+			g.Expect(ptr.Deref(j.Spec.Parallelism, 0)).To(Equal(int32(3)))
+		}, timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			wl := workloadOf(g, "partial")
+			g.Expect(wl.Status.Admission).NotTo(BeNil())
+			g.Expect(ptr.Deref(wl.Status.Admission.PodSetAssignments[0].Count, 0)).To(Equal(int32(3)))
+		}, timeout).Should(Succeed())
+		Eventually(func() []corev1.Pod { return runningPods("partial") }, timeout).Should(HaveLen(3))
+		Consistently(func() []corev1.Pod { return runningPods("partial") }, time.Second).Should(HaveLen(3))
+
+		g.open(0, 1, 2, 3, 4)
+		Eventually(finished("partial", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Expect(getJob("partial").Status.Succeeded).To(Equal(int32(5)))
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 3))
+	})
+
+	It("is preempted by a higher-priority job: suspended, pods deleted uncounted, template restored, resumed later with exact counts", func() {
+		cq := makeQueues(2, true)
+		for name, value := range map[string]int32{fmt.Sprintf("low-%d", spec): 10, fmt.Sprintf("high-%d", spec): 100} {
+			Expect(k8sClient.Create(ctx, &kueuev1beta2.WorkloadPriorityClass{
+				ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value,
+			})).To(Succeed())
+		}
+		low := holding(1, 2, 3)
+		lowKubelet := startKubelet("low", low)
+		startKubelet("high", holding())
+		lowJob := queuedJob("low", 4, 2).Label(priorityClassLabel, fmt.Sprintf("low-%d", spec)).Obj()
+		Expect(k8sClient.Create(ctx, lowJob)).To(Succeed())
+		Eventually(func(g Gomega) {
+			j := getJob("low")
+			g.Expect(j.Status.Succeeded).To(Equal(int32(1)))
+			g.Expect(j.Status.Active).To(Equal(int32(2)))
+		}, timeout).Should(Succeed())
+		Expect(getJob("low").Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue(flavorNodeLabel, cq))
+
+		By("a higher-priority job takes the quota")
+		highJob := queuedJob("high", 2, 2).Label(priorityClassLabel, fmt.Sprintf("high-%d", spec)).Obj()
+		Expect(k8sClient.Create(ctx, highJob)).To(Succeed())
+		Eventually(func(g Gomega) {
+			j := getJob("low")
+			g.Expect(ptr.Deref(j.Spec.Suspend, false)).To(BeTrue())
+			g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionSuspended)).To(BeTrue())
+			g.Expect(j.Status.Active).To(BeZero())
+			g.Expect(j.Status.StartTime).To(BeNil())
+			// What admission added is gone again.
+			g.Expect(j.Spec.Template.Spec.NodeSelector).NotTo(HaveKey(flavorNodeLabel))
+			g.Expect(j.Spec.Template.Spec.Tolerations).NotTo(ContainElement(flavorToleration))
+		}, timeout).Should(Succeed())
+		j := getJob("low")
+		Expect(j.Status.Failed).To(BeZero(), "pods deleted by the preemption are not failures")
+		Expect(j.Status.Succeeded).To(Equal(int32(1)))
+		Expect(j.Status.CompletedIndexes).To(Equal("0"))
+		Eventually(func(g Gomega) {
+			g.Expect(hasCondition(workloadOf(g, "low"), kueuev1beta2.WorkloadEvicted)).To(BeTrue())
+		}, timeout).Should(Succeed())
+
+		By("the higher-priority job finishes, the preempted one is admitted again and resumes")
+		Eventually(finished("high", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(ptr.Deref(getJob("low").Spec.Suspend, true)).To(BeFalse())
+		}, timeout).Should(Succeed())
+		low.open(1, 2, 3)
+		Eventually(finished("low", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		j = getJob("low")
+		Expect(j.Status.Succeeded).To(Equal(int32(4)))
+		Expect(j.Status.Failed).To(BeZero())
+		Expect(j.Status.CompletedIndexes).To(Equal("0-3"))
+		Expect(lowKubelet.RunsOf(0)).To(Equal(1), "a finished index does not run again")
+		Expect(lowKubelet.Doubles()).To(BeEmpty(), "no index ran twice at once")
+	})
+
+	It("leaves a job managed by MultiKueue to MultiKueue", func() {
+		makeQueues(2, true)
+		job := queuedJob("remote", 2, 2).ManagedBy(kueuev1beta2.MultiKueueControllerName).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeTrue(), "created suspended")
+		// Admitted here, so Kueue unsuspends it: MultiKueue would run it on
+		// a worker cluster; this operator creates nothing.
+		Eventually(func(g Gomega) {
+			g.Expect(hasCondition(workloadOf(g, "remote"), kueuev1beta2.WorkloadAdmitted)).To(BeTrue())
+			g.Expect(ptr.Deref(getJob("remote").Spec.Suspend, true)).To(BeFalse())
+		}, timeout).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(runningPods("remote")).To(BeEmpty())
+			g.Expect(getJob("remote").Status.StartTime).To(BeNil())
+		}, 3*time.Second).Should(Succeed())
+	})
+
+	It("creates a job without a queue name as it is, and Kueue leaves it alone", func() {
+		job := utils.MakeIndexedBatchJob("plain", ns).Completions(1).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeFalse())
+		startKubelet("plain", holding())
+		Eventually(finished("plain", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Consistently(func(g Gomega) { g.Expect(workloadOf(g, "plain")).To(BeNil()) }, time.Second).Should(Succeed())
+	})
+})
+
+// dumpNamespace prints what a failed spec left behind.
+func dumpNamespace(ns string) {
+	c := context.Background()
+	var jobs ibjv1.IndexedBatchJobList
+	_ = k8sClient.List(c, &jobs, client.InNamespace(ns))
+	for _, j := range jobs.Items {
+		GinkgoWriter.Printf("job %s: suspend=%v parallelism=%v spec.template.nodeSelector=%v status=%+v\n",
+			j.Name, ptr.Deref(j.Spec.Suspend, false), ptr.Deref(j.Spec.Parallelism, 0), j.Spec.Template.Spec.NodeSelector, j.Status)
+	}
+	var wls kueuev1beta2.WorkloadList
+	_ = k8sClient.List(c, &wls, client.InNamespace(ns))
+	for _, w := range wls.Items {
+		GinkgoWriter.Printf("workload %s: conditions=%+v admission=%+v reclaimable=%+v\n", w.Name, w.Status.Conditions, w.Status.Admission, w.Status.ReclaimablePods)
+	}
+	var pods corev1.PodList
+	_ = k8sClient.List(c, &pods, client.InNamespace(ns))
+	for _, p := range pods.Items {
+		GinkgoWriter.Printf("pod %s: phase=%s deleting=%v\n", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
+	}
+}
