@@ -72,7 +72,8 @@ func main() {
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
-	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max, "Cap of the replacement delay.")
+	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
+		"Cap of the replacement delay.")
 	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -104,7 +105,8 @@ func main() {
 	}
 
 	if qps <= 0 || burst < 1 || throttleTick < 0 {
-		setupLog.Error(nil, "--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
+		setupLog.Error(nil,
+			"--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
 			"qps", qps, "burst", burst, "throttleTick", throttleTick)
 		os.Exit(1)
 	}
