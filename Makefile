@@ -34,6 +34,22 @@ manifests: ## Generate the CRD (with the CEL rules controller-gen cannot place) 
 generate: ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
+.PHONY: golangci-lint
+golangci-lint: ## Install the pinned golangci-lint into bin/ (once; several minutes on 2 cores).
+	@test -x "$(GOLANGCI_LINT)" || command -v "$(GOLANGCI_LINT)" >/dev/null || \
+	  GOBIN=$(dir $(GOLANGCI_LINT)) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (.golangci.yml, kubebuilder's linters).
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: lint-fix
+lint-fix: golangci-lint ## Run golangci-lint and apply the fixes it can.
+	$(GOLANGCI_LINT) run --fix ./...
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -180,6 +196,39 @@ helm: ## Install the pinned Helm into bin/ (once; about 5 minutes on 2 cores).
 .PHONY: kubectl
 kubectl: ## Build the pinned kubectl into bin/ if missing (unless KUBECTL is overridden).
 	@if [ "$(KUBECTL)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)/kubectl" ]; then hack/build-controlplane.sh kubectl; fi
+
+##@ Release
+
+# Where the release's install.yaml, chart and image point.
+IMAGE_REPO ?= ghcr.io/indexed-batch-job/indexed-batch-job
+RELEASE_DIR ?= dist/release
+
+.PHONY: release
+release: override IMG = $(IMAGE_REPO):$(VERSION)
+release: manifests kustomize helm ## Write release VERSION (vX.Y.Z) into RELEASE_DIR: install.yaml and chart pinned to IMAGE_REPO:VERSION, the image layout, kubectl-ibj archives, SHA256SUMS.
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "usage: make release VERSION=vX.Y.Z (got $(VERSION))"; exit 1; }
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@echo "install.yaml with image $(IMAGE_REPO):$(VERSION)"
+	@$(kustomize-default) > $(RELEASE_DIR)/install.yaml
+	@grep -q "image: $(IMAGE_REPO):$(VERSION)$$" $(RELEASE_DIR)/install.yaml
+	@echo "the Helm chart, version $(VERSION:v%=%), image $(IMAGE_REPO):$(VERSION) by default"
+	@chart=$$(mktemp -d); trap 'rm -rf "$$chart"' EXIT; cp -r $(CHART) "$$chart/"; \
+	  sed -i 's|^  repository: indexed-batch-job$$|  repository: $(IMAGE_REPO)|' "$$chart/$(notdir $(CHART))/values.yaml"; \
+	  grep -q '^  repository: $(IMAGE_REPO)$$' "$$chart/$(notdir $(CHART))/values.yaml"; \
+	  $(HELM) package "$$chart/$(notdir $(CHART))" --version $(VERSION:v%=%) --app-version $(VERSION) --destination $(RELEASE_DIR)
+	$(MAKE) --no-print-directory image VERSION=$(VERSION) IMAGE_DIR=dist/.image/release
+	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	  -C dist/.image/release -cf $(RELEASE_DIR)/indexed-batch-job-image-$(VERSION).oci.tar .
+	hack/krew/release.sh $(VERSION)
+	cp dist/krew/* $(RELEASE_DIR)/
+	cp CHANGELOG.md $(RELEASE_DIR)/
+	cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS
+	@echo "wrote $(RELEASE_DIR):"; ls -l $(RELEASE_DIR)
+
+.PHONY: test-release
+test-release: ## Make a release (VERSION=v0.0.0-test unless given) and check what it wrote.
+	$(MAKE) --no-print-directory release VERSION=$(if $(filter v0.0.0-dev,$(VERSION)),v0.0.0-test,$(VERSION))
+	HELM=$(HELM) hack/check-release.sh $(RELEASE_DIR) $(IMAGE_REPO) $(if $(filter v0.0.0-dev,$(VERSION)),v0.0.0-test,$(VERSION))
 
 ##@ Demo and end-to-end
 
