@@ -112,11 +112,12 @@ image: ## Build the manager's OCI image (IMAGE_PLATFORMS, tag VERSION) into IMAG
 	  $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(CURDIR)/dist/.image/manager-$(subst /,-,$(p)))
 
 .PHONY: test-image
-test-image: image controlplane kwok ## Check the image (twice built, one digest), its layout, and run its entrypoint as nonroot on a read-only root as a kwok cluster's operator (needs root).
+test-image: image controlplane kwok ## Check the image (twice built, one digest; pushed with crane to a local registry), its layout, and run its entrypoint as nonroot on a read-only root as a kwok cluster's operator (needs root).
 	$(MAKE) --no-print-directory image IMAGE_DIR=dist/.image/again
 	@cmp -s $(IMAGE_DIR)/index.json dist/.image/again/index.json || \
 	  { echo "two builds of one commit gave two image digests"; diff $(IMAGE_DIR)/index.json dist/.image/again/index.json; exit 1; }
 	@echo "two builds, one digest: $$(grep -o 'sha256:[0-9a-f]*' $(IMAGE_DIR)/index.json)"
+	hack/test-image-push.sh $(CURDIR)/$(IMAGE_DIR)
 	IBJ_IMAGE=$(CURDIR)/$(IMAGE_DIR) go test -count=1 -v ./test/image
 
 .PHONY: image-push
