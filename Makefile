@@ -97,7 +97,9 @@ docker-build: ## Build the manager image with a Docker engine (make image needs 
 VERSION ?= v0.0.0-dev
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 IMAGE_DIR ?= dist/image
-SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+ifndef SOURCE_DATE_EPOCH
+SOURCE_DATE_EPOCH := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
 CRANE ?= go tool -modfile=hack/tools/go.mod crane
 
 .PHONY: image
@@ -113,7 +115,7 @@ image: ## Build the manager's OCI image (IMAGE_PLATFORMS, tag VERSION) into IMAG
 
 .PHONY: test-image
 test-image: image controlplane kwok ## Check the image (twice built, one digest; pushed with crane to a local registry), its layout, and run its entrypoint as nonroot on a read-only root as a kwok cluster's operator (needs root).
-	$(MAKE) --no-print-directory image IMAGE_DIR=dist/.image/again
+	$(MAKE) --no-print-directory image IMAGE_DIR=dist/.image/again SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH)
 	@cmp -s $(IMAGE_DIR)/index.json dist/.image/again/index.json || \
 	  { echo "two builds of one commit gave two image digests"; diff $(IMAGE_DIR)/index.json dist/.image/again/index.json; exit 1; }
 	@echo "two builds, one digest: $$(grep -o 'sha256:[0-9a-f]*' $(IMAGE_DIR)/index.json)"
@@ -217,7 +219,7 @@ release: manifests kustomize helm ## Write release VERSION (vX.Y.Z) into RELEASE
 	  sed -i 's|^  repository: indexed-batch-job$$|  repository: $(IMAGE_REPO)|' "$$chart/$(notdir $(CHART))/values.yaml"; \
 	  grep -q '^  repository: $(IMAGE_REPO)$$' "$$chart/$(notdir $(CHART))/values.yaml"; \
 	  $(HELM) package "$$chart/$(notdir $(CHART))" --version $(VERSION:v%=%) --app-version $(VERSION) --destination $(RELEASE_DIR)
-	$(MAKE) --no-print-directory image VERSION=$(VERSION) IMAGE_DIR=dist/.image/release
+	$(MAKE) --no-print-directory image VERSION=$(VERSION) IMAGE_DIR=dist/.image/release SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH)
 	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
 	  -C dist/.image/release -cf $(RELEASE_DIR)/indexed-batch-job-image-$(VERSION).oci.tar .
 	hack/krew/release.sh $(VERSION)
