@@ -23,12 +23,12 @@ for v in "${versions[@]}"; do
   export KUBEBUILDER_ASSETS=$root/bin/k8s/$v IBJ_K8S_VERSION=$v
 
   step "$v: CRD validation suite and floor test"
-  go test -count=1 -timeout 20m ./test/integration/validation ./test/integration/compat
+  go test -count=1 -timeout 20m -v ./test/integration/validation ./test/integration/compat
 
   step "$v: e2e seed example (the operator binary on kwok)"
   # The suite builds the operator itself; --fail-on-empty keeps a renamed
   # label from passing with no spec run.
-  IBJ_E2E=1 go test -count=1 -timeout 15m ./test/e2e -ginkgo.label-filter=seed -ginkgo.fail-on-empty -ginkgo.v
+  IBJ_E2E=1 go test -count=1 -timeout 15m -v ./test/e2e -ginkgo.label-filter=seed -ginkgo.fail-on-empty -ginkgo.v
 done
 
 if [ -n "$below" ]; then
