@@ -185,10 +185,13 @@ COMPAT_VERSIONS ?= v1.33.13 $(K8S_VERSION)
 # One minor below the oldest supported, where the CRD must be refused (empty
 # skips it).
 COMPAT_BELOW ?= v1.32.13
+# COMPAT_FULL=1: every integration suite and the whole e2e suite at each
+# version, instead of the validation suite and the seed example.
+COMPAT_FULL ?=
 
 .PHONY: test-compat
 test-compat: kwok ## Run the CRD validation suite and the e2e seed example against each of COMPAT_VERSIONS, and check that COMPAT_BELOW refuses the CRD.
-	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_BELOW="$(COMPAT_BELOW)" hack/test-compat.sh
+	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_BELOW="$(COMPAT_BELOW)" COMPAT_FULL="$(COMPAT_FULL)" hack/test-compat.sh
 
 ##@ Benchmarks
 
