@@ -265,6 +265,23 @@ demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the modu
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
 	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 30m ./test/e2e -v -ginkgo.v
 
+##@ Supported Kubernetes versions
+
+# The supported-versions matrix: the oldest supported kube-apiserver and the
+# newest (K8S_VERSION). Each builds from the hack/controlplane*/ module that
+# requires its k8s.io/kubernetes, into bin/k8s/<version>/.
+COMPAT_VERSIONS ?= v1.33.13 $(K8S_VERSION)
+# One minor below the oldest supported, where the CRD must be refused (empty
+# skips it).
+COMPAT_BELOW ?= v1.32.13
+# COMPAT_FULL=1: every integration suite and the whole e2e suite at each
+# version, instead of the validation suite and the seed example.
+COMPAT_FULL ?=
+
+.PHONY: test-compat
+test-compat: kwok ## Run the CRD validation suite and the e2e seed example against each of COMPAT_VERSIONS, and check that COMPAT_BELOW refuses the CRD.
+	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_BELOW="$(COMPAT_BELOW)" COMPAT_FULL="$(COMPAT_FULL)" hack/test-compat.sh
+
 ##@ Benchmarks
 
 # BENCH_QUICK=1: only the 1,000-index workload, once, into bin/bench-quick
