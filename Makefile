@@ -34,6 +34,22 @@ manifests: ## Generate the CRD (with the CEL rules controller-gen cannot place) 
 generate: ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
+.PHONY: golangci-lint
+golangci-lint: ## Install the pinned golangci-lint into bin/ (once; several minutes on 2 cores).
+	@test -x "$(GOLANGCI_LINT)" || command -v "$(GOLANGCI_LINT)" >/dev/null || \
+	  GOBIN=$(dir $(GOLANGCI_LINT)) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (.golangci.yml, kubebuilder's linters).
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: lint-fix
+lint-fix: golangci-lint ## Run golangci-lint and apply the fixes it can.
+	$(GOLANGCI_LINT) run --fix ./...
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -79,8 +95,44 @@ run: manifests generate ## Run the controller against the cluster in ~/.kube/con
 	go run ./cmd
 
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a Docker engine).
+docker-build: ## Build the manager image with a Docker engine (make image needs none).
 	docker build -t $(IMG) .
+
+# The image: a static manager per platform, assembled as an OCI image layout
+# by hack/tools/image (go-containerregistry) with every timestamp set to the
+# commit's time, so that two builds of one commit have one digest.
+VERSION ?= v0.0.0-dev
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_DIR ?= dist/image
+ifndef SOURCE_DATE_EPOCH
+SOURCE_DATE_EPOCH := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
+CRANE ?= go tool -modfile=hack/tools/go.mod crane
+
+.PHONY: image
+image: ## Build the manager's OCI image (IMAGE_PLATFORMS, tag VERSION) into IMAGE_DIR, with no container engine or registry.
+	@mkdir -p dist/.image
+	@for p in $(IMAGE_PLATFORMS); do \
+	  echo "go build ./cmd for $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -buildvcs=false -ldflags="-s -w" \
+	    -o dist/.image/manager-$${p%/*}-$${p#*/} ./cmd; \
+	done
+	cd hack/tools && go run ./image -out $(CURDIR)/$(IMAGE_DIR) -tag $(VERSION) -created $(SOURCE_DATE_EPOCH) \
+	  $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(CURDIR)/dist/.image/manager-$(subst /,-,$(p)))
+
+.PHONY: test-image
+test-image: image controlplane kwok ## Check the image (twice built, one digest; pushed with crane to a local registry), its layout, and run its entrypoint as nonroot on a read-only root as a kwok cluster's operator (needs root).
+	$(MAKE) --no-print-directory image IMAGE_DIR=dist/.image/again SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH)
+	@cmp -s $(IMAGE_DIR)/index.json dist/.image/again/index.json || \
+	  { echo "two builds of one commit gave two image digests"; diff $(IMAGE_DIR)/index.json dist/.image/again/index.json; exit 1; }
+	@echo "two builds, one digest: $$(grep -o 'sha256:[0-9a-f]*' $(IMAGE_DIR)/index.json)"
+	hack/test-image-push.sh $(CURDIR)/$(IMAGE_DIR)
+	IBJ_IMAGE=$(CURDIR)/$(IMAGE_DIR) go test -count=1 -v ./test/image
+
+.PHONY: image-push
+image-push: ## Push the image in IMAGE_DIR to IMG with crane (credentials from ~/.docker/config.json).
+	@test -f $(IMAGE_DIR)/index.json || { echo "no image in $(IMAGE_DIR): run make image"; exit 1; }
+	$(CRANE) push $(IMAGE_DIR) $(IMG)
 
 ##@ Deployment
 
@@ -98,8 +150,7 @@ INSTALL_CONFIG ?= config/default
 
 # INSTALL_CONFIG with the manager image set to IMG, built through a throwaway
 # overlay under dist/ so that no tracked file is edited (config/manager names
-# the image indexed-batch-job:latest, which the overlay replaces). The CRD is
-# too big for client-side apply's last-applied annotation: apply server-side.
+# the image indexed-batch-job:latest, which the overlay replaces).
 define kustomize-default
 overlay=$$(mkdir -p dist && mktemp -d dist/.overlay.XXXXXX); trap 'rm -rf "$$overlay"' EXIT; \
 (cd "$$overlay" && $(KUSTOMIZE) create --resources ../../$(INSTALL_CONFIG) && $(KUSTOMIZE) edit set image indexed-batch-job=$(IMG)); \
@@ -109,11 +160,11 @@ endef
 .PHONY: build-installer
 build-installer: manifests kustomize ## Write dist/install.yaml (CRD, RBAC, manager, metrics and webhook Services, webhook configurations) with the image IMG.
 	@$(kustomize-default) > dist/install.yaml
-	@echo "wrote dist/install.yaml with image $(IMG); apply it with: kubectl apply --server-side -f dist/install.yaml"
+	@echo "wrote dist/install.yaml with image $(IMG); apply it with: kubectl apply -f dist/install.yaml"
 
 .PHONY: install
 install: manifests kustomize kubectl ## Install the CRD into the cluster of the current kubeconfig.
-	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply -f -
 
 .PHONY: uninstall
 uninstall: manifests kustomize kubectl ## Remove the CRD, and with it every IndexedBatchJob. ignore-not-found=true ignores missing objects.
@@ -121,7 +172,7 @@ uninstall: manifests kustomize kubectl ## Remove the CRD, and with it every Inde
 
 .PHONY: deploy
 deploy: manifests kustomize kubectl ## Deploy the operator (INSTALL_CONFIG, default config/default; image IMG) to the cluster of the current kubeconfig.
-	$(kustomize-default) | $(KUBECTL) apply --server-side -f -
+	$(kustomize-default) | $(KUBECTL) apply -f -
 
 .PHONY: undeploy
 undeploy: kustomize kubectl ## Remove what deploy created, the CRD included. ignore-not-found=true ignores missing objects.
@@ -156,6 +207,39 @@ helm: ## Install the pinned Helm into bin/ (once; about 5 minutes on 2 cores).
 kubectl: ## Build the pinned kubectl into bin/ if missing (unless KUBECTL is overridden).
 	@if [ "$(KUBECTL)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)/kubectl" ]; then hack/build-controlplane.sh kubectl; fi
 
+##@ Release
+
+# Where the release's install.yaml, chart and image point.
+IMAGE_REPO ?= ghcr.io/indexed-batch-job/indexed-batch-job
+RELEASE_DIR ?= dist/release
+
+.PHONY: release
+release: override IMG = $(IMAGE_REPO):$(VERSION)
+release: manifests kustomize helm ## Write release VERSION (vX.Y.Z) into RELEASE_DIR: install.yaml and chart pinned to IMAGE_REPO:VERSION, the image layout, kubectl-ibj archives, SHA256SUMS.
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "usage: make release VERSION=vX.Y.Z (got $(VERSION))"; exit 1; }
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	@echo "install.yaml with image $(IMAGE_REPO):$(VERSION)"
+	@$(kustomize-default) > $(RELEASE_DIR)/install.yaml
+	@grep -q "image: $(IMAGE_REPO):$(VERSION)$$" $(RELEASE_DIR)/install.yaml
+	@echo "the Helm chart, version $(VERSION:v%=%), image $(IMAGE_REPO):$(VERSION) by default"
+	@chart=$$(mktemp -d); trap 'rm -rf "$$chart"' EXIT; cp -r $(CHART) "$$chart/"; \
+	  sed -i 's|^  repository: indexed-batch-job$$|  repository: $(IMAGE_REPO)|' "$$chart/$(notdir $(CHART))/values.yaml"; \
+	  grep -q '^  repository: $(IMAGE_REPO)$$' "$$chart/$(notdir $(CHART))/values.yaml"; \
+	  $(HELM) package "$$chart/$(notdir $(CHART))" --version $(VERSION:v%=%) --app-version $(VERSION) --destination $(RELEASE_DIR)
+	$(MAKE) --no-print-directory image VERSION=$(VERSION) IMAGE_DIR=dist/.image/release SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH)
+	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	  -C dist/.image/release -cf $(RELEASE_DIR)/indexed-batch-job-image-$(VERSION).oci.tar .
+	hack/krew/release.sh $(VERSION)
+	cp dist/krew/* $(RELEASE_DIR)/
+	cp CHANGELOG.md $(RELEASE_DIR)/
+	cd $(RELEASE_DIR) && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS
+	@echo "wrote $(RELEASE_DIR):"; ls -l $(RELEASE_DIR)
+
+.PHONY: test-release
+test-release: ## Make a release (VERSION=v0.0.0-test unless given) and check what it wrote.
+	$(MAKE) --no-print-directory release VERSION=$(if $(filter v0.0.0-dev,$(VERSION)),v0.0.0-test,$(VERSION))
+	HELM=$(HELM) hack/check-release.sh $(RELEASE_DIR) $(IMAGE_REPO) $(if $(filter v0.0.0-dev,$(VERSION)),v0.0.0-test,$(VERSION))
+
 ##@ Demo and end-to-end
 
 KWOK_VERSION ?= v0.8.0
@@ -187,6 +271,23 @@ demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the modu
 .PHONY: test-e2e
 test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
 	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
+
+##@ Supported Kubernetes versions
+
+# The supported-versions matrix: the oldest supported kube-apiserver and the
+# newest (K8S_VERSION). Each builds from the hack/controlplane*/ module that
+# requires its k8s.io/kubernetes, into bin/k8s/<version>/.
+COMPAT_VERSIONS ?= v1.33.13 $(K8S_VERSION)
+# One minor below the oldest supported, where the CRD must be refused (empty
+# skips it).
+COMPAT_BELOW ?= v1.32.13
+# COMPAT_FULL=1: every integration suite and the whole e2e suite at each
+# version, instead of the validation suite and the seed example.
+COMPAT_FULL ?=
+
+.PHONY: test-compat
+test-compat: kwok ## Run the CRD validation suite and the e2e seed example against each of COMPAT_VERSIONS, and check that COMPAT_BELOW refuses the CRD.
+	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" COMPAT_BELOW="$(COMPAT_BELOW)" COMPAT_FULL="$(COMPAT_FULL)" hack/test-compat.sh
 
 ##@ Benchmarks
 

@@ -79,7 +79,8 @@ func main() {
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
-	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max, "Cap of the replacement delay.")
+	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
+		"Cap of the replacement delay.")
 	flag.StringVar(&kueueMode, "kueue", ibjkueue.ModeAuto,
 		"The Kueue integration: auto runs it once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) is served, "+
 			"checked at start and polled after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
@@ -115,7 +116,8 @@ func main() {
 	}
 
 	if qps <= 0 || burst < 1 || throttleTick < 0 {
-		setupLog.Error(nil, "--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
+		setupLog.Error(nil,
+			"--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
 			"qps", qps, "burst", burst, "throttleTick", throttleTick)
 		os.Exit(1)
 	}

@@ -45,12 +45,14 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 			"--webhook-secret-name); external: another component (cert-manager) writes the certificate into "+
 			"--webhook-cert-dir and injects the CA bundle.")
 	fs.StringVar(&f.namespace, "webhook-namespace", "",
-		"Namespace of the webhook's Service and Secret; empty means the pod's own namespace (indexed-batch-job-system out of cluster).")
+		"Namespace of the webhook's Service and Secret; empty means the pod's own namespace "+
+			"(indexed-batch-job-system out of cluster).")
 	fs.StringVar(&f.secretName, "webhook-secret-name", "indexed-batch-job-webhook-server-cert",
 		"The Secret that holds the webhook's CA and certificate (internal certificate management).")
 	fs.StringVar(&f.serviceName, "webhook-service-name", "indexed-batch-job-webhook-service",
 		"The webhook's Service; the certificate is issued for <service>.<namespace>.svc.")
-	fs.StringVar(&f.validatingName, "webhook-validating-configuration", "indexed-batch-job-validating-webhook-configuration",
+	fs.StringVar(&f.validatingName, "webhook-validating-configuration",
+		"indexed-batch-job-validating-webhook-configuration",
 		"The ValidatingWebhookConfiguration whose CA bundle the operator keeps current (internal certificate management).")
 	fs.StringVar(&f.mutatingName, "webhook-mutating-configuration", "indexed-batch-job-mutating-webhook-configuration",
 		"The MutatingWebhookConfiguration whose CA bundle the operator keeps current (internal certificate management).")
@@ -64,8 +66,9 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 // setupWebhook registers the webhooks on the manager's webhook server,
 // started only once its certificates are ready, and, with internal
 // certificate management, the certificate rotator.
-func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config),
-	kq *ibjkueue.Integration) (ibjwebhook.DelayedServer, error) {
+func setupWebhook(
+	mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config), kq *ibjkueue.Integration,
+) (ibjwebhook.DelayedServer, error) {
 	ready := make(chan struct{})
 	switch f.certManagement {
 	case "internal":
@@ -91,7 +94,8 @@ func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsO
 	case "external":
 		close(ready)
 	default:
-		return ibjwebhook.DelayedServer{}, fmt.Errorf("--webhook-cert-management must be internal or external, not %q", f.certManagement)
+		return ibjwebhook.DelayedServer{}, fmt.Errorf(
+			"--webhook-cert-management must be internal or external, not %q", f.certManagement)
 	}
 	dryRun, err := client.New(dryRunCfg, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
@@ -111,11 +115,11 @@ func setupWebhook(mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsO
 	return srv, mgr.Add(srv)
 }
 
-// operatorNamespace is flag if set, else the pod's namespace, else the
+// operatorNamespace is the flag's namespace if set, else the pod's namespace, else the
 // namespace the manifests install into.
-func operatorNamespace(flag string) string {
-	if flag != "" {
-		return flag
+func operatorNamespace(namespace string) string {
+	if namespace != "" {
+		return namespace
 	}
 	if data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
 		if ns := strings.TrimSpace(string(data)); ns != "" {

@@ -4,11 +4,27 @@
 # bin/k8s/<version>/, the directory envtest's KUBEBUILDER_ASSETS points at.
 # A binary already there is kept: the first build takes minutes on 2 cores.
 #
-# usage: hack/build-controlplane.sh [etcd] [kube-apiserver] [kubectl] [kube-controller-manager]
+# K8S_VERSION picks the Kubernetes version (default v1.36.3, the newest
+# supported); the module that builds it is the hack/controlplane*/ whose
+# go.mod requires that k8s.io/kubernetes: hack/controlplane for the newest,
+# hack/controlplane-v1.<minor> for the older ones of the supported-versions
+# matrix (make test-compat). etcd is the same for every version.
+#
+# usage: [K8S_VERSION=v1.X.Y] hack/build-controlplane.sh [etcd] [kube-apiserver] [kubectl] [kube-controller-manager]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-k8s_version=v1.36.3  # keep in step with hack/controlplane/go.mod
+k8s_version=${K8S_VERSION:-v1.36.3}  # the default: keep in step with hack/controlplane/go.mod
+module=
+for mod in "$root"/hack/controlplane*/go.mod; do
+  if grep -qE "^[[:space:]]*k8s.io/kubernetes $k8s_version\$" "$mod"; then
+    module=$(dirname "$mod")
+  fi
+done
+if [ -z "$module" ]; then
+  echo "no hack/controlplane*/go.mod requires k8s.io/kubernetes $k8s_version" >&2
+  exit 2
+fi
 out="$root/bin/k8s/$k8s_version"
 mkdir -p "$out"
 
@@ -34,7 +50,10 @@ for t in "${targets[@]}"; do
     etcd)
       (cd "$root/hack/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" .) ;;
     kube-apiserver|kubectl|kube-controller-manager)
-      (cd "$root/hack/controlplane" && go build -trimpath -ldflags "$ldflags" -o "$out/$t.tmp" "./cmd/$t") ;;
+      if [ ! -d "$module/cmd/$t" ]; then
+        echo "$module does not build $t" >&2; exit 2
+      fi
+      (cd "$module" && go build -trimpath -ldflags "$ldflags" -o "$out/$t.tmp" "./cmd/$t") ;;
     *) echo "unknown control plane binary: $t" >&2; exit 2 ;;
   esac
   mv "$out/$t.tmp" "$out/$t"

@@ -20,7 +20,8 @@ func main() {
 	flags := pflag.NewFlagSet("kubectl-ibj", pflag.ExitOnError)
 	pflag.CommandLine = flags
 
-	root := kubectlibj.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, clock.RealClock{})
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	root := kubectlibj.NewCommand(streams, clock.RealClock{})
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

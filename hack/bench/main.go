@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/go-logr/logr"
 	"log"
 	"net/http"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -461,10 +461,10 @@ func compress(xs []int) string {
 		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
 			j++
 		}
-		switch {
-		case j == i:
+		switch j {
+		case i:
 			parts = append(parts, strconv.Itoa(xs[i]))
-		case j == i+1:
+		case i + 1:
 			parts = append(parts, strconv.Itoa(xs[i]), strconv.Itoa(xs[j]))
 		default:
 			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))

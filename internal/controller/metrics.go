@@ -25,7 +25,7 @@ var (
 	podsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "indexedbatchjob_pods_creation_total",
 		Help: "Pods created, by reason (new: first pod of an index; retry: replacement of a failed pod) and status (succeeded, failed).",
-	}, []string{"reason", "status"})
+	}, []string{"reason", "status"}) //nolint:goconst // label names read best where they are declared
 	podsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "indexedbatchjob_pods_finished_total",
 		Help: "Finished pods recorded in job status, by result (succeeded, failed).",

@@ -86,7 +86,7 @@ unless --all or a filter asks for rows; -o json and -o yaml list them all.`,
 	return cmd
 }
 
-func (o *indexesOptions) complete(cmd *cobra.Command, args []string) error {
+func (o *indexesOptions) complete(_ *cobra.Command, args []string) error {
 	o.name = args[0]
 	o.outputFormat = *o.printFlags.OutputFormat
 	if o.outputFormat == "name" {
@@ -117,7 +117,7 @@ func (o *indexesOptions) run(ctx context.Context) error {
 	if scan.unindexed > 0 {
 		fmt.Fprintf(o.ErrOut, "Warning: %d pods of job %s have no readable %s label and are left out\n", scan.unindexed, job.Name, ibjv1.CompletionIndexLabel)
 	}
-	table := o.outputFormat == "" || o.outputFormat == "wide"
+	table := o.outputFormat == "" || o.outputFormat == outputWide
 	if table && !o.all && !o.selectedByFilter && selection.Len() > summaryAbove {
 		return o.printSummary(view, selection)
 	}
@@ -141,7 +141,7 @@ func (o *indexesOptions) run(ctx context.Context) error {
 			fmt.Fprintf(o.ErrOut, "No indexes of job %s match.\n", job.Name)
 			return nil
 		}
-		return printTable(o.Out, indexTable(report.Items, view.now), o.outputFormat == "wide")
+		return printTable(o.Out, indexTable(report.Items, view.now), o.outputFormat == outputWide)
 	}
 	printer, err := o.printFlags.ToPrinter()
 	if err != nil {
@@ -219,7 +219,7 @@ func (o *indexesOptions) printSummary(view *jobView, selection indexset.Set) err
 	}
 	fmt.Fprintln(o.Out)
 	shown := s.rows[:min(len(s.rows), summaryRows)]
-	if err := printTable(o.Out, indexTable(shown, view.now), o.outputFormat == "wide"); err != nil {
+	if err := printTable(o.Out, indexTable(shown, view.now), o.outputFormat == outputWide); err != nil {
 		return err
 	}
 	if more := len(s.rows) - len(shown); more > 0 {

@@ -108,7 +108,12 @@ func dashIfEmpty(s string) string {
 	return s
 }
 
+// outputWide is kubectl's -o wide: the table with its wide columns.
+const outputWide = "wide"
+
 // truncate shortens s to at most n bytes, ending in "...".
+//
+//nolint:unparam // the width is each caller's choice, though all pass the same one.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

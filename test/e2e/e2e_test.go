@@ -32,7 +32,7 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 		ns = newNamespace(ctx)
 	})
 
-	It("runs the seed's per-index example from config/samples to its exact final status", func() {
+	It("runs the seed's per-index example from config/samples to its exact final status", Label("seed"), func() {
 		const job = "per-index"
 		w := watchPods(ns, job)
 		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")

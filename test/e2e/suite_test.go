@@ -27,6 +27,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 var (
@@ -80,6 +81,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	// Two operators at once serve the webhook in the leader failover spec.
 	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, WebhookReplicas: 2, Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
+	version, err := utils.CheckServerVersion(cluster.Config)
+	Expect(err).NotTo(HaveOccurred())
+	By("running against kube-apiserver " + version)
 	k8sClient, err = client.New(cluster.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 

@@ -85,10 +85,10 @@ func Intervals(set []bool) string {
 		for j+1 < len(set) && set[j+1] {
 			j++
 		}
-		switch {
-		case j == i:
+		switch j {
+		case i:
 			parts = append(parts, strconv.Itoa(i))
-		case j == i+1:
+		case i + 1:
 			parts = append(parts, strconv.Itoa(i), strconv.Itoa(j))
 		default:
 			parts = append(parts, fmt.Sprintf("%d-%d", i, j))

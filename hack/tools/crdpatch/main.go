@@ -150,6 +150,17 @@ func patchSpec(spec obj) error {
 	// template.spec without has(): require it, as upstream's pod validation does.
 	mustObj(props, "template")["required"] = []any{"spec"}
 
+	// The pod template's field descriptions are the Pod API's own, which
+	// `kubectl explain pod.spec` already gives, and they are most of the CRD:
+	// with them its JSON exceeds the 256 KiB that client-side `kubectl apply`
+	// can store in its last-applied annotation. Keep the descriptions of the
+	// template, its metadata and spec themselves, drop those of their fields.
+	for _, part := range mustObj(props, "template", "properties") {
+		for _, field := range mustObj(part.(obj), "properties") {
+			dropDescriptions(field.(obj))
+		}
+	}
+
 	// Rules across fields, which must live on spec.
 	spec["x-kubernetes-validations"] = append(existing(spec),
 		validations(
@@ -169,6 +180,36 @@ func patchSpec(spec obj) error {
 // both objects or set to the same value in both.
 func fieldEqual(newPath, oldPath, hasNew, hasOld string) string {
 	return fmt.Sprintf("(%[3]s ? %[4]s && %[1]s == %[2]s : !%[4]s)", newPath, oldPath, hasNew, hasOld)
+}
+
+// dropDescriptions removes the description of a schema and of every schema
+// nested in it. It walks only the keywords that hold schemas, so a property
+// that happened to be named "description" would keep its schema.
+func dropDescriptions(schema obj) {
+	delete(schema, "description")
+	for _, key := range []string{"items", "additionalProperties", "not"} {
+		if sub, ok := schema[key].(obj); ok {
+			dropDescriptions(sub)
+		}
+	}
+	for _, key := range []string{"properties", "patternProperties", "definitions"} {
+		if subs, ok := schema[key].(obj); ok {
+			for _, sub := range subs {
+				if sub, ok := sub.(obj); ok {
+					dropDescriptions(sub)
+				}
+			}
+		}
+	}
+	for _, key := range []string{"allOf", "anyOf", "oneOf"} {
+		if subs, ok := schema[key].([]any); ok {
+			for _, sub := range subs {
+				if sub, ok := sub.(obj); ok {
+					dropDescriptions(sub)
+				}
+			}
+		}
+	}
 }
 
 // indexListRules are the rules of a list of indexes in the syntax of

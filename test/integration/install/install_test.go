@@ -169,6 +169,18 @@ func webhookCertificate(ctx context.Context) (*corev1.Secret, [][]byte) {
 	return secret, bundles
 }
 
+// deleteCRD deletes the IndexedBatchJob CRD and waits until it is gone.
+func deleteCRD(ctx context.Context) {
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	crd.SetName(crdName)
+	Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, crd))).To(Succeed())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Name: crdName}, crd))
+	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "the CRD should be gone")
+}
+
 // restrictedNamespace creates a namespace enforcing the restricted standard.
 func restrictedNamespace(ctx context.Context, name string) {
 	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -308,11 +320,23 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Expect(crd.GetAnnotations()).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
 	})
 
-	It("applies dist/install.yaml, whose manager the restricted Pod Security Standard admits", func() {
+	It("applies dist/install.yaml with a plain client-side kubectl apply, whose manager the restricted Pod Security Standard admits", func() {
+		By("deleting the CRD the Helm release kept, so that install.yaml creates it as on a new cluster")
+		deleteCRD(ctx)
+
 		install := writeFile("install.yaml", kustomizeBuild("", "config/default"))
-		_, stderr, err := runErr(root, kubectlBin, "--kubeconfig", adminKubeconfig, "apply", "--server-side", "-f", install)
-		Expect(err).NotTo(HaveOccurred(), stderr)
-		Expect(stderr).NotTo(ContainSubstring("Warning"))
+		// Twice: the second apply computes its patch from the last-applied
+		// annotation the first one stored on every object, the CRD included.
+		for range 2 {
+			_, stderr, err := runErr(root, kubectlBin, "--kubeconfig", adminKubeconfig, "apply", "-f", install)
+			Expect(err).NotTo(HaveOccurred(), stderr)
+			Expect(stderr).NotTo(ContainSubstring("Warning"))
+		}
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: crdName}, crd)).To(Succeed())
+		Expect(crd.GetAnnotations()).To(HaveKey("kubectl.kubernetes.io/last-applied-configuration"))
 		expectRestrictedAdmits(ctx, installNamespace, managerSA)
 
 		d := &appsv1.Deployment{}
@@ -330,6 +354,52 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Eventually(func() error {
 			return k8sClient.List(ctx, &ibjv1.IndexedBatchJobList{})
 		}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "the CRD should be served")
+	})
+
+	It("describes every field of ours in kubectl explain, and leaves the pod template's to kubectl explain pod", func() {
+		crd := &unstructured.Unstructured{}
+		crd.SetAPIVersion("apiextensions.k8s.io/v1")
+		crd.SetKind("CustomResourceDefinition")
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: crdName}, crd)).To(Succeed())
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		spec, _, _ := unstructured.NestedMap(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec")
+		template, _, _ := unstructured.NestedMap(spec, "properties", "template")
+		Expect(template).To(HaveKeyWithValue("description", Not(BeEmpty())))
+		containers, _, _ := unstructured.NestedMap(template, "properties", "spec", "properties", "containers")
+		Expect(containers).To(HaveKey("items"))
+		Expect(containers).NotTo(HaveKey("description"),
+			"the pod template's field descriptions are dropped to keep the CRD within client-side apply's annotation")
+
+		// Every field of spec but those inside the template, with its description.
+		fields := map[string]string{}
+		var walk func(path string, schema map[string]any)
+		walk = func(path string, schema map[string]any) {
+			fields[path], _ = schema["description"].(string)
+			if items, ok := schema["items"].(map[string]any); ok {
+				schema = items
+			}
+			properties, _ := schema["properties"].(map[string]any)
+			for name, field := range properties {
+				if path+"."+name == "spec.template" {
+					fields[path+"."+name], _ = field.(map[string]any)["description"].(string)
+					continue
+				}
+				walk(path+"."+name, field.(map[string]any))
+			}
+		}
+		walk("spec", spec)
+		Expect(len(fields)).To(BeNumerically(">", 30))
+		for path, description := range fields {
+			Expect(description).NotTo(BeEmpty(), "%s has no description", path)
+			// kubectl wraps the text; compare it word by word.
+			want := strings.Join(strings.Fields(description), " ")
+			want = want[:min(len(want), 60)]
+			Eventually(func(g Gomega) {
+				out, stderr, err := runErr(root, kubectlBin, "--kubeconfig", adminKubeconfig, "explain", "indexedbatchjobs."+path)
+				g.Expect(err).NotTo(HaveOccurred(), stderr)
+				g.Expect(strings.Join(strings.Fields(out), " ")).To(ContainSubstring(want), "kubectl explain %s", path)
+			}, 30*time.Second, time.Second).Should(Succeed())
+		}
 	})
 
 	It("takes the seed example to its final status with nothing but the generated ServiceAccount's permissions", func() {

@@ -180,6 +180,33 @@ var _ = Describe("The Helm chart", func() {
 		}
 	})
 
+	It("refuses bad values at helm template and helm lint with a message naming the value (values.schema.json)", func() {
+		By("accepting its defaults and good values")
+		run(root, helmBin, "lint", "--strict", chartDir)
+		run(root, helmBin, "lint", "--strict", chartDir, "--set", "kubeAPI.qps=20.5", "--set", "logLevel=2",
+			"--set", "podFailureBackoff.base=1m30s", "--set", "resources.limits.memory=1Gi", "--set", "webhook.certManagement=certManager")
+
+		for _, c := range []struct{ set, want string }{
+			{"replicaCount=-1", "at '/replicaCount': minimum: got -1, want 0"},
+			{"replicas=2", "additional properties 'replicas' not allowed"},
+			{"image.pullPolicy=Sometimes", "at '/image/pullPolicy'"},
+			{"webhook.certManagement=vault", "at '/webhook/certManagement': value must be one of 'internal', 'certManager'"},
+			{"metrics.port=70000", "at '/metrics/port'"},
+			{"kubeAPI.qps=0", "at '/kubeAPI/qps'"},
+			{"logLevel=loud", "at '/logLevel'"},
+			{"podFailureBackoff.base=10", "at '/podFailureBackoff/base': got number, want string"},
+			{"podFailureBackoff.max=ten", "at '/podFailureBackoff/max'"},
+			{"resources.limits.memory=lots", "at '/resources/limits/memory'"},
+			{"watchNamespaces=team-a", "at '/watchNamespaces': got string, want array"},
+		} {
+			for _, command := range [][]string{{"template", "bad", chartDir}, {"lint", "--strict", chartDir}} {
+				stdout, stderr, err := runErr(root, helmBin, append(command, "--set", c.set)...)
+				Expect(err).To(HaveOccurred(), "helm %s --set %s should fail", command[0], c.set)
+				Expect(stdout+stderr).To(ContainSubstring(c.want), "helm %s --set %s", command[0], c.set)
+			}
+		}
+	})
+
 	It("renders with its defaults the objects config/default does, the Namespace aside", func() {
 		kustomized := parseManifests(kustomizeBuild("", "config/default"))
 		helmed := parseManifests(helmTemplate(releaseName, installNamespace))

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 // namespace holds every job of this suite. It is a constant, not a generated
@@ -58,6 +59,9 @@ var _ = BeforeSuite(func() {
 	cfg, err := testEnv.Start()
 	Expect(err).NotTo(HaveOccurred(), "starting the control plane and installing the CRD (a CEL rule that does not compile or costs too much fails here)")
 	Expect(cfg).NotTo(BeNil())
+	version, err := utils.CheckServerVersion(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	GinkgoWriter.Printf("kube-apiserver %s\n", version)
 
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
