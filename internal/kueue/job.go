@@ -44,6 +44,8 @@ const (
 	// interrupted between its two writes is finished by the next reconcile
 	// (the job does not count as suspended until then).
 	stoppingAnnotation = "kueue.x-k8s.io/stopping"
+	// stoppingValue is stoppingAnnotation's value while the job stops.
+	stoppingValue = "true"
 )
 
 // GVK is IndexedBatchJob's kind.
@@ -72,7 +74,7 @@ func (j *Job) GVK() schema.GroupVersionKind { return GVK }
 
 // IsSuspended is true once spec.suspend is and a stop in progress is done.
 func (j *Job) IsSuspended() bool {
-	return ptr.Deref(j.Spec.Suspend, false) && j.Annotations[stoppingAnnotation] != "true"
+	return ptr.Deref(j.Spec.Suspend, false) && j.Annotations[stoppingAnnotation] != stoppingValue
 }
 
 // Suspend sets spec.suspend.
@@ -165,7 +167,7 @@ func (j *Job) Stop(ctx context.Context, c client.Client, infos []podset.PodSetIn
 			if j.Annotations == nil {
 				j.Annotations = map[string]string{}
 			}
-			j.Annotations[stoppingAnnotation] = "true"
+			j.Annotations[stoppingAnnotation] = stoppingValue
 			return true, nil
 		}); err != nil {
 			return false, fmt.Errorf("suspend: %w", err)
@@ -173,7 +175,7 @@ func (j *Job) Stop(ctx context.Context, c client.Client, infos []podset.PodSetIn
 		stoppedNow = true
 	}
 	if probe := (*Job)(j.Object().DeepCopyObject().(*ibjv1.IndexedBatchJob)); !probe.RestorePodSetsInfo(ctx, infos) &&
-		j.Annotations[stoppingAnnotation] != "true" {
+		j.Annotations[stoppingAnnotation] != stoppingValue {
 		return stoppedNow, nil
 	}
 	if err := clientutil.Patch(ctx, c, j.Object(), func() (bool, error) {

@@ -66,11 +66,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, webhooks bool) error {
 	configuration.Integrations.ExternalFrameworks = []string{ibjkueue.FrameworkName}
 	if failed, err := core.SetupControllers(mgr, queues, cache, configuration,
 		core.SetupControllersOpts{PreemptionExpectations: expectations}); err != nil {
-		return fmt.Errorf("Kueue controller %s: %w", failed, err)
+		return fmt.Errorf("setting up the Kueue controller %s: %w", failed, err)
 	}
 	if webhooks {
 		if failed, err := kueuewebhooks.Setup(mgr, nil); err != nil {
-			return fmt.Errorf("Kueue webhook %s: %w", failed, err)
+			return fmt.Errorf("setting up the Kueue webhook %s: %w", failed, err)
 		}
 	}
 	sched := scheduler.New(queues, cache, mgr.GetClient(), mgr.GetEventRecorder(kueueconstants.AdmissionName),
