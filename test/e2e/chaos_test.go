@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,9 +72,8 @@ type chaosRun struct {
 	cfg     chaosConfig
 	ns, job string
 	sim     *podsim.Simulator
-	deleted atomic.Int64
+	deleter *deleter
 	stop    context.CancelFunc
-	wg      sync.WaitGroup
 }
 
 func startChaosRun(ctx context.Context, ns, name string, cfg chaosConfig) *chaosRun {
@@ -112,37 +112,71 @@ func startChaosRun(ctx context.Context, ns, name string, cfg chaosConfig) *chaos
 
 	// The deleter: every 250-750 ms, delete one running pod with the
 	// default grace period; the simulator stops it and fails it.
-	victims := rand.New(rand.NewPCG(cfg.seed, 2))
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-time.After(250*time.Millisecond + time.Duration(victims.Int64N(int64(500*time.Millisecond)))):
-			}
-			running := r.sim.Running()
-			if len(running) == 0 {
-				continue
-			}
-			pod := running[victims.IntN(len(running))]
-			err := cs.CoreV1().Pods(ns).Delete(runCtx, pod.Name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &pod.UID},
-			})
-			if err == nil {
-				r.deleted.Add(1)
-			}
-		}
-	}()
+	r.deleter = startDeleter(runCtx, cs, ns, r.sim, rand.New(rand.NewPCG(cfg.seed, 2)), deleterOptions{interval: 250 * time.Millisecond})
 	return r
 }
 
 // Stop ends the deleter and the simulator.
 func (r *chaosRun) Stop() {
 	r.stop()
-	r.wg.Wait()
+	r.deleter.wait()
 }
+
+// deleter deletes a running pod of a simulator at random now and then, as
+// users and evictions do, with the default grace period (the simulator
+// stops the pod and fails it).
+type deleter struct {
+	deleted atomic.Int64
+	wg      sync.WaitGroup
+}
+
+// deleterOptions: a pod is deleted every interval to three times that;
+// spare, when set, keeps a pod from deletion; deletedPod, when set, is told
+// of each pod deleted. Both are called from the deleter's one goroutine.
+type deleterOptions struct {
+	interval   time.Duration
+	spare      func(*corev1.Pod) bool
+	deletedPod func(*corev1.Pod)
+}
+
+// startDeleter deletes sim's running pods at random until ctx ends.
+func startDeleter(ctx context.Context, cs kubernetes.Interface, ns string, sim *podsim.Simulator, rng *rand.Rand,
+	opts deleterOptions) *deleter {
+	interval, spare := opts.interval, opts.spare
+	d := &deleter{}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval + time.Duration(rng.Int64N(int64(2*interval)))):
+			}
+			running := sim.Running()
+			if spare != nil {
+				running = slices.DeleteFunc(running, spare)
+			}
+			if len(running) == 0 {
+				continue
+			}
+			pod := running[rng.IntN(len(running))]
+			err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &pod.UID},
+			})
+			if err == nil {
+				d.deleted.Add(1)
+				if opts.deletedPod != nil {
+					opts.deletedPod(pod)
+				}
+			}
+		}
+	}()
+	return d
+}
+
+// wait returns once the deleter stopped (its context ended).
+func (d *deleter) wait() { d.wg.Wait() }
 
 // terminal reports whether the job has its Complete or Failed condition.
 func (r *chaosRun) terminal(ctx context.Context) bool {
@@ -228,14 +262,14 @@ func (r *chaosRun) verify(ctx context.Context) string {
 	violations := r.sim.Violations()
 	figures := fmt.Sprintf("%d indexes; %d pods run and checked (%d failed by themselves or on deletion, %d deleted while running, up to %d runs for one index); "+
 		"final status %s, %d completed and %d failed indexes; invariant violations %d; mismatches %d",
-		r.cfg.indexes, len(truth), want.Failed, r.deleted.Load(), want.MaxRuns,
+		r.cfg.indexes, len(truth), want.Failed, r.deleter.deleted.Load(), want.MaxRuns,
 		want.Condition, want.Completed, want.FailedCount,
 		len(violations), len(mismatches))
 	AddReportEntry("chaos figures", figures)
 	fmt.Fprintln(GinkgoWriter, "chaos figures:", figures)
 	Expect(violations).To(BeEmpty(), "what the operator must never do")
 	Expect(mismatches).To(BeEmpty())
-	Expect(r.deleted.Load()).To(BeNumerically(">", 0), "the deleter never deleted a running pod")
+	Expect(r.deleter.deleted.Load()).To(BeNumerically(">", 0), "the deleter never deleted a running pod")
 	Expect(want.Failed).To(BeNumerically(">", 0), "no pod failed: the run tested nothing of the retries")
 	return figures
 }

@@ -19,7 +19,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -239,9 +238,8 @@ type fleet struct {
 	ns      string
 	names   []string
 	sim     *podsim.Simulator
-	deleted atomic.Int64
+	deleter *deleter
 	stop    context.CancelFunc
-	wg      sync.WaitGroup
 }
 
 func fleetKind(name string) string { return name[:strings.IndexByte(name, '-')] }
@@ -328,32 +326,15 @@ func startFleet(ctx context.Context, ns string, cfg fleetConfig) *fleet {
 		Expect(err).NotTo(HaveOccurred())
 	}
 
-	victims := rand.New(rand.NewPCG(cfg.seed, 6))
+	// At most fleetDeletionsPerJob pods of one job are deleted, so that
+	// the last jobs running are not deleted into their backoffLimit. The
+	// deleter asks one goroutine at a time.
 	deletions := map[string]int{}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-time.After(50*time.Millisecond + time.Duration(victims.Int64N(int64(100*time.Millisecond)))):
-			}
-			// At most fleetDeletionsPerJob pods of one job, so that the
-			// last jobs running are not deleted into their backoffLimit.
-			running := slices.DeleteFunc(f.sim.Running(), func(p *corev1.Pod) bool {
-				return deletions[p.Labels[ibjv1.JobNameLabel]] >= fleetDeletionsPerJob
-			})
-			if len(running) == 0 {
-				continue
-			}
-			pod := running[victims.IntN(len(running))]
-			if cs.CoreV1().Pods(ns).Delete(runCtx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}) == nil {
-				f.deleted.Add(1)
-				deletions[pod.Labels[ibjv1.JobNameLabel]]++
-			}
-		}
-	}()
+	f.deleter = startDeleter(runCtx, cs, ns, f.sim, rand.New(rand.NewPCG(cfg.seed, 6)), deleterOptions{
+		interval:   50 * time.Millisecond,
+		spare:      func(p *corev1.Pod) bool { return deletions[p.Labels[ibjv1.JobNameLabel]] >= fleetDeletionsPerJob },
+		deletedPod: func(p *corev1.Pod) { deletions[p.Labels[ibjv1.JobNameLabel]]++ },
+	})
 	return f
 }
 
@@ -374,7 +355,7 @@ func createRetrying(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
 // Stop ends the deleter and the simulator.
 func (f *fleet) Stop() {
 	f.stop()
-	f.wg.Wait()
+	f.deleter.wait()
 }
 
 // remaining counts the jobs without a terminal condition (a TTL job that is
@@ -655,12 +636,12 @@ func (f *fleet) verify(ctx context.Context) string {
 	violations := f.sim.Violations()
 	figures := fmt.Sprintf("%d jobs of %d indexes (%s); %d pods run and checked, %d deleted while running; ended: %v; "+
 		"last job ended %s after the chaos; invariant violations %d; mismatches %d",
-		len(f.names), fleetIndexes, strings.Join(fleetKinds, ", "), len(truth), f.deleted.Load(), ended,
+		len(f.names), fleetIndexes, strings.Join(fleetKinds, ", "), len(truth), f.deleter.deleted.Load(), ended,
 		time.Since(start).Round(time.Second), len(violations), len(mismatches))
 	AddReportEntry("fleet figures", figures)
 	fmt.Fprintln(GinkgoWriter, "fleet figures:", figures)
 	Expect(violations).To(BeEmpty(), "what the operator must never do")
 	Expect(mismatches).To(BeEmpty())
-	Expect(f.deleted.Load()).To(BeNumerically(">", 0), "the deleter never deleted a running pod")
+	Expect(f.deleter.deleted.Load()).To(BeNumerically(">", 0), "the deleter never deleted a running pod")
 	return figures
 }
