@@ -341,7 +341,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-29"))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		Expect(k.Doubles()).To(BeEmpty())
-		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 10))
+		// Each operator keeps parallelism by what its own cache shows, so
+		// together they may overshoot it for a moment (two creates for two
+		// indexes, one each, before either cache shows the other's); never
+		// by more than the other's share.
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 20))
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(40))
 		expectNoFinalizers(ctx, ns, job.Name)
 	})
