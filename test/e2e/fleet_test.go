@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
@@ -484,12 +485,12 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 	}
 	var problems []string
 	shown := make([]bool, fleetIndexes)
-	completed, err := indexesOf(got.completedIndexes)
+	completed, err := indexset.Parse(got.completedIndexes, fleetIndexes)
 	if err != nil {
-		return []string{err.Error()}
+		return []string{fmt.Sprintf("completedIndexes %q: %v", got.completedIndexes, err)}
 	}
-	for _, i := range completed {
-		shown[i] = true
+	for i := range fleetIndexes {
+		shown[i] = completed.Has(int32(i))
 	}
 	var mustSucceed int32
 	for i := range fleetIndexes {
@@ -503,7 +504,7 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 			mustSucceed++
 		}
 	}
-	if got.succeeded != int32(len(completed)) {
+	if got.succeeded != int32(completed.Len()) {
 		problems = append(problems, fmt.Sprintf("succeeded %d, but completedIndexes %q", got.succeeded, got.completedIndexes))
 	}
 	want := fleetStatus{condition: "Complete", completedIndexes: got.completedIndexes, succeeded: got.succeeded, failed: got.failed}
@@ -523,7 +524,7 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 			problems = append(problems, fmt.Sprintf("failed %d, want between %d and %d", got.failed, failedMin, failedMax))
 		}
 	default:
-		want.failed, want.completedIndexes, want.succeeded = failed, podsim.Intervals(may), int32(len(completed))
+		want.failed, want.completedIndexes, want.succeeded = failed, podsim.Intervals(may), int32(completed.Len())
 		if got.completedIndexes != fmt.Sprintf("0-%d", fleetIndexes-1) {
 			problems = append(problems, fmt.Sprintf("completed with indexes %q", got.completedIndexes))
 		}
@@ -532,34 +533,6 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 		problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
 	}
 	return problems
-}
-
-// indexesOf parses an index set in the status syntax ("0,3-7").
-func indexesOf(set string) ([]int, error) {
-	var out []int
-	if set == "" {
-		return nil, nil
-	}
-	for _, part := range strings.Split(set, ",") {
-		first, last, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(first)
-		if err != nil {
-			return nil, fmt.Errorf("index set %q: %w", set, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(last); err != nil {
-				return nil, fmt.Errorf("index set %q: %w", set, err)
-			}
-		}
-		for i := a; i <= b; i++ {
-			if i < 0 || i >= fleetIndexes {
-				return nil, fmt.Errorf("index set %q: %d out of range", set, i)
-			}
-			out = append(out, i)
-		}
-	}
-	return out, nil
 }
 
 // verify waits for every job to end and every finalizer to go, then holds

@@ -77,13 +77,10 @@ func (s soakSample) value(name string) float64 {
 // scrapeOperator forces a GC through pprof, then reads the metrics.
 func scrapeOperator(metricsPort, pprofPort int) (soakSample, error) {
 	var s soakSample
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", pprofPort))
-	if err != nil {
+	if _, err := heapProfile(pprofPort); err != nil {
 		return s, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
 		return s, err
 	}
@@ -119,14 +116,19 @@ func scrapeOperator(metricsPort, pprofPort int) (soakSample, error) {
 	return s, sc.Err()
 }
 
-// saveHeapProfile writes the operator's heap profile (after a GC) to path.
-func saveHeapProfile(pprofPort int, path string) error {
+// heapProfile runs a GC in the operator and returns its heap profile.
+func heapProfile(pprofPort int) ([]byte, error) {
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", pprofPort))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	profile, err := io.ReadAll(resp.Body)
+	return io.ReadAll(resp.Body)
+}
+
+// saveHeapProfile writes the operator's heap profile (after a GC) to path.
+func saveHeapProfile(pprofPort int, path string) error {
+	profile, err := heapProfile(pprofPort)
 	if err != nil {
 		return err
 	}
