@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -237,7 +238,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	pods.finalizerGone = r.later.observed
 	r.pods = pods
 	r.apiReader = mgr.GetAPIReader()
-	tracked.add(r)
+	// The tracked-entries gauge reports this reconciler while its manager
+	// runs it, and forgets it once stopped.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		tracked.add(r)
+		defer tracked.remove(r)
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
 	if err := mgr.Add(r.later); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -81,8 +82,8 @@ var trackedDesc = prometheus.NewDesc("indexedbatchjob_controller_tracked_entries
 		"jobs whose Service name is taken (taken_services) and pods cached (cached_pods).",
 	[]string{"store"}, nil)
 
-// trackedCollector reports the sizes of the stores of the reconcilers set up
-// in this process (one in the operator; tests may set up more), summed.
+// trackedCollector reports the sizes of the stores of the reconcilers running
+// in this process (one in the operator; tests may run more), summed.
 type trackedCollector struct {
 	mu          sync.Mutex
 	reconcilers []*Reconciler
@@ -98,6 +99,12 @@ func (c *trackedCollector) add(r *Reconciler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reconcilers = append(c.reconcilers, r)
+}
+
+func (c *trackedCollector) remove(r *Reconciler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reconcilers = slices.DeleteFunc(c.reconcilers, func(x *Reconciler) bool { return x == r })
 }
 
 // Describe implements prometheus.Collector.

@@ -68,4 +68,11 @@ func TestTrackedEntries(t *testing.T) {
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}
+
+	// A reconciler whose manager stopped is no longer reported.
+	r.exp.track("job-c")
+	collector.remove(r)
+	if got := gatherTracked(t, collector); len(got) != 0 {
+		t.Errorf("entries of a removed reconciler: %v, want none", got)
+	}
 }
