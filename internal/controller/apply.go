@@ -102,7 +102,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		if c.attempt > 0 {
 			reason = "retry"
 		}
-		switch err := r.client.Create(ctx, pod); {
+		switch err := r.createPod(ctx, pod); {
 		case err == nil:
 			podsCreated.WithLabelValues(reason, "succeeded").Inc()
 			logger.V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
@@ -183,20 +183,26 @@ func (r *Reconciler) discardPod(ctx context.Context, pod *cachedPod) error {
 	return r.patchFinalizer(ctx, pod, map[string]string{discardedAnnotation: "true"})
 }
 
-// patchFinalizer removes only this controller's finalizer, with a strategic
-// merge patch that leaves other finalizers alone and needs no
-// resourceVersion, and adds the annotations.
+// removeFinalizerPatch is a strategic merge patch that removes only this
+// controller's finalizer, leaving other finalizers alone, and needs no
+// resourceVersion.
+var removeFinalizerPatch = []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + ibjv1.TrackingFinalizer + `"]}}`)
+
+// patchFinalizer removes the tracking finalizer (removeFinalizerPatch) and
+// adds the annotations, in one patch.
 func (r *Reconciler) patchFinalizer(ctx context.Context, pod *cachedPod, annotations map[string]string) error {
-	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
+	patch := removeFinalizerPatch
 	if len(annotations) > 0 {
-		meta["annotations"] = annotations
+		var err error
+		patch, err = json.Marshal(map[string]any{"metadata": map[string]any{
+			"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer},
+			"annotations":                         annotations,
+		}})
+		if err != nil {
+			return err
+		}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return err
-	}
-	err = r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
-	if err = client.IgnoreNotFound(err); err != nil {
+	if err := client.IgnoreNotFound(r.patchPod(ctx, pod, patch)); err != nil {
 		return fmt.Errorf("removing tracking finalizer of pod %s: %w", pod.Name, err)
 	}
 	log.FromContext(ctx).V(3).Info("Removed tracking finalizer", "pod", klog.KObj(pod))

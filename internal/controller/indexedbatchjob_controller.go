@@ -46,6 +46,10 @@ type Reconciler struct {
 	// pods is the cache of the jobs' pods (see podSource), set up by
 	// SetupWithManager.
 	pods *podSource
+	// podWrites sends pod creates and finalizer patches without decoding
+	// the answers (podwrite.go); set up by SetupWithManager, nil in tests
+	// that give the Reconciler a client only.
+	podWrites *podWrites
 	// uids maps a job's namespaced name to the UID its expectations are kept
 	// under, so that they are dropped when the job is found gone.
 	uids sync.Map
@@ -237,6 +241,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	}
 	pods.finalizerGone = r.later.observed
 	r.pods = pods
+	if r.podWrites, err = newPodWrites(mgr.GetConfig()); err != nil {
+		return err
+	}
 	r.apiReader = mgr.GetAPIReader()
 	// The tracked-entries gauge reports this reconciler while its manager
 	// runs it, and forgets it once stopped.

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -61,11 +60,13 @@ type cachedPod struct {
 // compactPod is the pod informer's transform. Anything that is not a Pod
 // (an object already compacted, on a resync) passes unchanged.
 func compactPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
+	switch pod := obj.(type) {
+	case *wirePod:
+		return newCachedPod(&pod.Pod), nil
+	case *corev1.Pod:
+		return newCachedPod(pod), nil
 	}
-	return newCachedPod(pod), nil
+	return obj, nil
 }
 
 func newCachedPod(pod *corev1.Pod) *cachedPod {
@@ -153,10 +154,18 @@ type podSource struct {
 }
 
 func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
+	// Pods are read in protobuf as wirePods (podwire.go): without the spec
+	// and the managed fields, which no sync reads.
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	pods, err := corev1client.NewForConfig(cfg)
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = wireCodecs.WithoutConversion()
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	pods, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -165,10 +174,10 @@ func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
 	}
 	s := &podSource{informers: map[string]toolscache.SharedIndexInformer{}}
 	for _, ns := range namespaces {
-		lw := toolscache.NewFilteredListWatchFromClient(pods.RESTClient(), "pods", ns, func(o *metav1.ListOptions) {
+		lw := toolscache.NewFilteredListWatchFromClient(pods, "pods", ns, func(o *metav1.ListOptions) {
 			o.LabelSelector = ibjv1.ControllerUIDLabel
 		})
-		inf := toolscache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, toolscache.SharedIndexInformerOptions{
+		inf := toolscache.NewSharedIndexInformerWithOptions(lw, &wirePod{}, toolscache.SharedIndexInformerOptions{
 			Indexers:          toolscache.Indexers{PodJobNameIndex: podJobKey},
 			ObjectDescription: "pods of IndexedBatchJobs",
 		})
