@@ -136,6 +136,13 @@ func main() {
 	// together on a tick, which costs less CPU than one every 1/QPS seconds
 	// (docs/bench/library-choices.md).
 	cfg.RateLimiter = throttle.New(float32(qps), burst, throttleTick)
+	api, err := apiChecker(cfg)
+	if err != nil {
+		setupLog.Error(err, "Unable to set up the kube-apiserver check")
+		os.Exit(1)
+	}
+	// The controller's answered requests stand in for the checker's probes.
+	cfg.Wrap(api.WrapTransport)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsOpts,
@@ -195,11 +202,6 @@ func main() {
 		setupLog.Error(err, "Unable to set up ready check")
 		os.Exit(1)
 	}
-	api, err := apiChecker(cfg)
-	if err != nil {
-		setupLog.Error(err, "Unable to set up the kube-apiserver check")
-		os.Exit(1)
-	}
 	if err := errors.Join(mgr.Add(api), mgr.AddReadyzCheck("kube-apiserver", api.Check)); err != nil {
 		setupLog.Error(err, "Unable to set up the kube-apiserver check")
 		os.Exit(1)
@@ -215,8 +217,9 @@ func main() {
 }
 
 // apiChecker probes kube-apiserver every 2 s on a client of its own (never
-// held back by --kube-api-qps), and fails readiness once it has not
-// answered for 10 s, logging when an outage starts and ends.
+// held back by --kube-api-qps) unless the operator's own requests were
+// answered meanwhile, and fails readiness once it has not answered for
+// 10 s, logging when an outage starts and ends.
 func apiChecker(cfg *rest.Config) (*apicheck.Checker, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.RateLimiter, cfg.QPS, cfg.Burst = nil, 5, 10

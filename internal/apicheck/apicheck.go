@@ -1,7 +1,8 @@
 // Package apicheck watches whether kube-apiserver answers the operator, so
 // that an outage shows where an operator of the cluster looks: in the log,
 // once when it starts and once when it ends (with its length), and in the
-// readiness probe, which fails while it lasts.
+// readiness probe, which fails while it lasts. While the operator's own
+// requests are answered, that is the answer, and no probe is sent.
 package apicheck
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,10 +18,12 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Checker asks kube-apiserver's /readyz every Interval. Once the server has
-// not answered ready for Grace, Check fails with the time since the last
-// answer and the last error. It needs no leader election: a standby's
-// readiness tells about its own connection too.
+// Checker asks kube-apiserver's /readyz every Interval, unless a request
+// sent through a transport it wrapped (WrapTransport) was answered within
+// the Interval. Once the server has not answered ready for Grace, Check
+// fails with the time since the last answer and the last error. It needs
+// no leader election: a standby's readiness tells about its own connection
+// too.
 type Checker struct {
 	// Client sends the probes (a client of its own, so that the
 	// controller's rate limit never holds them back).
@@ -37,7 +41,29 @@ type Checker struct {
 	lastOK, failingSince time.Time
 	lastErr              error
 	reported             bool
+	// answered is when a wrapped transport last got an answer (Unix
+	// nanoseconds on Clock; 0: never).
+	answered atomic.Int64
 }
+
+// WrapTransport returns rt booking each answer below 500 as a sign that
+// the server works: a busy controller's own requests then stand in for
+// the probes, which would each cost a request at its QPS limit. Server
+// errors and requests that got no answer are not booked; the probes judge
+// those.
+func (c *Checker) WrapTransport(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode < http.StatusInternalServerError {
+			c.answered.Store(c.Clock.Now().UnixNano())
+		}
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
 func (c *Checker) NeedLeaderElection() bool { return false }
@@ -56,8 +82,13 @@ func (c *Checker) Start(ctx context.Context) error {
 	}
 }
 
-// Probe asks once and books the answer.
+// Probe asks once and books the answer; a wrapped transport's answer
+// within the Interval stands for it.
 func (c *Checker) Probe(ctx context.Context) {
+	if last := c.answered.Load(); last != 0 && c.Clock.Since(time.Unix(0, last)) < c.Interval {
+		c.book(nil)
+		return
+	}
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = c.Interval
