@@ -299,6 +299,6 @@ BENCH_OUT ?= $(if $(BENCH_QUICK),$(LOCALBIN)/bench-quick,docs/bench)
 .PHONY: bench
 bench: ## Benchmark the operator against the built-in Job controller side by side; writes docs/bench/ (BENCH_QUICK=1: smoke test).
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kube-controller-manager; fi
-	go build -o $(LOCALBIN)/bench-manager ./cmd
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/bench-manager ./cmd
 	go build -o $(LOCALBIN)/bench ./hack/bench
 	$(LOCALBIN)/bench -out $(BENCH_OUT) -manager $(LOCALBIN)/bench-manager -assets $(KUBEBUILDER_ASSETS) $(if $(BENCH_QUICK),-quick) $(BENCH_ARGS)
