@@ -52,7 +52,7 @@ func (p *wirePod) Unmarshal(b []byte) error {
 // DeepCopyObject copies the Pod (as a wirePod, so the copy is one of the
 // scheme's types too).
 func (p *wirePod) DeepCopyObject() runtime.Object {
-	return &wirePod{Pod: *p.Pod.DeepCopy()}
+	return &wirePod{Pod: *p.DeepCopy()}
 }
 
 // wirePodList is a PodList whose items are wirePods.
@@ -83,11 +83,11 @@ func (l *wirePodList) Unmarshal(b []byte) error {
 // DeepCopyObject copies the list.
 func (l *wirePodList) DeepCopyObject() runtime.Object {
 	out := &wirePodList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	l.DeepCopyInto(&out.ListMeta)
 	if l.Items != nil {
 		out.Items = make([]wirePod, len(l.Items))
 		for i := range l.Items {
-			l.Items[i].Pod.DeepCopyInto(&out.Items[i].Pod)
+			l.Items[i].DeepCopyInto(&out.Items[i].Pod)
 		}
 	}
 	return out

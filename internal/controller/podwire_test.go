@@ -39,7 +39,7 @@ func wirePodCases() map[string]*corev1.Pod {
 		pod.Generation = 3
 		pod.GenerateName = "train-"
 		pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}, Subresource: "status"}}
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`), Subresource: "status"}}
 		pod.Spec.NodeName = "node-1"
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
 	}
