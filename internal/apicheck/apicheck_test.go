@@ -108,12 +108,16 @@ func TestAnsweredRequestsStandInForProbes(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	ctx := context.Background()
-
-	for range 10 {
-		request()
-		clk.SetTime(clk.Now().Add(time.Second))
-		c.Probe(ctx)
+	// busy: for n seconds, a request each second, then the check's probe.
+	busy := func(n int) {
+		for range n {
+			request()
+			clk.SetTime(clk.Now().Add(time.Second))
+			c.Probe(ctx)
+		}
 	}
+
+	busy(10)
 	if n := probes.Load(); n != 0 {
 		t.Errorf("%d probes sent while the controller's requests were answered, want 0", n)
 	}
@@ -130,11 +134,7 @@ func TestAnsweredRequestsStandInForProbes(t *testing.T) {
 
 	// Server errors are no answer: the probes go on and see the outage.
 	down.Store(true)
-	for range 12 {
-		request()
-		clk.SetTime(clk.Now().Add(time.Second))
-		c.Probe(ctx)
-	}
+	busy(12)
 	if n := probes.Load(); n != 13 {
 		t.Errorf("%d probes while the server failed every request, want 13", n)
 	}
