@@ -183,22 +183,34 @@ func (r *Reconciler) discardPod(ctx context.Context, pod *cachedPod) error {
 	return r.patchFinalizer(ctx, pod, map[string]string{discardedAnnotation: "true"})
 }
 
-// removeFinalizerPatch is a strategic merge patch that removes only this
-// controller's finalizer, leaving other finalizers alone, and needs no
-// resourceVersion.
-var removeFinalizerPatch = []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + ibjv1.TrackingFinalizer + `"]}}`)
+// finalizerPatch is a strategic merge patch that removes only this
+// controller's finalizer, leaving other finalizers alone, needs no
+// resourceVersion, and adds the annotations.
+func finalizerPatch(annotations map[string]string) ([]byte, error) {
+	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	return json.Marshal(map[string]any{"metadata": meta})
+}
 
-// patchFinalizer removes the tracking finalizer (removeFinalizerPatch) and
-// adds the annotations, in one patch.
+// removeFinalizerPatch is finalizerPatch without annotations, the patch of
+// nearly every pod, made once.
+var removeFinalizerPatch = func() []byte {
+	patch, err := finalizerPatch(nil)
+	if err != nil {
+		panic(err)
+	}
+	return patch
+}()
+
+// patchFinalizer removes the tracking finalizer and adds the annotations,
+// in one patch.
 func (r *Reconciler) patchFinalizer(ctx context.Context, pod *cachedPod, annotations map[string]string) error {
 	patch := removeFinalizerPatch
 	if len(annotations) > 0 {
 		var err error
-		patch, err = json.Marshal(map[string]any{"metadata": map[string]any{
-			"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer},
-			"annotations":                         annotations,
-		}})
-		if err != nil {
+		if patch, err = finalizerPatch(annotations); err != nil {
 			return err
 		}
 	}

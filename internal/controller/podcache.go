@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -156,16 +155,7 @@ type podSource struct {
 func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
 	// Pods are read in protobuf as wirePods (podwire.go): without the spec
 	// and the managed fields, which no sync reads.
-	cfg = rest.CopyConfig(cfg)
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.APIPath = "/api"
-	cfg.NegotiatedSerializer = wireCodecs.WithoutConversion()
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	pods, err := rest.RESTClientFor(cfg)
+	pods, err := coreV1ProtobufClient(cfg, wireCodecs.WithoutConversion())
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 // wirePod is a Pod decoded from protobuf without its spec and without the
 // metadata fields newCachedPod does not read (generateName, selfLink,
 // generation, managedFields). It is registered as core/v1 Pod only in
-// wireScheme, for the pod informer; from JSON (a server that would not
+// wireCodecs, for the pod informer; from JSON (a server that would not
 // answer in protobuf) it decodes as a whole Pod.
 type wirePod struct {
 	corev1.Pod `json:",inline"`

@@ -31,20 +31,27 @@ const metadataOnly = runtime.ContentTypeProtobuf + ";as=PartialObjectMetadata;g=
 
 // newPodWrites makes a podWrites on cfg, whose rate limiter it shares.
 func newPodWrites(cfg *rest.Config) (*podWrites, error) {
+	c, err := coreV1ProtobufClient(cfg, clientgoscheme.Codecs.WithoutConversion())
+	if err != nil {
+		return nil, err
+	}
+	return &podWrites{rest: c}, nil
+}
+
+// coreV1ProtobufClient is a REST client for core/v1 on a copy of cfg
+// (whose rate limiter and transport it shares) that speaks protobuf and
+// decodes with codecs: the pod informer's (wireCodecs) and podWrites'.
+func coreV1ProtobufClient(cfg *rest.Config, codecs runtime.NegotiatedSerializer) (*rest.RESTClient, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = runtime.ContentTypeProtobuf
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cfg.GroupVersion = &corev1.SchemeGroupVersion
 	cfg.APIPath = "/api"
-	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	cfg.NegotiatedSerializer = codecs
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
-	c, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &podWrites{rest: c}, nil
+	return rest.RESTClientFor(cfg)
 }
 
 // create creates the pod.
@@ -53,9 +60,9 @@ func (w *podWrites) create(ctx context.Context, pod *corev1.Pod) error {
 		SetHeader("Accept", metadataOnly).Body(pod).Do(ctx).Error()
 }
 
-// patch patches the named pod.
-func (w *podWrites) patch(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte) error {
-	return w.rest.Patch(pt).Namespace(namespace).Resource("pods").Name(name).
+// patch applies a strategic merge patch to the named pod.
+func (w *podWrites) patch(ctx context.Context, namespace, name string, patch []byte) error {
+	return w.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).
 		SetHeader("Accept", metadataOnly).Body(patch).Do(ctx).Error()
 }
 
@@ -74,5 +81,5 @@ func (r *Reconciler) patchPod(ctx context.Context, pod *cachedPod, patch []byte)
 	if r.podWrites == nil {
 		return r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
 	}
-	return r.podWrites.patch(ctx, pod.Namespace, pod.Name, types.StrategicMergePatchType, patch)
+	return r.podWrites.patch(ctx, pod.Namespace, pod.Name, patch)
 }
