@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,6 +151,10 @@ type podSource struct {
 	// finalizerGone, if set, hears of every pod the cache shows losing its
 	// tracking finalizer or gone.
 	finalizerGone func(*cachedPod)
+	// cached counts the pods the informers hold, kept by the event handler
+	// (every pod the cache takes in is an add, every one it drops a
+	// delete), so that a metrics scrape does not list every key.
+	cached atomic.Int64
 }
 
 func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
@@ -215,6 +220,7 @@ func (s *podSource) handler(add func(reconcile.Request)) toolscache.ResourceEven
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*cachedPod); ok {
+				s.cached.Add(1)
 				enqueue(pod)
 			}
 		},
@@ -236,6 +242,7 @@ func (s *podSource) handler(add func(reconcile.Request)) toolscache.ResourceEven
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*cachedPod); ok {
+				s.cached.Add(-1)
 				letGo(pod)
 				enqueue(pod)
 			}
@@ -278,13 +285,7 @@ func (s *podSource) WaitForSync(ctx context.Context) error {
 }
 
 // size is how many pods the informers cache, for trackedEntries.
-func (s *podSource) size() int {
-	n := 0
-	for _, inf := range s.informers {
-		n += len(inf.GetStore().ListKeys())
-	}
-	return n
-}
+func (s *podSource) size() int { return int(s.cached.Load()) }
 
 func (s *podSource) String() string { return "pods of IndexedBatchJobs" }
 

@@ -191,5 +191,10 @@ func TestPodHandler(t *testing.T) {
 		if !slices.Equal(synced, wantSynced) || !slices.Equal(freed, wantFreed) {
 			t.Errorf("%s: synced %v, freed %v; want %v and %v", tc.name, synced, freed, wantSynced, wantFreed)
 		}
+		// The cached_pods count moves with what the cache takes in and drops.
+		wantCached := map[string]int64{"a new pod": 1, "a deleted pod": -1, "a deletion the informer missed": -1}[tc.name]
+		if got := s.cached.Load(); got != wantCached {
+			t.Errorf("%s: the cached pods count moved by %d, want %d", tc.name, got, wantCached)
+		}
 	}
 }
