@@ -26,14 +26,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 const (
@@ -70,11 +67,8 @@ func TestInstall(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned control plane into bin/")
 	var err error
-	root, err = filepath.Abs(filepath.Join("..", "..", ".."))
+	root, err = utils.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
 	workDir, err = os.MkdirTemp("", "ibj-install-")
 	Expect(err).NotTo(HaveOccurred())
@@ -85,16 +79,12 @@ var _ = BeforeSuite(func() {
 	managerBin = filepath.Join(workDir, "manager")
 	run(root, "go", "build", "-o", managerBin, "./cmd")
 	kubectlBin = filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	Expect(kubectlBin).To(BeAnExistingFile())
+	Expect(kubectlBin).To(BeAnExistingFile(), "KUBEBUILDER_ASSETS must hold the pinned kubectl: run `make test`, which builds the control plane into bin/")
 
 	By("starting a control plane with no CRD: the installers bring it")
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(ibjv1.AddToScheme(scheme)).To(Succeed())
-	testEnv = &envtest.Environment{}
-	cfg, err = testEnv.Start()
+	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, NoCRD: true})
 	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
 	admin, err := testEnv.AddUser(envtest.User{Name: "install-admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()

@@ -9,38 +9,30 @@ package kueue_test
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 var (
 	ctx       context.Context
 	cancel    context.CancelFunc
+	env       *utils.Envtest
 	testEnv   *envtest.Environment
 	cfg       *rest.Config
 	k8sClient client.Client
@@ -53,12 +45,7 @@ func TestKueue(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned control plane into bin/")
 	ctx, cancel = context.WithCancel(context.Background())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(ibjv1.AddToScheme(scheme)).To(Succeed())
 	Expect(ibjkueue.AddToScheme(scheme)).To(Succeed())
 	Expect(inprocess.AddToScheme(scheme)).To(Succeed())
 
@@ -66,22 +53,13 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	mutating, validating, err := inprocess.CoreWebhooks(kueueDir)
 	Expect(err).NotTo(HaveOccurred())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths: []string{
-			filepath.Join("..", "..", "..", "config", "crd", "bases"),
-			inprocess.CRDDir(kueueDir),
-		},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths:              []string{filepath.Join("..", "..", "..", "config", "webhook")},
-			MutatingWebhooks:   mutating,
-			ValidatingWebhooks: validating,
-		},
-	}
-	cfg, err = testEnv.Start()
+	env, err = utils.StartEnvtest(utils.EnvtestOptions{
+		Scheme: scheme, Log: GinkgoWriter,
+		MoreCRDDirs: []string{inprocess.CRDDir(kueueDir)},
+		Webhooks:    true, MutatingWebhooks: mutating, ValidatingWebhooks: validating,
+	})
 	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
 	startManager()
 })
 
@@ -101,15 +79,12 @@ var _ = AfterSuite(func() {
 // do for the job integrations. Kueue is configured with
 // integrations.externalFrameworks: [IndexedBatchJob.v1alpha1.batch.indexedjob.dev].
 func startManager() {
-	opts := testEnv.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  controller.CacheOptions(nil),
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: opts.LocalServingHost, Port: opts.LocalServingPort, CertDir: opts.LocalServingCertDir,
-		}),
+		WebhookServer:          env.WebhookServer(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 
@@ -131,13 +106,6 @@ func startManager() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	addr := fmt.Sprintf("%s:%d", opts.LocalServingHost, opts.LocalServingPort)
-	Eventually(func() error {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err != nil {
-			return err
-		}
-		return conn.Close()
-	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	Eventually(env.WebhookServing, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	Eventually(integration.Active, 30*time.Second).Should(BeTrue())
 }

@@ -6,8 +6,6 @@ package validation
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,13 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -43,32 +37,13 @@ func TestValidation(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-
-	// Never skip: a validation suite that silently does not run is worse than
-	// a red one.
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned etcd and kube-apiserver and points KUBEBUILDER_ASSETS at them")
-
 	ctx, cancel = context.WithCancel(context.Background())
-
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "starting the control plane and installing the CRD (a CEL rule that does not compile or costs too much fails here)")
-	Expect(cfg).NotTo(BeNil())
-	version, err := utils.CheckServerVersion(cfg)
+	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: runtime.NewScheme(), Log: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	testEnv, k8sClient = env.Env, env.Client
+	version, err := utils.CheckServerVersion(env.Config)
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("kube-apiserver %s\n", version)
-
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
 
 	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
 })

@@ -7,11 +7,6 @@ package webhook_test
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,18 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 var (
@@ -51,22 +42,10 @@ func TestWebhook(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(),
-		"KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned control plane into bin/")
 	ctx, cancel = context.WithCancel(context.Background())
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(ibjv1.AddToScheme(scheme)).To(Succeed())
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join("..", "..", "..", "config", "webhook")},
-		},
-	}
-	var err error
-	cfg, err = testEnv.Start()
+	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg = env.Env, env.Config
 
 	// The user's client records the warnings the API server relays.
 	userCfg := rest.CopyConfig(cfg)
@@ -75,14 +54,11 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	// The webhook as cmd/main.go serves it, on envtest's certificate.
-	opts := testEnv.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: opts.LocalServingHost, Port: opts.LocalServingPort, CertDir: opts.LocalServingCertDir,
-		}),
+		WebhookServer:          env.WebhookServer(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	dryRun, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -92,14 +68,7 @@ var _ = BeforeSuite(func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
-	addr := net.JoinHostPort(opts.LocalServingHost, fmt.Sprint(opts.LocalServingPort))
-	Eventually(func() error {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-		if err != nil {
-			return err
-		}
-		return conn.Close()
-	}, 30*time.Second).Should(Succeed())
+	Eventually(env.WebhookServing, 30*time.Second).Should(Succeed())
 })
 
 var _ = AfterSuite(func() {

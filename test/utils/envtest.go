@@ -1,0 +1,132 @@
+package utils
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// EnvtestOptions says what an integration suite's control plane serves
+// besides the API server's own types.
+type EnvtestOptions struct {
+	// Scheme is the client's; StartEnvtest adds client-go's types and the
+	// IndexedBatchJob API to it.
+	Scheme *runtime.Scheme
+	// NoCRD starts the API server without the operator's CRD (for suites
+	// whose installers bring it).
+	NoCRD bool
+	// MoreCRDDirs are installed with the operator's CRD.
+	MoreCRDDirs []string
+	// Webhooks installs the operator's webhook configurations
+	// (config/webhook), and these others, pointed at envtest's local
+	// serving address and certificate.
+	Webhooks           bool
+	MutatingWebhooks   []*admissionv1.MutatingWebhookConfiguration
+	ValidatingWebhooks []*admissionv1.ValidatingWebhookConfiguration
+	// Log receives controller-runtime's log (a suite's GinkgoWriter).
+	Log io.Writer
+}
+
+// Envtest is an integration suite's control plane, started by
+// StartEnvtest: envtest's etcd and kube-apiserver, and a client of it.
+type Envtest struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// StartEnvtest starts the control plane of KUBEBUILDER_ASSETS (the pinned
+// binaries `make test` builds), as o describes it. It never skips: without
+// KUBEBUILDER_ASSETS it fails, since a suite that silently does not run is
+// worse than a red one.
+func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
+	logf.SetLogger(zap.New(zap.WriteTo(o.Log), zap.UseDevMode(true)))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test`, which builds the pinned control plane into bin/")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := clientgoscheme.AddToScheme(o.Scheme); err != nil {
+		return nil, err
+	}
+	if err := ibjv1.AddToScheme(o.Scheme); err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{ErrorIfCRDPathMissing: true}
+	if !o.NoCRD {
+		env.CRDDirectoryPaths = append([]string{filepath.Join(root, "config", "crd", "bases")}, o.MoreCRDDirs...)
+	}
+	if o.Webhooks {
+		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
+			Paths:              []string{filepath.Join(root, "config", "webhook")},
+			MutatingWebhooks:   o.MutatingWebhooks,
+			ValidatingWebhooks: o.ValidatingWebhooks,
+		}
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane (a CRD whose CEL rules do not compile or cost too much fails here): %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: o.Scheme})
+	if err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	return &Envtest{Env: env, Config: cfg, Client: c}, nil
+}
+
+// WebhookServer is a webhook server on the address and certificate the
+// installed webhook configurations point at, for a suite's manager.
+func (e *Envtest) WebhookServer() ctrlwebhook.Server {
+	o := e.Env.WebhookInstallOptions
+	return ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir})
+}
+
+// WebhookServing returns nil once the webhook server answers a TLS
+// handshake, an error until then (for Eventually).
+func (e *Envtest) WebhookServing() error {
+	o := e.Env.WebhookInstallOptions
+	addr := net.JoinHostPort(o.LocalServingHost, fmt.Sprint(o.LocalServingPort))
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// RepoRoot is the repository's root: the first directory up from the
+// working directory (a test's package directory) that holds go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
