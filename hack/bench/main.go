@@ -101,6 +101,9 @@ type result struct {
 	JobP99     float64
 	CPU        float64
 	RSSMiB     float64
+	// StartMiB is VmRSS just before the first create: the controller
+	// started, its caches synced, no job yet (the floor under RSSMiB).
+	StartMiB float64
 	// AnonMiB is the peak of RssAnon, sampled every 100 ms.
 	AnonMiB    float64
 	Requests   float64 // API requests (server side, audit log)
@@ -582,6 +585,7 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 			profDone <- data
 		}()
 	}
+	r.StartMiB, _ = rssMiB(pid)
 	start := time.Now()
 	names, sent, err := b.createJobs(ctx, w, ctrl, ns)
 	if err != nil {

@@ -35,6 +35,10 @@ func cpuSeconds(pid int) (float64, error) {
 // pages of its binary that are mapped in.
 func peakRSSMiB(pid int) (float64, error) { return statusMiB(pid, "VmHWM:") }
 
+// rssMiB is VmRSS of a process now: its resident set, the binary's mapped
+// pages included.
+func rssMiB(pid int) (float64, error) { return statusMiB(pid, "VmRSS:") }
+
 // anonRSSMiB is RssAnon of a process now: its resident memory without the
 // binary's mapped pages (heap, stacks, runtime).
 func anonRSSMiB(pid int) (float64, error) { return statusMiB(pid, "RssAnon:") }

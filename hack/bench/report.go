@@ -17,11 +17,19 @@ import (
 
 // agg is the median of a workload's runs under one controller.
 type agg struct {
-	n, ok                                    int
-	seconds, pps, cpu, rss, anon, req, creqs float64
-	fin, jobsPerSec, p50, p99                float64
-	verbs                                    map[string]int
-	details                                  []string
+	n, ok                                           int
+	seconds, pps, cpu, rss, start, anon, req, creqs float64
+	fin, jobsPerSec, p50, p99                       float64
+	verbs                                           map[string]int
+	details                                         []string
+}
+
+// mib writes a measured MiB figure, — where it was not measured.
+func mib(v float64) string {
+	if v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func median(xs []float64) float64 {
@@ -38,7 +46,7 @@ func median(xs []float64) float64 {
 
 func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	var a agg
-	var sec, pps, cpu, rss, anon, req, creq, fin, jps, p50, p99 []float64
+	var sec, pps, cpu, rss, start, anon, req, creq, fin, jps, p50, p99 []float64
 	for _, r := range rs {
 		if r.Workload != wl || r.Controller != ctrl {
 			continue
@@ -53,6 +61,9 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 		sec, pps, cpu = append(sec, r.Seconds), append(pps, r.PodsPerSec), append(cpu, r.CPU)
 		rss, req, creq = append(rss, r.RSSMiB), append(req, r.Requests), append(creq, r.ClientReqs)
 		anon = append(anon, r.AnonMiB)
+		if r.StartMiB > 0 { // not measured before 2026-11-25
+			start = append(start, r.StartMiB)
+		}
 		fin, jps = append(fin, r.FinalizerSeconds), append(jps, r.JobsPerSec)
 		p50, p99 = append(p50, r.JobP50), append(p99, r.JobP99)
 		if a.verbs == nil {
@@ -60,7 +71,7 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 		}
 	}
 	a.seconds, a.pps, a.cpu, a.rss, a.req, a.creqs = median(sec), median(pps), median(cpu), median(rss), median(req), median(creq)
-	a.anon = median(anon)
+	a.anon, a.start = median(anon), median(start)
 	a.fin, a.jobsPerSec, a.p50, a.p99 = median(fin), median(jps), median(p50), median(p99)
 	return a, a.n > 0
 }
@@ -98,15 +109,15 @@ func writeReport(dir string, ws []workload, rs []result) error {
 	p("- Pods are finished by one pod simulator (`hack/bench/sim.go`, in the benchmark process) that plays every kubelet: for each new pod it writes, in one status update, phase `Succeeded` (or `Failed`, exit code 1, for the always-failing indexes) with a terminated container status; a pod being deleted is failed. Same simulator for both controllers.\n")
 	p("- Time to terminal: from the first create request to the last job's terminal condition (`Complete`/`Failed` = True), seen through a watch. Last finalizer gone: from the same start until no pod of the run holds a tracking finalizer (the built-in controller removes them before it writes the terminal condition; this operator may release a counted pod's finalizer after it). Pods/s: (succeeded + failed pods) / time to terminal. Per job (fleets): each job's own create to its terminal condition, p50 and p99.\n")
 	p("- The fleet creates its jobs together, 32 creates in flight, from the benchmark's unthrottled client.\n")
-	p("- CPU: utime+stime delta of the controller process from the first create until the last finalizer is gone (`/proc/<pid>/stat`); peak RSS: `VmHWM` at the end of the run (includes start-up and the binary's mapped pages); peak anon: the highest `RssAnon` sampled every 100 ms (heap, stacks and runtime, without the binary; no target, shown because the two binaries differ in size).\n")
+	p("- CPU: utime+stime delta of the controller process from the first create until the last finalizer is gone (`/proc/<pid>/stat`); peak RSS: `VmHWM` at the end of the run (includes start-up and the binary's mapped pages); RSS at start: `VmRSS` just before the first create, with the controller started and idle (the floor under its peak; — where a run did not measure it); peak anon: the highest `RssAnon` sampled every 100 ms (heap, stacks and runtime, without the binary; no target, shown because the two binaries differ in size).\n")
 	p("- API requests: requests by the controller's user, counted on the server side from the API server's audit log (metadata level, one event per finished request, watches included), over the same interval (to the last finalizer gone). kube-controller-manager does not expose `rest_client_requests_total`; for the operator, the client-side `rest_client_requests_total` delta agrees (see `results.json`, `ClientReqs`).\n")
 	p("- Status check: condition and reason, `succeeded`, `failed`, `completedIndexes`, `failedIndexes` against the exact expected values.\n")
 	p("- Objects and pods are wiped between runs. Numbers are medians of the runs listed in the `runs` column.\n")
 	p("- Note: both controllers need about 2 requests per pod (create, then the tracking-finalizer removal), so at QPS %d neither can remove finalizers faster than about %d pods/s once its burst of %d is spent. The built-in controller removes a pod's finalizer before it creates more pods; this operator creates first and releases the finalizers of pods whose index is already in the written status with the client's spare capacity, so its terminal condition is bounded by one request per pod on the critical path.\n\n", *qps, *qps/2, *burst)
 
 	p("## Results (medians)\n\n")
-	p("| workload | controller | runs | time to terminal (s) | last finalizer gone (s) | pods/s | jobs/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | peak anon (MiB) | API requests | status check |\n")
-	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("| workload | controller | runs | time to terminal (s) | last finalizer gone (s) | pods/s | jobs/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | status check |\n")
+	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	var ratios []ratio
 	bigOK := ""
 	for _, w := range ws {
@@ -124,7 +135,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 			if x.a.ok != x.a.n {
 				check = fmt.Sprintf("**FAILED %d/%d**: %s", x.a.n-x.a.ok, x.a.n, strings.Join(x.a.details, "; "))
 			}
-			p("| %s | %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f / %.1f | %.1f | %.0f | %.0f | %.0f | %s |\n", w.Name, x.name, x.a.n, x.a.seconds, x.a.fin, x.a.pps, x.a.jobsPerSec, x.a.p50, x.a.p99, x.a.cpu, x.a.rss, x.a.anon, x.a.req, check)
+			p("| %s | %s | %d | %.1f | %.1f | %.0f | %.1f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %s |\n", w.Name, x.name, x.a.n, x.a.seconds, x.a.fin, x.a.pps, x.a.jobsPerSec, x.a.p50, x.a.p99, x.a.cpu, x.a.rss, mib(x.a.start), x.a.anon, x.a.req, check)
 		}
 		if hasUp && hasUs {
 			ratios = append(ratios, ratio{
@@ -177,13 +188,13 @@ func writeReport(dir string, ws []workload, rs []result) error {
 			}
 		}
 	}
-	p("\n## All runs\n\n| workload | controller | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | peak anon (MiB) | API requests | status |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("\n## All runs\n\n| workload | controller | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | status |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
 		st := "OK"
 		if !r.OK {
 			st = "FAILED: " + r.Detail
 		}
-		p("| %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %.0f | %.0f | %s |\n", r.Workload, r.Controller, r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, r.AnonMiB, r.Requests, st)
+		p("| %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %s |\n", r.Workload, r.Controller, r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, mib(r.StartMiB), r.AnonMiB, r.Requests, st)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644); err != nil {
 		return err
