@@ -45,6 +45,17 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	// returned below retries the sync with the controller's rate limiter.
 	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, firstError(createErrs))
 	setPhase(&p.status)
+	if p.holdStatus > 0 && onlyCountersMoved(&job.Status, &p.status) {
+		// Only counters moved, and the last write was a moment ago: the
+		// sync that writes them records these pods (and counts them in the
+		// metrics); until then they keep their finalizers.
+		r.emitEvents(job, p, created)
+		if err := errors.Join(deleteErr, createErr); err != nil {
+			return ctrl.Result{}, err
+		}
+		p.requeue(p.holdStatus)
+		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+	}
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
 		// Nothing recorded in this status may lose its finalizer.
 		return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
@@ -145,7 +156,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob
 	if err := r.client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	r.exp.wroteStatus(job.UID, updated.ResourceVersion)
+	r.exp.wroteStatus(job.UID, updated.ResourceVersion, r.clock.Now())
 	return nil
 }
 

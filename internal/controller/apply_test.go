@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,5 +54,48 @@ func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
 	}
 	if len(got) != 1 || !strings.Contains(got[0], "InvalidPodIndex") {
 		t.Errorf("events %q, want the InvalidPodIndex warning", got)
+	}
+}
+
+// A held status (plan.holdStatus) is not written, its pods are not queued
+// for release, and the sync comes back when the hold ends; once something
+// besides the counters changed, the status is written all the same.
+func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
+	job.Status.StartTime, job.Status.Phase, job.Status.Active = &metav1.Time{Time: time.Now()}, ibjv1.PhaseRunning, 2
+	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	c := interceptor.NewClient(api, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes++
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	succeeded := &cachedPod{}
+	succeeded.Name, succeeded.Namespace, succeeded.UID = "a-0-0", "ns", "pod-uid"
+
+	status := *job.Status.DeepCopy()
+	status.Succeeded, status.CompletedIndexes = 1, "0"
+	held := plan{status: status, releaseLater: []*cachedPod{succeeded}, holdStatus: 300 * time.Millisecond}
+	res, err := r.apply(context.Background(), job, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if writes != 0 || r.later.size() != 0 || res.RequeueAfter != 300*time.Millisecond {
+		t.Errorf("held: %d status writes, %d pods queued for release, requeue after %v; want 0, 0, 300ms", writes, r.later.size(), res.RequeueAfter)
+	}
+
+	moved := held
+	moved.status = *status.DeepCopy()
+	moved.status.Failed = 1 // not a counter that may wait
+	if _, err := r.apply(context.Background(), job, moved); err != nil {
+		t.Fatal(err)
+	}
+	if writes != 1 || r.later.size() != 1 {
+		t.Errorf("not only counters: %d status writes, %d pods queued for release; want 1 and 1", writes, r.later.size())
 	}
 }

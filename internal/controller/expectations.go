@@ -36,6 +36,8 @@ type jobExpectations struct {
 	// again (upstream's finalizerExpectations).
 	finalizers    map[types.UID]time.Time
 	statusVersion string
+	// statusWritten is when the status was last written.
+	statusWritten time.Time
 }
 
 func newExpectations() *expectations {
@@ -65,11 +67,24 @@ func (e *expectations) createFailed(uid types.UID, name string) {
 	delete(e.get(uid).creates, name)
 }
 
-// wroteStatus remembers the resourceVersion the status write returned.
-func (e *expectations) wroteStatus(uid types.UID, resourceVersion string) {
+// wroteStatus remembers the resourceVersion the status write returned, and
+// when it was written.
+func (e *expectations) wroteStatus(uid types.UID, resourceVersion string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.get(uid).statusVersion = resourceVersion
+	j := e.get(uid)
+	j.statusVersion, j.statusWritten = resourceVersion, now
+}
+
+// lastStatusWrite is when the job's status was last written, zero if this
+// process has not written it.
+func (e *expectations) lastStatusWrite(uid types.UID) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[uid]; j != nil {
+		return j.statusWritten
+	}
+	return time.Time{}
 }
 
 // sizes reports how many jobs have expectations and how many creates and

@@ -66,7 +66,7 @@ func TestExpectationsTellAStaleJobFromItsResourceVersion(t *testing.T) {
 			if e.jobStale("job", tc.cached) {
 				t.Fatalf("stale before any write")
 			}
-			e.wroteStatus("job", tc.written)
+			e.wroteStatus("job", tc.written, time.Time{})
 			if got := e.jobStale("job", tc.cached); got != tc.want {
 				t.Errorf("jobStale = %v, want %v", got, tc.want)
 			}
@@ -76,7 +76,7 @@ func TestExpectationsTellAStaleJobFromItsResourceVersion(t *testing.T) {
 
 func TestExpectationsStopWaitingOnceTheCacheCaughtUp(t *testing.T) {
 	e := newExpectations()
-	e.wroteStatus("job", "10")
+	e.wroteStatus("job", "10", time.Time{})
 	if e.jobStale("job", "10") {
 		t.Fatalf("stale although caught up")
 	}
@@ -90,7 +90,7 @@ func TestExpectationsStopWaitingOnceTheCacheCaughtUp(t *testing.T) {
 func TestExpectationsForgetADeletedJob(t *testing.T) {
 	e := newExpectations()
 	e.expectCreate("job", "a-0-0", testNow)
-	e.wroteStatus("job", "10")
+	e.wroteStatus("job", "10", time.Time{})
 	e.forget("job")
 	if !e.podsSeen("job", nil, testNow) || e.jobStale("job", "1") {
 		t.Errorf("expectations survived forget")

@@ -207,6 +207,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*cachedPod) sy
 		now:                   now,
 		backoff:               r.backoff,
 		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
+		lastStatusWrite:       r.exp.lastStatusWrite(job.UID),
 	}
 }
 

@@ -468,7 +468,9 @@ func (c *cluster) sync() plan {
 		c.releaseInBackground()
 	}
 	c.checkState(p)
-	if !IsFinished(in.job) && a.refusedIn(stepDelete, stepDelete)+a.refusedIn(stepStatus, stepStatus) == 0 {
+	// A status that only moved counters may be held back a moment
+	// (holdCounters): its active count is then the last one written.
+	if !IsFinished(in.job) && a.refusedIn(stepDelete, stepDelete)+a.refusedIn(stepStatus, stepStatus) == 0 && p.holdStatus == 0 {
 		c.checkActive()
 	}
 	return p

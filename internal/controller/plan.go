@@ -32,6 +32,11 @@ type plan struct {
 	newlyCompleted, newlyFailedIndexes int
 	deleteJob                          bool
 	requeueAfter                       time.Duration
+	// holdStatus, when above zero, says the status moved only counters
+	// (onlyCountersMoved) within statusCounterInterval of the job's last
+	// status write: apply writes it only if something else changed by
+	// then, and otherwise syncs again in holdStatus.
+	holdStatus time.Duration
 }
 
 // event is a Kubernetes event the reconciler emits once the status is

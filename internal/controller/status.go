@@ -6,6 +6,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,6 +111,20 @@ func setPeerDNSReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, 
 		return nil
 	}
 	return meta.FindStatusCondition(st.Conditions, want.Type)
+}
+
+// onlyCountersMoved reports whether next differs from prev, and only in
+// what counts pods and finished indexes as they go: active, ready,
+// terminating, succeeded and completedIndexes. Such a status may wait a
+// moment for the next write (statusCounterInterval); anything else it
+// holds (a condition, a failure, uncountedTerminatedPods, startTime) is
+// written at once.
+func onlyCountersMoved(prev, next *ibjv1.IndexedBatchJobStatus) bool {
+	a, b := *prev, *next
+	for _, st := range []*ibjv1.IndexedBatchJobStatus{&a, &b} {
+		st.Active, st.Ready, st.Terminating, st.Succeeded, st.CompletedIndexes = 0, nil, nil, 0, ""
+	}
+	return equality.Semantic.DeepEqual(a, b) && !equality.Semantic.DeepEqual(*prev, *next)
 }
 
 // setPhase summarises the conditions for `kubectl get`.

@@ -35,6 +35,9 @@ type syncInput struct {
 	now                   time.Time
 	backoff               Backoff
 	expectationsSatisfied bool
+	// lastStatusWrite is when this process last wrote the job's status,
+	// zero if it has not.
+	lastStatusWrite time.Time
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
@@ -122,7 +125,33 @@ func syncJob(in syncInput) plan {
 	s.decideEnd()
 	s.reportService()
 	s.computeStatus()
+	s.holdCounters()
 	return s.plan
+}
+
+// statusCounterInterval is how long after a job's last status write a
+// status that only moves counters may wait for the next one. Upstream's
+// Job controller syncs a job at most once a second after pod events
+// (syncJobBatchPeriod) and writes its counters then; this operator syncs at
+// once, so that pods are replaced without delay, and holds back only the
+// counter writes: a running job's status costs at most one write a second
+// for its counters, and a short job's no more than upstream's.
+const statusCounterInterval = time.Second
+
+// holdCounters lets a status that only moves counters wait, unless this
+// sync releases finalizers that need it written: a condition, a failure,
+// a new startTime or a pod whose result must be recorded before its
+// finalizer goes are never held back. A held status is computed again by
+// the next sync, from the same pods, which keep their finalizers until it
+// is written.
+func (s *syncState) holdCounters() {
+	if s.lastStatusWrite.IsZero() || len(s.plan.removeFinalizer) > 0 || len(s.plan.discard) > 0 ||
+		!onlyCountersMoved(&s.job.Status, s.status) {
+		return
+	}
+	if left := s.lastStatusWrite.Add(statusCounterInterval).Sub(s.now); left > 0 {
+		s.plan.holdStatus = left
+	}
 }
 
 func newSyncState(in syncInput) *syncState {

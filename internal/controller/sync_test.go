@@ -962,3 +962,67 @@ func TestManyFailedIndexesShareAnEvent(t *testing.T) {
 		t.Errorf("IndexFailed events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A status that only moves counters waits for the next write within
+// statusCounterInterval of the last one; anything a user or a finalizer
+// waits on is written at once.
+func TestCounterOnlyStatusWaitsForTheNextWrite(t *testing.T) {
+	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	running := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj(), makePod(job, 2).running().obj()}
+	job.Status = syncOnce(job, running...).status // as written by the sync that started them
+	succeeded := makePod(job, 0).succeededAt(testNow).obj()
+	failed := makePod(job, 1).failedAt(testNow, 1).obj()
+	sync := func(lastWrite time.Time, pods ...*cachedPod) plan {
+		return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff,
+			expectationsSatisfied: true, lastStatusWrite: lastWrite})
+	}
+	for _, tc := range []struct {
+		name      string
+		lastWrite time.Time
+		pods      []*cachedPod
+		want      time.Duration
+	}{
+		{"a success 200 ms after the last write", testNow.Add(-200 * time.Millisecond), []*cachedPod{succeeded, running[1], running[2]}, 800 * time.Millisecond},
+		{"a success 2 s after the last write", testNow.Add(-2 * time.Second), []*cachedPod{succeeded, running[1], running[2]}, 0},
+		{"a success with no write by this process", time.Time{}, []*cachedPod{succeeded, running[1], running[2]}, 0},
+		{"a failure: recorded at once", testNow.Add(-200 * time.Millisecond), []*cachedPod{running[0], failed, running[2]}, 0},
+		{"nothing moved", testNow.Add(-200 * time.Millisecond), running, 0},
+		{"the last index done: Complete at once", testNow.Add(-200 * time.Millisecond), []*cachedPod{
+			succeeded, makePod(job, 1).succeededAt(testNow).obj(), makePod(job, 2).succeededAt(testNow).obj()}, 0},
+	} {
+		p := sync(tc.lastWrite, tc.pods...)
+		if p.holdStatus != tc.want {
+			t.Errorf("%s: holdStatus = %v, want %v", tc.name, p.holdStatus, tc.want)
+		}
+	}
+}
+
+func TestOnlyCountersMoved(t *testing.T) {
+	base := ibjv1.IndexedBatchJobStatus{Active: 3, Phase: ibjv1.PhaseRunning, StartTime: &metav1.Time{Time: testNow}}
+	for _, tc := range []struct {
+		name   string
+		change func(*ibjv1.IndexedBatchJobStatus)
+		want   bool
+	}{
+		{"unchanged", func(*ibjv1.IndexedBatchJobStatus) {}, false},
+		{"pods and indexes counted", func(st *ibjv1.IndexedBatchJobStatus) {
+			st.Active, st.Succeeded, st.CompletedIndexes, st.Ready, st.Terminating = 2, 1, "0", ptr.To[int32](2), ptr.To[int32](0)
+		}, true},
+		{"a failure", func(st *ibjv1.IndexedBatchJobStatus) { st.Failed = 1 }, false},
+		{"an uncounted pod", func(st *ibjv1.IndexedBatchJobStatus) {
+			st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Failed: []types.UID{"u"}}
+		}, false},
+		{"a failed index", func(st *ibjv1.IndexedBatchJobStatus) { st.FailedIndexes = ptr.To("1") }, false},
+		{"a condition", func(st *ibjv1.IndexedBatchJobStatus) {
+			st.Conditions = []metav1.Condition{{Type: ibjv1.ConditionSuspended, Status: metav1.ConditionTrue}}
+		}, false},
+		{"the phase", func(st *ibjv1.IndexedBatchJobStatus) { st.Phase = ibjv1.PhaseSuspended }, false},
+		{"startTime", func(st *ibjv1.IndexedBatchJobStatus) { st.StartTime = nil }, false},
+	} {
+		next := *base.DeepCopy()
+		tc.change(&next)
+		if got := onlyCountersMoved(&base, &next); got != tc.want {
+			t.Errorf("%s: onlyCountersMoved = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
