@@ -253,6 +253,19 @@ $(KWOK):
 	@echo "installing kwok $(KWOK_VERSION) into $(dir $(KWOK)); the first build takes a few minutes..."
 	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
+# Kueue's own manager at the version go.mod requires, for the e2e spec that runs
+# it as a deployment would (test/e2e/kueue_test.go).
+ifndef KUEUE_VERSION
+KUEUE_VERSION := $(shell go list -m -f '{{.Version}}' sigs.k8s.io/kueue)
+endif
+KUEUE_MANAGER ?= $(LOCALBIN)/kueue-$(KUEUE_VERSION)/kueue
+
+.PHONY: kueue-manager
+kueue-manager: $(KUEUE_MANAGER) ## Install Kueue's manager (cmd/kueue, at go.mod's version) into bin/ (once; minutes on 2 cores).
+$(KUEUE_MANAGER):
+	@echo "installing Kueue's manager $(KUEUE_VERSION) into $(dir $(KUEUE_MANAGER)); the first build takes a few minutes..."
+	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
+
 .PHONY: e2e-binaries
 e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
 	go build -o $(LOCALBIN)/manager ./cmd
@@ -269,8 +282,8 @@ demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the modu
 	DEMO_KUEUE=1 KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
 .PHONY: test-e2e
-test-e2e: e2e-binaries ## Run the end-to-end suite: the operator binary against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
+test-e2e: e2e-binaries kueue-manager ## Run the end-to-end suite: the operator binary (and Kueue's manager) against a kwok cluster, driven through the API and kubectl.
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
 
 ##@ Supported Kubernetes versions
 
