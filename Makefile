@@ -254,7 +254,9 @@ $(KWOK):
 	GOBIN=$(dir $(KWOK)) go install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 # Kueue's own manager at the version go.mod requires, for the e2e spec that runs
-# it as a deployment would (test/e2e/kueue_test.go).
+# it as a deployment would (test/e2e/kueue_test.go). Built static (it runs
+# chrooted) and -trimpath, as make image builds the operator: the libraries
+# both link at the same versions are compiled once.
 ifndef KUEUE_VERSION
 KUEUE_VERSION := $(shell go list -m -f '{{.Version}}' sigs.k8s.io/kueue)
 endif
@@ -264,7 +266,7 @@ KUEUE_MANAGER ?= $(LOCALBIN)/kueue-$(KUEUE_VERSION)/kueue
 kueue-manager: $(KUEUE_MANAGER) ## Install Kueue's manager (cmd/kueue, at go.mod's version) into bin/ (once; minutes on 2 cores).
 $(KUEUE_MANAGER):
 	@echo "installing Kueue's manager $(KUEUE_VERSION) into $(dir $(KUEUE_MANAGER)); the first build takes a few minutes..."
-	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
+	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
 .PHONY: e2e-binaries
 e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
