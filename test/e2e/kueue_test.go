@@ -429,21 +429,22 @@ func installKueueWebhooks(ctx context.Context, module, base string, caPEM []byte
 		cc.Service = nil
 		cc.CABundle = caPEM
 	}
-	for _, c := range mutating {
-		c.Name = kueueNamePrefix + c.Name
-		for i := range c.Webhooks {
-			clientConfig(&c.Webhooks[i].ClientConfig)
-		}
+	create := func(c client.Object) {
+		c.SetName(kueueNamePrefix + c.GetName())
 		Expect(k8sClient.Create(ctx, c)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, c))).To(Succeed()) })
 	}
-	for _, c := range validating {
-		c.Name = kueueNamePrefix + c.Name
+	for _, c := range mutating {
 		for i := range c.Webhooks {
 			clientConfig(&c.Webhooks[i].ClientConfig)
 		}
-		Expect(k8sClient.Create(ctx, c)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, c))).To(Succeed()) })
+		create(c)
+	}
+	for _, c := range validating {
+		for i := range c.Webhooks {
+			clientConfig(&c.Webhooks[i].ClientConfig)
+		}
+		create(c)
 	}
 }
 
