@@ -292,7 +292,8 @@ test-e2e: e2e-binaries kueue-manager ## Run the end-to-end suite: the operator b
 # The supported-versions matrix: the oldest supported kube-apiserver and the
 # newest (K8S_VERSION). Each builds from the hack/controlplane*/ module that
 # requires its k8s.io/kubernetes, into bin/k8s/<version>/.
-COMPAT_VERSIONS ?= v1.33.13 $(K8S_VERSION)
+COMPAT_OLDEST ?= v1.33.13
+COMPAT_VERSIONS ?= $(COMPAT_OLDEST) $(K8S_VERSION)
 # One minor below the oldest supported, where the CRD must be refused (empty
 # skips it).
 COMPAT_BELOW ?= v1.32.13
