@@ -45,29 +45,26 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	// returned below retries the sync with the controller's rate limiter.
 	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, firstError(createErrs))
 	setPhase(&p.status)
+	var releaseErr error
 	if p.holdStatus > 0 && onlyCountersMoved(&job.Status, &p.status) {
 		// Only counters moved, and the last write was a moment ago: the
 		// sync that writes them records these pods (and counts them in the
 		// metrics); until then they keep their finalizers.
-		r.emitEvents(job, p, created)
-		if err := errors.Join(deleteErr, createErr); err != nil {
-			return ctrl.Result{}, err
-		}
 		p.requeue(p.holdStatus)
-		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+	} else {
+		if err := r.writeStatus(ctx, job, p.status); err != nil {
+			// Nothing recorded in this status may lose its finalizer.
+			return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
+		}
+		// The status now holds every result recorded in this sync.
+		r.later.add(job.UID, p.releaseLater)
+		releaseErr = errors.Join(
+			r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
+			r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),
+		)
+		recordMetrics(ctx, job, p)
 	}
-	if err := r.writeStatus(ctx, job, p.status); err != nil {
-		// Nothing recorded in this status may lose its finalizer.
-		return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
-	}
-	// The status now holds every result recorded in this sync.
-	r.later.add(job.UID, p.releaseLater)
-	releaseErr := errors.Join(
-		r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
-		r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),
-	)
 	r.emitEvents(job, p, created)
-	recordMetrics(ctx, job, p)
 	if err := errors.Join(deleteErr, createErr, releaseErr); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -120,11 +120,14 @@ func setPeerDNSReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, 
 // holds (a condition, a failure, uncountedTerminatedPods, startTime) is
 // written at once.
 func onlyCountersMoved(prev, next *ibjv1.IndexedBatchJobStatus) bool {
+	moved := prev.Active != next.Active || !ptr.Equal(prev.Ready, next.Ready) ||
+		!ptr.Equal(prev.Terminating, next.Terminating) || prev.Succeeded != next.Succeeded ||
+		prev.CompletedIndexes != next.CompletedIndexes
 	a, b := *prev, *next
 	for _, st := range []*ibjv1.IndexedBatchJobStatus{&a, &b} {
 		st.Active, st.Ready, st.Terminating, st.Succeeded, st.CompletedIndexes = 0, nil, nil, 0, ""
 	}
-	return equality.Semantic.DeepEqual(a, b) && !equality.Semantic.DeepEqual(*prev, *next)
+	return moved && equality.Semantic.DeepEqual(a, b)
 }
 
 // setPhase summarises the conditions for `kubectl get`.
