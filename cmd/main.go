@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -25,7 +26,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
-	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
@@ -38,7 +39,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ibjv1.AddToScheme(scheme))
-	utilruntime.Must(ibjkueue.AddToScheme(scheme))
+	utilruntime.Must(addKueueToScheme(scheme))
 }
 
 func main() {
@@ -81,7 +82,7 @@ func main() {
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
 	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
 		"Cap of the replacement delay.")
-	flag.StringVar(&kueueMode, "kueue", ibjkueue.ModeAuto,
+	flag.StringVar(&kueueMode, "kueue", kueueapi.ModeAuto,
 		"The Kueue integration: auto runs it once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) is served, "+
 			"checked at start and polled after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
 			"before then; disabled never runs it.")
@@ -122,6 +123,10 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := ctrl.GetConfigOrDie()
+	if err := handOverAtStart(cfg, kueueMode); err != nil {
+		setupLog.Error(err, "Unable to set up the Kueue integration")
+		os.Exit(1)
+	}
 	// The webhook's dry runs get a client of their own (rate limit
 	// included), so that admission never waits behind the controller's pod
 	// creates at --kube-api-qps.
@@ -178,7 +183,9 @@ func main() {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}
-	kq, err := ibjkueue.Setup(mgr, kueueMode)
+	ctx, stop := context.WithCancel(ctrl.SetupSignalHandler())
+	defer stop()
+	queue, handOver, err := setupKueue(mgr, kueueMode, stop)
 	if err != nil {
 		setupLog.Error(err, "Unable to set up the Kueue integration")
 		os.Exit(1)
@@ -189,7 +196,7 @@ func main() {
 	}
 	readyz := healthz.Ping
 	if wh.enabled {
-		srv, err := setupWebhook(mgr, dryRunCfg, wh, tlsOpts, kq)
+		srv, err := setupWebhook(mgr, dryRunCfg, wh, tlsOpts, queue)
 		if err != nil {
 			setupLog.Error(err, "Unable to set up the webhook")
 			os.Exit(1)
@@ -208,11 +215,17 @@ func main() {
 	}
 
 	setupLog.Info("Starting manager", "qps", qps, "burst", burst, "maxConcurrentReconciles", maxConcurrent)
-	err = mgr.Start(ctrl.SetupSignalHandler())
+	err = mgr.Start(ctx)
 	stopRecorder()
 	if err != nil {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
+	}
+	if handOver != nil {
+		if err := handOver(); err != nil {
+			setupLog.Error(err, "Unable to set up the Kueue integration")
+			os.Exit(1)
+		}
 	}
 }
 

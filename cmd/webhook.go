@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	ibjwebhook "github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 )
 
@@ -63,11 +64,15 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 			"keep it below the webhook configuration's timeoutSeconds (10 s).")
 }
 
+// queueDefaulting gives, for the webhook's client, the defaulting step of
+// the Kueue integration (ibjwebhook.Defaulter.Queue).
+type queueDefaulting func(client.Client) func(context.Context, *ibjv1.IndexedBatchJob) error
+
 // setupWebhook registers the webhooks on the manager's webhook server,
 // started only once its certificates are ready, and, with internal
 // certificate management, the certificate rotator.
 func setupWebhook(
-	mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config), kq *ibjkueue.Integration,
+	mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config), queue queueDefaulting,
 ) (ibjwebhook.DelayedServer, error) {
 	ready := make(chan struct{})
 	switch f.certManagement {
@@ -108,8 +113,8 @@ func setupWebhook(
 		Ready:  ready,
 	}
 	var d ibjwebhook.Defaulter
-	if kq != nil {
-		d.Queue = kq.Defaulter(dryRun)
+	if queue != nil {
+		d.Queue = queue(dryRun)
 	}
 	ibjwebhook.Register(srv, mgr.GetScheme(), d, ibjwebhook.NewValidator(dryRun, f.dryRunTimeout))
 	return srv, mgr.Add(srv)

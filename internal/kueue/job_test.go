@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/kueue/pkg/podset"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -178,4 +179,11 @@ func TestFinishedAndSuspended(t *testing.T) {
 			t.Error("a job Kueue is stopping is IsSuspended")
 		}
 	})
+}
+
+// The lean build waits for the Workload API by name, without linking Kueue.
+func TestLeanBuildWaitsForTheWorkloadAPIThisBuildNeeds(t *testing.T) {
+	if kueueapi.WorkloadGVK != WorkloadGVK {
+		t.Fatalf("kueueapi.WorkloadGVK = %v, Kueue's API is %v", kueueapi.WorkloadGVK, WorkloadGVK)
+	}
 }

@@ -14,19 +14,14 @@ import (
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 )
 
 // Modes of the integration, as the operator's --kueue flag takes them.
 const (
-	// ModeAuto runs the integration once Kueue's Workload API is served,
-	// checked at start and then polled with a growing delay, so that Kueue
-	// may be installed after the operator.
-	ModeAuto = "auto"
-	// ModeEnabled is ModeAuto, and also suspends jobs labelled with a queue
-	// name before Kueue's API is there.
-	ModeEnabled = "enabled"
-	// ModeDisabled never runs it.
-	ModeDisabled = "disabled"
+	ModeAuto     = kueueapi.ModeAuto
+	ModeEnabled  = kueueapi.ModeEnabled
+	ModeDisabled = kueueapi.ModeDisabled
 )
 
 // WorkloadGVK is the Kueue API the integration needs.
@@ -54,12 +49,8 @@ func (i *Integration) Active() bool {
 // leader or not, since the defaulting webhook every replica serves asks
 // Active. It returns a nil Integration for ModeDisabled.
 func Setup(mgr ctrl.Manager, mode string) (*Integration, error) {
-	switch mode {
-	case ModeDisabled:
-		return nil, nil
-	case ModeAuto, ModeEnabled:
-	default:
-		return nil, fmt.Errorf("--kueue must be %s, %s or %s, not %q", ModeAuto, ModeEnabled, ModeDisabled, mode)
+	if err := kueueapi.CheckMode(mode); err != nil || mode == ModeDisabled {
+		return nil, err
 	}
 	i := &Integration{mode: mode}
 	return i, mgr.Add(waitForKueue{mgr: mgr, integration: i})

@@ -90,7 +90,8 @@ func readImages(t *testing.T, l Layout) map[string]platformImage {
 
 // TestImageLayout checks what `make image` wrote: one image per platform,
 // each running /manager, a static stripped binary of its architecture, as
-// 65532:65532, with the files distroless/static:nonroot provides.
+// 65532:65532, with its Kueue build beside it as /manager-kueue and the
+// files distroless/static:nonroot provides.
 func TestImageLayout(t *testing.T) {
 	l := Layout{Dir: layoutDir(t)}
 	images := readImages(t, l)
@@ -116,30 +117,8 @@ func TestImageLayout(t *testing.T) {
 				t.Errorf("cmd %q, want none", cfg.Cmd)
 			}
 
-			manager, ok := img.files["/manager"]
-			if !ok {
-				t.Fatal("no /manager")
-			}
-			if manager.Header.Mode&0o755 != 0o755 || manager.Header.Uid != 0 {
-				t.Errorf("/manager: mode %o owner %d, want 755 owned by root (nonroot may run it, not change it)", manager.Header.Mode, manager.Header.Uid)
-			}
-			bin, err := elf.NewFile(strings.NewReader(string(manager.Data)))
-			if err != nil {
-				t.Fatalf("/manager is not an ELF binary: %v", err)
-			}
-			arch := strings.TrimPrefix(platform, "linux/")
-			if bin.Machine != elfMachine[arch] {
-				t.Errorf("/manager is built for %v, want %v", bin.Machine, elfMachine[arch])
-			}
-			for _, prog := range bin.Progs {
-				if prog.Type == elf.PT_INTERP || prog.Type == elf.PT_DYNAMIC {
-					t.Errorf("/manager is dynamically linked (%v); the image has no libc", prog.Type)
-				}
-			}
-			for _, section := range []string{".symtab", ".debug_info"} {
-				if bin.Section(section) != nil {
-					t.Errorf("/manager has a %s section: not stripped (-ldflags=-s -w)", section)
-				}
+			for _, name := range []string{"/manager", "/manager-kueue"} {
+				expectStaticBinary(t, img.files, name, strings.TrimPrefix(platform, "linux/"))
 			}
 
 			expectLine(t, img.files, "/etc/passwd", "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin")
@@ -458,4 +437,36 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// expectStaticBinary checks that the image holds name as a static,
+// stripped ELF binary for arch that nonroot may run and not change.
+func expectStaticBinary(t *testing.T, files map[string]File, name, arch string) {
+	t.Helper()
+	f, ok := files[name]
+	if !ok {
+		t.Errorf("no %s", name)
+		return
+	}
+	if f.Header.Mode&0o755 != 0o755 || f.Header.Uid != 0 {
+		t.Errorf("%s: mode %o owner %d, want 755 owned by root (nonroot may run it, not change it)", name, f.Header.Mode, f.Header.Uid)
+	}
+	bin, err := elf.NewFile(strings.NewReader(string(f.Data)))
+	if err != nil {
+		t.Errorf("%s is not an ELF binary: %v", name, err)
+		return
+	}
+	if bin.Machine != elfMachine[arch] {
+		t.Errorf("%s is built for %v, want %v", name, bin.Machine, elfMachine[arch])
+	}
+	for _, prog := range bin.Progs {
+		if prog.Type == elf.PT_INTERP || prog.Type == elf.PT_DYNAMIC {
+			t.Errorf("%s is dynamically linked (%v); the image has no libc", name, prog.Type)
+		}
+	}
+	for _, section := range []string{".symtab", ".debug_info"} {
+		if bin.Section(section) != nil {
+			t.Errorf("%s has a %s section: not stripped (-ldflags=-s -w)", name, section)
+		}
+	}
 }

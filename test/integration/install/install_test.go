@@ -26,8 +26,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
@@ -609,5 +611,46 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			pointWebhooksAt(ctx, m)
 			expectWebhookServes(ctx)
 		}
+	})
+
+	It("runs the Kueue build in the same process once Kueue is installed, and queues jobs with the installed permissions", func() {
+		killManagers() // so that the next replica leads at once
+		m := startManager("manager-lean", kubeconfig, false, managerArgs...)
+		Expect(m.exe()).To(Equal(managerBin), "Kueue is not installed: the lean build runs")
+
+		By("installing Kueue's CRDs under it")
+		kueueDir, err := inprocess.ModuleDir()
+		Expect(err).NotTo(HaveOccurred())
+		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inprocess.CRDDir(kueueDir)}})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(m.exe, 30*time.Second, 100*time.Millisecond).Should(Equal(managerBin+"-kueue"),
+			"the process (pid %d) execs the Kueue build", m.cmd.Process.Pid)
+		m.waitReady()
+		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring(
+			"Kueue's API is served: IndexedBatchJobs labelled kueue.x-k8s.io/queue-name are queued by Kueue"))
+		pointWebhooksAt(ctx, m)
+		expectWebhookServes(ctx)
+
+		By("suspending a job labelled with a queue name at admission, and creating its Workload")
+		namespace := newNamespace(ctx, "queued")
+		job := seedJob(namespace, "queued")
+		job.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "user-queue"}
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		Expect(job.Spec.Suspend).To(HaveValue(BeTrue()), "the Kueue build's webhook suspends it until Kueue admits it")
+		Eventually(func(g Gomega) {
+			workloads := &unstructured.UnstructuredList{}
+			workloads.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+			workloads.SetKind("WorkloadList")
+			g.Expect(k8sClient.List(ctx, workloads, client.InNamespace(namespace))).To(Succeed())
+			g.Expect(workloads.Items).To(HaveLen(1))
+			owners := workloads.Items[0].GetOwnerReferences()
+			g.Expect(owners).To(HaveLen(1))
+			g.Expect(owners[0].UID).To(Equal(job.UID))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+		Expect(strings.ToLower(m.log())).NotTo(ContainSubstring("forbidden"), "the installed RBAC covers the Kueue build")
+
+		By("running the Kueue build from the start in a replica started now")
+		standby := startManager("manager-kueue-standby", kubeconfig, false, managerArgs...)
+		Expect(standby.exe()).To(Equal(managerBin + "-kueue"))
 	})
 })

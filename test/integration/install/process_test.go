@@ -132,6 +132,14 @@ func startManager(name, kubeconfig string, withMetrics bool, args ...string) *ma
 		close(m.done)
 	}()
 	managers = append(managers, m)
+	m.waitReady()
+	return m
+}
+
+// waitReady waits until the process reports ready, failing the spec if it
+// exits first.
+func (m *manager) waitReady() {
+	GinkgoHelper()
 	Eventually(func() (int, error) {
 		select {
 		case <-m.done:
@@ -144,8 +152,12 @@ func startManager(name, kubeconfig string, withMetrics bool, args ...string) *ma
 		}
 		defer resp.Body.Close()
 		return resp.StatusCode, nil
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(http.StatusOK), "%s never got ready", name)
-	return m
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal(http.StatusOK), "%s never got ready", m.name)
+}
+
+// exe is the binary the process runs now, which an exec changes.
+func (m *manager) exe() (string, error) {
+	return os.Readlink(fmt.Sprintf("/proc/%d/exe", m.cmd.Process.Pid))
 }
 
 // log is everything the process wrote so far.
