@@ -183,7 +183,8 @@ func main() {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}
-	ctx, stop := context.WithCancel(ctrl.SetupSignalHandler())
+	signalled := ctrl.SetupSignalHandler()
+	ctx, stop := context.WithCancel(signalled)
 	defer stop()
 	queue, handOver, err := setupKueue(mgr, kueueMode, stop)
 	if err != nil {
@@ -221,7 +222,9 @@ func main() {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
 	}
-	if handOver != nil {
+	// Not once told to stop: a hand-over that raced a SIGTERM would
+	// outlive it.
+	if handOver != nil && signalled.Err() == nil {
 		if err := handOver(); err != nil {
 			setupLog.Error(err, "Unable to set up the Kueue integration")
 			os.Exit(1)

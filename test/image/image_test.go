@@ -135,11 +135,20 @@ func TestImageLayout(t *testing.T) {
 	}
 }
 
-func expectLine(t *testing.T, files map[string]File, name, line string) {
+// imageFile is the image's file name; it fails the test if there is none.
+func imageFile(t *testing.T, files map[string]File, name string) (File, bool) {
 	t.Helper()
 	f, ok := files[name]
 	if !ok {
 		t.Errorf("no %s", name)
+	}
+	return f, ok
+}
+
+func expectLine(t *testing.T, files map[string]File, name, line string) {
+	t.Helper()
+	f, ok := imageFile(t, files, name)
+	if !ok {
 		return
 	}
 	if !slices.Contains(strings.Split(string(f.Data), "\n"), line) {
@@ -149,9 +158,8 @@ func expectLine(t *testing.T, files map[string]File, name, line string) {
 
 func expectDir(t *testing.T, files map[string]File, name string, mode int64, owner int) {
 	t.Helper()
-	f, ok := files[name]
+	f, ok := imageFile(t, files, name)
 	if !ok {
-		t.Errorf("no %s", name)
 		return
 	}
 	if f.Header.Mode&0o7777 != mode || f.Header.Uid != owner || f.Header.Gid != owner {
@@ -443,9 +451,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 // stripped ELF binary for arch that nonroot may run and not change.
 func expectStaticBinary(t *testing.T, files map[string]File, name, arch string) {
 	t.Helper()
-	f, ok := files[name]
+	f, ok := imageFile(t, files, name)
 	if !ok {
-		t.Errorf("no %s", name)
 		return
 	}
 	if f.Header.Mode&0o755 != 0o755 || f.Header.Uid != 0 {
