@@ -189,7 +189,7 @@ func TestReconcileReleasesASucceededPodOnceInTheBackground(t *testing.T) {
 		t.Fatalf("%d pods pending before the cache showed the release, want 1", n)
 	}
 	for uid := range l.r.later.pending {
-		l.r.later.observed(&cachedPod{ObjectMeta: metav1.ObjectMeta{UID: uid}})
+		l.r.later.observed(&cachedPod{podMeta: podMeta{UID: uid}})
 	}
 	for range 3 {
 		l.sync(t)

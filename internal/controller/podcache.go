@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,9 +28,9 @@ import (
 // the pod cache is most of the operator's memory for a large job
 // (docs/bench has the measured figures).
 type cachedPod struct {
-	// ObjectMeta holds the name, namespace, UID, resourceVersion, creation
+	// podMeta holds the name, namespace, UID, resourceVersion, creation
 	// and deletion timestamps and the deletion grace period, nothing more.
-	metav1.ObjectMeta
+	podMeta
 
 	jobName  string    // the job-name label, "" when missing
 	ownerUID types.UID // UID of the controlling owner, "" without one
@@ -71,16 +72,16 @@ func compactPod(obj any) (any, error) {
 
 func newCachedPod(pod *corev1.Pod) *cachedPod {
 	c := &cachedPod{
-		ObjectMeta: metav1.ObjectMeta{
+		podMeta: podMeta{
 			Name:                       pod.Name,
-			Namespace:                  pod.Namespace,
+			Namespace:                  intern(pod.Namespace),
 			UID:                        pod.UID,
 			ResourceVersion:            pod.ResourceVersion,
 			CreationTimestamp:          pod.CreationTimestamp,
 			DeletionTimestamp:          pod.DeletionTimestamp,
 			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
 		},
-		jobName:  pod.Labels[ibjv1.JobNameLabel],
+		jobName:  intern(pod.Labels[ibjv1.JobNameLabel]),
 		attempt:  jobpod.Count(pod.Annotations, ibjv1.AttemptAnnotation),
 		failures: jobpod.Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
 		ignored:  jobpod.Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
@@ -90,7 +91,7 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 		c.discarded = true
 	}
 	if ref := metav1.GetControllerOf(pod); ref != nil {
-		c.ownerUID = ref.UID
+		c.ownerUID = types.UID(intern(string(ref.UID)))
 	}
 	c.index, c.indexOK = jobpod.Index(pod)
 	if !c.indexOK {
@@ -119,6 +120,11 @@ func newCachedPod(pod *corev1.Pod) *cachedPod {
 	c.finishedAt = jobpod.FinishTime(pod)
 	return c
 }
+
+// intern returns the canonical copy of s, so that the pods of one job
+// (thousands of them) share one string for what they have in common (their
+// namespace, job name and owner) instead of each keeping its decoder's copy.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // internPhase returns the package constant for a known phase, so that
 // thousands of cached pods share one string instead of each keeping the

@@ -32,10 +32,7 @@ func TestCachedPodKeepsWhatASyncReads(t *testing.T) {
 	got := newCachedPod(pod)
 	if got.Name != pod.Name || got.Namespace != "ns" || got.UID != pod.UID || got.ResourceVersion != "77" ||
 		!got.CreationTimestamp.Equal(&pod.CreationTimestamp) {
-		t.Errorf("metadata = %+v, want the pod's name, namespace, UID, resourceVersion and creation", got.ObjectMeta)
-	}
-	if got.Labels != nil || got.Annotations != nil || got.Finalizers != nil || got.OwnerReferences != nil {
-		t.Errorf("cached pod keeps maps or slices a sync reads through its own fields: %+v", got.ObjectMeta)
+		t.Errorf("metadata = %+v, want the pod's name, namespace, UID, resourceVersion and creation", got.podMeta)
 	}
 	want := cachedPod{jobName: "train", ownerUID: "job-uid", index: 4, indexOK: true, attempt: 2, failures: 1, ignored: 1,
 		phase: corev1.PodFailed, tracked: true, restarts: 4, finishedAt: testNow}
@@ -87,7 +84,7 @@ func TestCachedPodIsSmall(t *testing.T) {
 }
 
 func TestCompactPodPassesOtherObjectsThrough(t *testing.T) {
-	c := &cachedPod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	c := &cachedPod{podMeta: podMeta{Name: "p"}}
 	if out, err := compactPod(c); err != nil || out != any(c) {
 		t.Errorf("compactPod(cachedPod) = %v, %v; want it unchanged (informer resyncs pass cached objects)", out, err)
 	}
@@ -102,11 +99,11 @@ func TestCompactPodPassesOtherObjectsThrough(t *testing.T) {
 }
 
 func TestPodJobKey(t *testing.T) {
-	keys, _ := podJobKey(&cachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns"}, jobName: "train"})
+	keys, _ := podJobKey(&cachedPod{podMeta: podMeta{Namespace: "ns"}, jobName: "train"})
 	if len(keys) != 1 || keys[0] != "ns/train" {
 		t.Errorf("keys = %v, want [ns/train]", keys)
 	}
-	if keys, _ := podJobKey(&cachedPod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns"}}); keys != nil {
+	if keys, _ := podJobKey(&cachedPod{podMeta: podMeta{Namespace: "ns"}}); keys != nil {
 		t.Errorf("pod without a job-name label indexed as %v", keys)
 	}
 }
