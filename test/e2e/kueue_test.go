@@ -288,9 +288,9 @@ func startKueue(ctx context.Context) *kueueManager {
 	kubeconfig := filepath.Join(kroot, "etc", "kueue", "kubeconfig")
 	Expect(writeKueueKubeconfig(kubeconfig)).To(Succeed())
 	expectKueueIdentity(ctx, kubeconfig)
-	health, err := kwokcluster.FreePort()
+	health, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	webhook, err := kwokcluster.FreePort()
+	webhook, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	config := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration

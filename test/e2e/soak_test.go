@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
@@ -200,9 +199,9 @@ func (e *jobEnds) reset(name string) {
 // the jobs gone, or a per-job store is not empty once no job exists.
 func soak(ctx context.Context, cfg fleetConfig) {
 	GinkgoHelper()
-	metricsPort, err := kwokcluster.FreePort()
+	metricsPort, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-	pprofPort, err := kwokcluster.FreePort()
+	pprofPort, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	// The operator watches only the soak's namespace, so that its stores
 	// hold nothing of the jobs other specs left behind.

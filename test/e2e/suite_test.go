@@ -138,7 +138,7 @@ var webhookSlots []*kwokcluster.Process
 func launchOperator(extra ...string) (*kwokcluster.Process, int) {
 	GinkgoHelper()
 	operatorStarts++
-	probe, err := kwokcluster.FreePort()
+	probe, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	if webhookSlots == nil {
 		webhookSlots = make([]*kwokcluster.Process, len(cluster.WebhookBackendPorts))

@@ -249,7 +249,7 @@ func TestImageRunsSeedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	probe, err := kwokcluster.FreePort()
+	probe, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -101,6 +102,12 @@ type Cluster struct {
 	// per slot of WebhookArgs.
 	WebhookBackendPorts []int
 
+	// ports are every port the cluster picked for itself or handed out
+	// (FreePort): some are unbound at times (a restart, a killed operator),
+	// when the kernel could offer them to the next listener on port 0.
+	portsMu sync.Mutex
+	ports   []int
+
 	etcd, apiserver, kwok *Process
 	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
 	// started, to start them again.
@@ -177,11 +184,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 
 	bin := ControlPlaneDir(opts.Root)
-	etcdPort, err := FreePort()
+	etcdPort, err := c.FreePort()
 	if err != nil {
 		return c, err
 	}
-	peerPort, err := FreePort()
+	peerPort, err := c.FreePort()
 	if err != nil {
 		return c, err
 	}
@@ -205,7 +212,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	apiPort, err := FreePort()
+	apiPort, err := c.FreePort()
 	if err != nil {
 		return c, err
 	}
@@ -265,7 +272,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	for range opts.WebhookReplicas {
-		port, err := FreePort()
+		port, err := c.FreePort()
 		if err != nil {
 			return c, err
 		}
@@ -503,4 +510,24 @@ func (c *Cluster) waitNodesReady(ctx context.Context, clientset kubernetes.Inter
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// FreePort is a free loopback port that is none of the ports the cluster
+// picked or handed out before: a process started on it (an operator's
+// probe, say) never takes the port of a webhook slot whose operator was
+// just killed, nor kube-apiserver's while it restarts.
+func (c *Cluster) FreePort() (int, error) {
+	c.portsMu.Lock()
+	defer c.portsMu.Unlock()
+	for range 100 {
+		port, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		if !slices.Contains(c.ports, port) {
+			c.ports = append(c.ports, port)
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free loopback port that the cluster has not used")
 }
