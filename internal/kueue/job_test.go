@@ -183,7 +183,7 @@ func TestFinishedAndSuspended(t *testing.T) {
 
 // The lean build waits for the Workload API by name, without linking Kueue.
 func TestLeanBuildWaitsForTheWorkloadAPIThisBuildNeeds(t *testing.T) {
-	if kueueapi.WorkloadGVK != WorkloadGVK {
-		t.Fatalf("kueueapi.WorkloadGVK = %v, Kueue's API is %v", kueueapi.WorkloadGVK, WorkloadGVK)
+	if want := kueuev1beta2.SchemeGroupVersion.WithKind("Workload"); kueueapi.WorkloadGVK != want {
+		t.Fatalf("kueueapi.WorkloadGVK = %v, Kueue's API is %v", kueueapi.WorkloadGVK, want)
 	}
 }

@@ -17,16 +17,6 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 )
 
-// Modes of the integration, as the operator's --kueue flag takes them.
-const (
-	ModeAuto     = kueueapi.ModeAuto
-	ModeEnabled  = kueueapi.ModeEnabled
-	ModeDisabled = kueueapi.ModeDisabled
-)
-
-// WorkloadGVK is the Kueue API the integration needs.
-var WorkloadGVK = kueuev1beta2.SchemeGroupVersion.WithKind("Workload")
-
 // AddToScheme adds Kueue's API to scheme, which costs nothing while the
 // integration does not run.
 func AddToScheme(scheme *runtime.Scheme) error { return kueuev1beta2.AddToScheme(scheme) }
@@ -38,18 +28,18 @@ type Integration struct {
 }
 
 // Active reports whether jobs labelled with a queue name are Kueue's: with
-// ModeEnabled always, with ModeAuto once Kueue's API was found.
+// kueueapi.ModeEnabled always, with kueueapi.ModeAuto once Kueue's API was found.
 func (i *Integration) Active() bool {
-	return i != nil && (i.mode == ModeEnabled || i.active.Load())
+	return i != nil && (i.mode == kueueapi.ModeEnabled || i.active.Load())
 }
 
 // Setup starts the integration in mode: once Kueue's Workload API is
 // served, Kueue's generic job reconciler runs for IndexedBatchJobs in mgr
 // (as the leader's controllers do). It waits for the API on every replica,
 // leader or not, since the defaulting webhook every replica serves asks
-// Active. It returns a nil Integration for ModeDisabled.
+// Active. It returns a nil Integration for kueueapi.ModeDisabled.
 func Setup(mgr ctrl.Manager, mode string) (*Integration, error) {
-	if err := kueueapi.CheckMode(mode); err != nil || mode == ModeDisabled {
+	if err := kueueapi.CheckMode(mode); err != nil || mode == kueueapi.ModeDisabled {
 		return nil, err
 	}
 	i := &Integration{mode: mode}
@@ -69,7 +59,7 @@ func (waitForKueue) NeedLeaderElection() bool { return false }
 func (w waitForKueue) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("kueue")
 	var setupErr error
-	jobframework.WaitForAPI(ctx, w.mgr, log, WorkloadGVK, func() {
+	jobframework.WaitForAPI(ctx, w.mgr, log, kueueapi.WorkloadGVK, func() {
 		if setupErr = SetupReconciler(ctx, w.mgr); setupErr != nil {
 			return
 		}

@@ -68,23 +68,23 @@ const (
 	longestWait = 2 * time.Minute
 )
 
-// WaitServed checks Served until it reports true, and then returns true,
-// or until ctx ends, and then returns false. Errors are logged and checked
-// again.
+// WaitServed checks Served, first after the first delay (its caller has
+// just checked), until it reports true, and then returns true, or until
+// ctx ends, and then returns false. Errors are logged and checked again.
 func WaitServed(ctx context.Context, d discovery.DiscoveryInterface, log logr.Logger) bool {
 	delays := workqueue.NewTypedItemExponentialFailureRateLimiter[string](firstWait, longestWait)
 	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delays.When("")):
+		}
 		served, err := Served(d)
 		if err != nil {
 			log.Error(err, "Checking for Kueue's API")
 		}
 		if served {
 			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(delays.When("")):
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
@@ -92,7 +93,7 @@ func startManager() {
 	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"),
 		clock.RealClock{}, controller.Backoff{Base: 200 * time.Millisecond, Max: 2 * time.Second})
 	Expect(r.SetupWithManager(mgr, nil, 4)).To(Succeed())
-	integration, err := ibjkueue.Setup(mgr, ibjkueue.ModeEnabled)
+	integration, err := ibjkueue.Setup(mgr, kueueapi.ModeEnabled)
 	Expect(err).NotTo(HaveOccurred())
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
