@@ -64,7 +64,9 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		)
 		recordMetrics(ctx, job, p)
 	}
-	r.emitEvents(job, p, created)
+	if wait := r.emitEvents(job, p, created); wait > 0 {
+		p.requeue(wait)
+	}
 	if err := errors.Join(deleteErr, createErr, releaseErr); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -262,17 +264,18 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 	return err
 }
 
-// emitEvents reports what the sync did, once its status is written.
-func (r *Reconciler) emitEvents(job *ibjv1.IndexedBatchJob, p plan, created int) {
-	if created > 0 {
-		r.emit(job, normalEvent("SuccessfulCreate", "Created %d pod(s)", created))
+// emitEvents reports what the sync did, once its status is written, with
+// the job's repeated events paced (eventpace.go); it returns when the sync
+// should come back to report what the pace held back.
+func (r *Reconciler) emitEvents(job *ibjv1.IndexedBatchJob, p plan, created int) time.Duration {
+	if r.recorder == nil {
+		return 0
 	}
-	if len(p.delete) > 0 {
-		r.emit(job, normalEvent("SuccessfulDelete", "Deleted %d pod(s)", len(p.delete)))
-	}
-	for _, e := range p.events {
+	events, wait := r.exp.pacedEvents(job.UID, job.Name, &p, created, r.clock.Now())
+	for _, e := range events {
 		r.emit(job, e)
 	}
+	return wait
 }
 
 func (r *Reconciler) emit(job *ibjv1.IndexedBatchJob, e event) {

@@ -38,6 +38,8 @@ type jobExpectations struct {
 	statusVersion string
 	// statusWritten is when the status was last written.
 	statusWritten time.Time
+	// events is what the job's paced events hold back (eventpace.go).
+	events eventPace
 }
 
 func newExpectations() *expectations {

@@ -24,7 +24,10 @@ type plan struct {
 	// the status is written: the results they hold are counted already.
 	releaseLater []*cachedPod
 	events       []event
-	recorded     []finishedPod
+	// indexFailures say why each index the sync failed for good did; they
+	// are reported as paced IndexFailed events (eventpace.go).
+	indexFailures []string
+	recorded      []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	// newlyCompleted and newlyFailedIndexes are how many indexes this sync

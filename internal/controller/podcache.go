@@ -165,8 +165,9 @@ type podSource struct {
 
 func newPodSource(cfg *rest.Config, namespaces []string) (*podSource, error) {
 	// Pods are read in protobuf as wirePods (podwire.go): without the spec
-	// and the managed fields, which no sync reads.
-	pods, err := coreV1ProtobufClient(cfg, wireCodecs.WithoutConversion())
+	// and the managed fields, which no sync reads, and from a watch event's
+	// bytes in place (podwatch.go).
+	pods, err := coreV1ProtobufClient(cfg, wireSerializer)
 	if err != nil {
 		return nil, err
 	}

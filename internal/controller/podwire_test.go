@@ -132,7 +132,7 @@ func TestWireCodecsDecodeTheServersPods(t *testing.T) {
 }
 
 // protobufCodec is the codec factory's protobuf serializer for core/v1.
-func protobufCodec(t *testing.T, codecs runtime.NegotiatedSerializer) runtime.Codec {
+func protobufCodec(t testing.TB, codecs runtime.NegotiatedSerializer) runtime.Codec {
 	t.Helper()
 	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
 	if !ok {

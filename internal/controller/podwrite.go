@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"io"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,13 +14,14 @@ import (
 
 // podWrites sends the two writes a pod costs, its create and its
 // finalizer patch, straight through a core/v1 REST client in protobuf. The
-// API server answers each with the pod; a client.Client would decode that
-// answer into a Pod (a create) or its metadata (a patch), which nothing
-// reads: the pod informer shows the pod as it is. So the writes ask for
-// the metadata only (a far shorter answer than the whole pod) and do not
-// decode it. An error answer is decoded as usual, so apierrors still tell
-// an AlreadyExists or a NotFound. Tests without an API server leave it nil
-// and write through the Reconciler's client.
+// API server answers each with the pod; a client.Client would read that
+// answer whole and decode it into a Pod (a create) or its metadata (a
+// patch), which nothing reads: the pod informer shows the pod as it is. So
+// the writes ask for the metadata only (a far shorter answer than the whole
+// pod), and read it through a shared buffer without keeping or decoding it.
+// An error answer is decoded as usual, so apierrors still tell an
+// AlreadyExists or a NotFound. Tests without an API server leave it nil and
+// write through the Reconciler's client.
 type podWrites struct {
 	rest rest.Interface
 }
@@ -56,14 +58,27 @@ func coreV1ProtobufClient(cfg *rest.Config, codecs runtime.NegotiatedSerializer)
 
 // create creates the pod.
 func (w *podWrites) create(ctx context.Context, pod *corev1.Pod) error {
-	return w.rest.Post().Namespace(pod.Namespace).Resource("pods").
-		SetHeader("Accept", metadataOnly).Body(pod).Do(ctx).Error()
+	return send(ctx, w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod))
 }
 
 // patch applies a strategic merge patch to the named pod.
 func (w *podWrites) patch(ctx context.Context, namespace, name string, patch []byte) error {
-	return w.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).
-		SetHeader("Accept", metadataOnly).Body(patch).Do(ctx).Error()
+	return send(ctx, w.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).Body(patch))
+}
+
+// send sends a write that asks for the metadata in answer, and reads a
+// success's answer into io.Discard, whose buffers are pooled, rather than
+// into a new slice as Do does; a failure's is decoded into the error.
+func send(ctx context.Context, req *rest.Request) error {
+	answer, err := req.SetHeader("Accept", metadataOnly).Stream(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, answer)
+	if cerr := answer.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // createPod creates the pod through podWrites, or through the client when

@@ -113,7 +113,7 @@ func syncJob(in syncInput) plan {
 	s.groupPodsByIndex()
 	s.rebuildUnreadableIndexSets()
 	s.recordFinishedPods()
-	s.reportFailedIndexes()
+	s.plan.indexFailures = s.indexFailures
 	setStartTime(s.status, in.job, in.now)
 	s.decideTarget()
 	if s.target != nil {
@@ -344,24 +344,6 @@ func (s *syncState) recordFinishedPods() {
 				s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.attempt+1), whyFailed(pod, f)))
 			}
 		}
-	}
-}
-
-// maxIndexFailedEvents is how many indexes failed for good one sync names
-// in an event of its own; the rest share one event, so that a run where
-// thousands of indexes fail does not write thousands of events.
-const maxIndexFailedEvents = 5
-
-// reportFailedIndexes emits a Warning event IndexFailed for each index this
-// sync failed for good, up to maxIndexFailedEvents, and one for the rest.
-func (s *syncState) reportFailedIndexes() {
-	for i, msg := range s.indexFailures {
-		if i == maxIndexFailedEvents {
-			rest := len(s.indexFailures) - i
-			s.plan.warn("IndexFailed", "%d more indexes failed for good; `kubectl ibj indexes %s --failed` lists them with the reasons", rest, s.job.Name)
-			return
-		}
-		s.plan.warn("IndexFailed", "%s", msg)
 	}
 }
 

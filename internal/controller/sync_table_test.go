@@ -53,6 +53,9 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	d.RemoveFinalizer = names(p.removeFinalizer)
 	d.Discard = names(p.discard)
 	d.ReleaseLater = names(p.releaseLater)
+	for _, msg := range p.indexFailures {
+		d.Events = append(d.Events, "Warning IndexFailed: "+msg)
+	}
 	for _, e := range p.events {
 		d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
 	}

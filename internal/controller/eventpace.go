@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A job's repeated events are paced: a job of thousands of pods would
+// otherwise write an event in nearly every sync, until client-go's spam
+// filter cut it off after 25 of each type and dropped the rest unseen. So
+// SuccessfulCreate and SuccessfulDelete go at most once every
+// countEventInterval, each counting the pods since the last; a job's first
+// namedIndexFailures indexes failed for good get an IndexFailed event each,
+// and the later ones are counted in one IndexFailed event at most every
+// moreFailuresInterval. What is held back goes in the first sync after its
+// interval (the sync is requeued for it), or at once when the job finishes.
+const (
+	countEventInterval   = 10 * time.Second
+	namedIndexFailures   = 5
+	moreFailuresInterval = time.Minute
+)
+
+// eventPace is what a job's paced events hold back.
+type eventPace struct {
+	created, deleted, moreFailures heldCount
+	// named is how many IndexFailed events named an index.
+	named int
+}
+
+// heldCount is a count reported by at most one event per interval.
+type heldCount struct {
+	held int
+	next time.Time
+}
+
+// add adds n to the count and returns what to report now: all of it once
+// the interval since the last report has passed, or if flush; otherwise
+// nothing, and how long until it may go.
+func (c *heldCount) add(n int, now time.Time, interval time.Duration, flush bool) (report int, wait time.Duration) {
+	c.held += n
+	if c.held == 0 {
+		return 0, 0
+	}
+	if !flush && now.Before(c.next) {
+		return 0, c.next.Sub(now)
+	}
+	report, c.held, c.next = c.held, 0, now.Add(interval)
+	return report, 0
+}
+
+// pacedEvents are the events a sync reports: its pods created and deleted
+// and its indexes failed for good, paced by the job's eventPace, then the
+// plan's other events. wait is when the sync should come back to report
+// what was held (zero: nothing held).
+func (e *expectations) pacedEvents(job types.UID, jobName string, p *plan, created int, now time.Time) (out []event, wait time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pace := &e.get(job).events
+	flush := p.newlyFinished != nil
+	held := func(w time.Duration) {
+		if w > 0 && (wait == 0 || w < wait) {
+			wait = w
+		}
+	}
+	n, w := pace.created.add(created, now, countEventInterval, flush)
+	if n > 0 {
+		out = append(out, normalEvent("SuccessfulCreate", "Created %d pod(s)", n))
+	}
+	held(w)
+	if n, w = pace.deleted.add(len(p.delete), now, countEventInterval, flush); n > 0 {
+		out = append(out, normalEvent("SuccessfulDelete", "Deleted %d pod(s)", n))
+	}
+	held(w)
+	more := 0
+	for _, msg := range p.indexFailures {
+		if pace.named < namedIndexFailures {
+			pace.named++
+			out = append(out, warningEvent("IndexFailed", "%s", msg))
+		} else {
+			more++
+		}
+	}
+	if n, w = pace.moreFailures.add(more, now, moreFailuresInterval, flush); n > 0 {
+		out = append(out, warningEvent("IndexFailed", "%d more %s failed for good; `kubectl ibj indexes %s --failed` lists them with the reasons",
+			n, plural(n, "index", "indexes"), jobName))
+	}
+	held(w)
+	return append(out, p.events...), wait
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
