@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -32,7 +33,7 @@ func addKueueToScheme(*runtime.Scheme) error { return nil }
 
 // handOverAtStart execs the Kueue build before anything starts when the
 // integration is wanted now. A failed check of Kueue's API is logged and
-// left to the poll that setupKueue starts.
+// left to the wait that setupKueue starts.
 func handOverAtStart(cfg *rest.Config, mode string) error {
 	if err := kueueapi.CheckMode(mode); err != nil {
 		return err
@@ -49,7 +50,7 @@ func handOverAtStart(cfg *rest.Config, mode string) error {
 	}
 	served, err := kueueapi.Served(d)
 	if err != nil {
-		setupLog.Error(err, "Checking for Kueue's API at start; polling it")
+		setupLog.Error(err, "Checking for Kueue's API at start; waiting for it")
 		return nil
 	}
 	if served {
@@ -58,10 +59,11 @@ func handOverAtStart(cfg *rest.Config, mode string) error {
 	return nil
 }
 
-// setupKueue polls for Kueue's API with --kueue=auto. Once it is served,
-// the poll stops the manager (its lease released, its servers closed) and
-// the returned hand-over, which main calls once the manager has stopped,
-// execs the Kueue build. No webhook queue step runs in this build: jobs are
+// setupKueue waits for Kueue's API with --kueue=auto (kueueapi.WaitServed:
+// a watch of the Workload CRD's metadata). Once it is served, the wait
+// stops the manager (its lease released, its servers closed) and the
+// returned hand-over, which main calls once the manager has stopped, execs
+// the Kueue build. No webhook queue step runs in this build: jobs are
 // suspended for Kueue only by the Kueue build.
 func setupKueue(mgr ctrl.Manager, mode string, stop context.CancelFunc) (queueDefaulting, func() error, error) {
 	if mode != kueueapi.ModeAuto {
@@ -71,7 +73,11 @@ func setupKueue(mgr ctrl.Manager, mode string, stop context.CancelFunc) (queueDe
 	if err != nil {
 		return nil, nil, err
 	}
-	w := &kueueWatch{discovery: d, stop: stop}
+	crds, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &kueueWatch{discovery: d, crds: crds, stop: stop}
 	return nil, w.handOver, mgr.Add(w)
 }
 
@@ -79,6 +85,7 @@ func setupKueue(mgr ctrl.Manager, mode string, stop context.CancelFunc) (queueDe
 // the Kueue build does: a standby's webhook must queue jobs too.
 type kueueWatch struct {
 	discovery discovery.DiscoveryInterface
+	crds      metadata.Interface
 	stop      context.CancelFunc
 	found     atomic.Bool
 }
@@ -86,9 +93,9 @@ type kueueWatch struct {
 // NeedLeaderElection is false: see kueueWatch.
 func (*kueueWatch) NeedLeaderElection() bool { return false }
 
-// Start polls until Kueue's API is served, then stops the manager.
+// Start waits until Kueue's API is served, then stops the manager.
 func (w *kueueWatch) Start(ctx context.Context) error {
-	if !kueueapi.WaitServed(ctx, w.discovery, ctrl.LoggerFrom(ctx).WithName("kueue")) {
+	if !kueueapi.WaitServed(ctx, w.discovery, w.crds, ctrl.LoggerFrom(ctx).WithName("kueue")) {
 		return nil
 	}
 	setupLog.Info("Kueue's API is served: stopping, to run the Kueue build in this process")

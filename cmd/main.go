@@ -84,7 +84,7 @@ func main() {
 		"Cap of the replacement delay.")
 	flag.StringVar(&kueueMode, "kueue", kueueapi.ModeAuto,
 		"The Kueue integration: auto runs it once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) is served, "+
-			"checked at start and polled after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
+			"checked at start and waited for after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
 			"before then; disabled never runs it.")
 	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
