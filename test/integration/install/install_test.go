@@ -453,6 +453,10 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(code).To(Equal(http.StatusOK), body)
 			g.Expect(body).To(ContainSubstring("indexedbatchjob_"))
+			// The operator's garbage collector target, unless GOGC is set.
+			if _, set := os.LookupEnv("GOGC"); !set {
+				g.Expect(body).To(MatchRegexp(`(?m)^go_gc_gogc_percent 70$`))
+			}
 		}, 30*time.Second, 500*time.Millisecond).Should(Succeed())
 		code, body, err := scrape(first.metrics, denied)
 		Expect(err).NotTo(HaveOccurred())
