@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,20 +36,27 @@ type laggingCache struct {
 	finalizerPatches *atomic.Int32
 }
 
-func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.PodStatus) *laggingCache {
+// startAPIServer starts env for the test and stops it after, or skips the
+// test when there is no kube-apiserver to start.
+func startAPIServer(t *testing.T, env *envtest.Environment) *rest.Config {
 	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting envtest: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
+	return cfg
+}
+
+func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.PodStatus) *laggingCache {
+	t.Helper()
+	cfg := startAPIServer(t, &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	})
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,15 +16,7 @@ import (
 // on a real API server, and tells its refusals apart as a client would: an
 // AlreadyExists, a NotFound, an invalid patch.
 func TestPodWritesAgainstTheAPIServer(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cfg := startAPIServer(t, &envtest.Environment{})
 	direct, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
