@@ -2,7 +2,6 @@ package kueueapi
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -23,6 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 // The tests of WaitServed run against a real kube-apiserver (envtest),
@@ -36,30 +37,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return m.Run()
-	}
 	testEnv = &envtest.Environment{}
-	var err error
-	if adminCfg, err = testEnv.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = testEnv.Stop() }()
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if k8sClient, err = client.New(adminCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(utils.RunWithAPIServer(m, testEnv, func(cfg *rest.Config) error {
+		adminCfg = cfg
+		scheme := runtime.NewScheme()
+		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+			return err
+		}
+		var err error
+		k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
+		return err
+	}))
 }
 
 // requireAPIServer skips a test that needs the envtest kube-apiserver when

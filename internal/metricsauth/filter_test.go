@@ -25,6 +25,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
 )
 
 // The suite runs against a real kube-apiserver (envtest), which reviews
@@ -43,27 +45,16 @@ const (
 	strangerSA = "stranger"
 )
 
+// Without KUBEBUILDER_ASSETS the tests against the fake API server still
+// run; the others skip.
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		// The tests against the fake API server still run; the others skip.
-		return m.Run()
-	}
-	env := &envtest.Environment{}
-	var err error
-	if adminCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := setUpRBAC(); err != nil {
-		fmt.Fprintln(os.Stderr, "setting up RBAC:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(utils.RunWithAPIServer(m, &envtest.Environment{}, func(cfg *rest.Config) error {
+		adminCfg = cfg
+		if err := setUpRBAC(); err != nil {
+			return fmt.Errorf("setting up RBAC: %w", err)
+		}
+		return nil
+	}))
 }
 
 // setUpRBAC creates the two ServiceAccounts and grants the reader what

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -91,6 +92,30 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 		return nil, errors.Join(err, env.Stop())
 	}
 	return &Envtest{Env: env, Config: cfg, Client: c}, nil
+}
+
+// RunWithAPIServer runs a package's tests, m, beside a kube-apiserver of
+// their own, for packages whose unit tests must run anywhere and whose
+// other tests need an API server (and skip when they have none, unlike an
+// integration suite's StartEnvtest). Without KUBEBUILDER_ASSETS it runs m
+// alone. Otherwise it starts env, gives its config to setup (the package's
+// clients, objects and RBAC), runs m and stops env. It returns the code for
+// os.Exit: m's, or 1 with the reason on stderr if env or setup fails.
+func RunWithAPIServer(m *testing.M, env *envtest.Environment, setup func(*rest.Config) error) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return m.Run()
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if err := setup(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "setting up the API server's objects:", err)
+		return 1
+	}
+	return m.Run()
 }
 
 // WebhookServer is a webhook server on the address and certificate the
