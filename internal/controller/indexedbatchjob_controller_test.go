@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -40,9 +39,7 @@ type laggingCache struct {
 // test when there is no kube-apiserver to start.
 func startAPIServer(t *testing.T, env *envtest.Environment) *rest.Config {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
-	}
+	utils.SkipWithoutAPIServer(t)
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting envtest: %v", err)

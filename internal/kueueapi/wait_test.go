@@ -50,17 +50,8 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// requireAPIServer skips a test that needs the envtest kube-apiserver when
-// there is none.
-func requireAPIServer(t *testing.T) {
-	t.Helper()
-	if adminCfg == nil {
-		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
-	}
-}
-
 func TestWaitServedReturnsOnceTheWorkloadCRDIsCreated(t *testing.T) {
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	log := &recordedLog{}
 	result := startWait(t, adminCfg, log)
@@ -74,7 +65,7 @@ func TestWaitServedReturnsOnceTheWorkloadCRDIsCreated(t *testing.T) {
 }
 
 func TestWaitServedChecksDiscoveryOnlyAfterTheCRDChanges(t *testing.T) {
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	t.Log("starting with a Workload CRD whose versions are not the one the operator needs (an older Kueue)")
 	crd := createWorkloadCRD(t, "v1beta1")
@@ -126,7 +117,7 @@ func TestWaitServedChecksDiscoveryOnlyAfterTheCRDChanges(t *testing.T) {
 const fallbackLogged = "Cannot watch CustomResourceDefinitions (forbidden): polling discovery"
 
 func TestWaitServedPollsDiscoveryWhenCRDsAreForbidden(t *testing.T) {
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	// No groups: RBAC grants it discovery (system:discovery, bound to every
 	// authenticated user) and nothing on CRDs.
@@ -150,7 +141,7 @@ func TestWaitServedPollsDiscoveryWhenCRDsAreForbidden(t *testing.T) {
 }
 
 func TestWaitServedReturnsFalseWhenCtxEnds(t *testing.T) {
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	user, err := testEnv.AddUser(envtest.User{Name: "no-crd-access-either"}, nil)
 	if err != nil {

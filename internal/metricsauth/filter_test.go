@@ -100,7 +100,7 @@ func setUpRBAC() error {
 // kubelet does for a pod).
 func token(t *testing.T, serviceAccount string) string {
 	t.Helper()
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: serviceAccount}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
 	if err := k8sClient.SubResource("token").Create(context.Background(), sa, tr); err != nil {
@@ -112,7 +112,7 @@ func token(t *testing.T, serviceAccount string) string {
 // serviceAccountConfig is a REST config that authenticates as the
 // ServiceAccount and nothing else.
 func serviceAccountConfig(t *testing.T, serviceAccount string) *rest.Config {
-	requireAPIServer(t)
+	utils.SkipWithoutAPIServer(t)
 	return &rest.Config{Host: adminCfg.Host, BearerToken: token(t, serviceAccount),
 		TLSClientConfig: rest.TLSClientConfig{CAData: adminCfg.CAData}}
 }
@@ -152,19 +152,10 @@ type guarded struct {
 
 // newGuarded builds the filter as the manager does, from a REST config and
 // an HTTP client made from it, with a fake clock for the caches.
-// requireAPIServer skips a test that needs the envtest kube-apiserver when
-// there is none.
-func requireAPIServer(t *testing.T) {
-	t.Helper()
-	if adminCfg == nil {
-		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
-	}
-}
-
 func newGuarded(t *testing.T, cfg *rest.Config, o options) *guarded {
 	t.Helper()
 	if cfg == nil {
-		requireAPIServer(t)
+		utils.SkipWithoutAPIServer(t)
 	}
 	shared, err := rest.HTTPClientFor(cfg)
 	if err != nil {

@@ -102,7 +102,7 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 // clients, objects and RBAC), runs m and stops env. It returns the code for
 // os.Exit: m's, or 1 with the reason on stderr if env or setup fails.
 func RunWithAPIServer(m *testing.M, env *envtest.Environment, setup func(*rest.Config) error) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+	if !haveAPIServer() {
 		return m.Run()
 	}
 	cfg, err := env.Start()
@@ -112,11 +112,25 @@ func RunWithAPIServer(m *testing.M, env *envtest.Environment, setup func(*rest.C
 	}
 	defer func() { _ = env.Stop() }()
 	if err := setup(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "setting up the API server's objects:", err)
+		fmt.Fprintln(os.Stderr, "setting up the tests:", err)
 		return 1
 	}
 	return m.Run()
 }
+
+// SkipWithoutAPIServer skips t, a test that needs a kube-apiserver, when
+// KUBEBUILDER_ASSETS names none (in a package run by RunWithAPIServer, or
+// one that starts its own envtest).
+func SkipWithoutAPIServer(t testing.TB) {
+	t.Helper()
+	if !haveAPIServer() {
+		t.Skip("needs a kube-apiserver: KUBEBUILDER_ASSETS is not set (make test builds the control plane and sets it)")
+	}
+}
+
+// haveAPIServer tells whether KUBEBUILDER_ASSETS names a control plane to
+// start.
+func haveAPIServer() bool { return os.Getenv("KUBEBUILDER_ASSETS") != "" }
 
 // WebhookServer is a webhook server on the address and certificate the
 // installed webhook configurations point at, for a suite's manager.
