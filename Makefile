@@ -66,7 +66,7 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (on
 
 .PHONY: test
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
-	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/podsim/... ./test/e2e/kwokcluster/...
+	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/harness/...
 	go test -count=1 -timeout 40m ./test/integration/...
 
 # Each fuzz target runs for FUZZTIME (default 10m); CI runs a short time per target.
@@ -249,7 +249,7 @@ test-release: ## Make a release (VERSION=v0.0.0-test unless given) and check wha
 
 KWOK_VERSION ?= v0.8.0
 KWOK ?= $(LOCALBIN)/kwok-$(KWOK_VERSION)/kwok
-# Where test/e2e/kwokcluster finds kwok.
+# Where test/harness/kwokcluster finds kwok.
 export KWOK_BIN = $(KWOK)
 
 .PHONY: kwok

@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // Labels the benchmark puts on the pod template: the simulator only plays

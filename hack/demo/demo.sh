@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the seed's per-index example, end to end, on a throwaway
 # cluster on loopback. It starts etcd, kube-apiserver, kwok's fake nodes and
-# a binder (bin/kwok-cluster, see test/e2e/kwokcluster), then the operator
+# a binder (bin/kwok-cluster, see test/harness/kwokcluster), then the operator
 # binary (bin/manager) serving its admission webhook, shows a copy of
 # config/samples/batch_v1alpha1_indexedbatchjob.yaml with an invalid pod
 # template refused, applies the sample, shows the job live and prints its

@@ -18,13 +18,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // A pod deleted uncounted is reported as soon as it is gone, even when the
 // status write of the same sync fails: the next sync no longer sees it.
 func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
 	stray := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-abc", Namespace: "ns"}}
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, stray).WithStatusSubresource(job).Build()
 	c := interceptor.NewClient(api, interceptor.Funcs{
@@ -61,7 +61,7 @@ func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
 // for release, and the sync comes back when the hold ends; once something
 // besides the counters changed, the status is written all the same.
 func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
 	job.Status.StartTime, job.Status.Phase, job.Status.Active = &metav1.Time{Time: time.Now()}, ibjv1.PhaseRunning, 2
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {

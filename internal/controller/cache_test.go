@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestManagerCacheHoldsOnlyOperatorPodsWithoutManagedFields(t *testing.T) {
@@ -51,7 +51,7 @@ func TestManagerCacheHoldsOnlyOperatorServices(t *testing.T) {
 	if sel == nil {
 		t.Fatal("no label selector for services: the cache would hold every Service in the cluster")
 	}
-	svc := newService(utils.MakeIndexedBatchJob("a", "ns").UID("123").PeerDNS("").Obj())
+	svc := newService(harness.MakeIndexedBatchJob("a", "ns").UID("123").PeerDNS("").Obj())
 	if !sel.Matches(labels.Set(svc.Labels)) {
 		t.Errorf("selector does not match the operator's Service, labelled %v", svc.Labels)
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func failures(from, to int) []string {
@@ -109,7 +109,7 @@ func prefixed(prefix string, ss []string) []string {
 // A sync that held an event back comes back for it: apply requeues it for
 // when the pace lets the event go.
 func TestApplyComesBackForAHeldEvent(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job-uid").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Obj()
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
 	recorder := events.NewFakeRecorder(20)
 	clk := clocktesting.NewFakeClock(testNow)

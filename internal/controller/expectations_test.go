@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestExpectationsHoldUntilTheCacheShowsEveryCreate(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
 	e := newExpectations()
 	if !e.podsSeen(job.UID, nil, testNow) {
 		t.Fatalf("a job without expectations must be satisfied")
@@ -98,7 +98,7 @@ func TestExpectationsForgetADeletedJob(t *testing.T) {
 }
 
 func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
 	e := newExpectations()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
@@ -128,7 +128,7 @@ func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
 }
 
 func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
 	e := newExpectations()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()

@@ -11,11 +11,11 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestFailurePolicyMatching(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
 	const (
 		failJob   = batchv1.PodFailurePolicyActionFailJob
 		failIndex = batchv1.PodFailurePolicyActionFailIndex
@@ -32,39 +32,39 @@ func TestFailurePolicyMatching(t *testing.T) {
 		want   batchv1.PodFailurePolicyAction
 	}{
 		{"no policy counts", nil, exit(3), count},
-		{"no rule matches counts", policyOf(utils.OnExitCodes(failJob, "", in, 42)), exit(3), count},
-		{"In matches", policyOf(utils.OnExitCodes(failJob, "", in, 3, 42)), exit(42), failJob},
-		{"NotIn matches another code", policyOf(utils.OnExitCodes(ignore, "", notIn, 1, 2)), exit(3), ignore},
-		{"NotIn skips a listed code", policyOf(utils.OnExitCodes(ignore, "", notIn, 1, 3)), exit(3), count},
+		{"no rule matches counts", policyOf(harness.OnExitCodes(failJob, "", in, 42)), exit(3), count},
+		{"In matches", policyOf(harness.OnExitCodes(failJob, "", in, 3, 42)), exit(42), failJob},
+		{"NotIn matches another code", policyOf(harness.OnExitCodes(ignore, "", notIn, 1, 2)), exit(3), ignore},
+		{"NotIn skips a listed code", policyOf(harness.OnExitCodes(ignore, "", notIn, 1, 3)), exit(3), count},
 		{"first match wins", policyOf(
-			utils.OnExitCodes(ignore, "", in, 42),
-			utils.OnExitCodes(failJob, "", in, 42),
+			harness.OnExitCodes(ignore, "", in, 42),
+			harness.OnExitCodes(failJob, "", in, 42),
 		), exit(42), ignore},
 		{"a rule that does not match lets the next one decide", policyOf(
-			utils.OnExitCodes(failJob, "", in, 1),
-			utils.OnExitCodes(failIndex, "", in, 42),
+			harness.OnExitCodes(failJob, "", in, 1),
+			harness.OnExitCodes(failIndex, "", in, 42),
 		), exit(42), failIndex},
 		{"explicit Count stops the search", policyOf(
-			utils.OnExitCodes(count, "", in, 42),
-			utils.OnExitCodes(failJob, "", in, 42),
+			harness.OnExitCodes(count, "", in, 42),
+			harness.OnExitCodes(failJob, "", in, 42),
 		), exit(42), count},
-		{"containerName restricts the match", policyOf(utils.OnExitCodes(failJob, "sidecar", in, 42)), exit(42), count},
+		{"containerName restricts the match", policyOf(harness.OnExitCodes(failJob, "sidecar", in, 42)), exit(42), count},
 		{"containerName matches its container",
-			policyOf(utils.OnExitCodes(failJob, "sidecar", in, 42)),
+			policyOf(harness.OnExitCodes(failJob, "sidecar", in, 42)),
 			makePod(job, 0).failedAt(testNow, 0).containerExit("sidecar", 42, testNow).obj(), failJob},
 		{"init containers are matched",
-			policyOf(utils.OnExitCodes(failJob, "", in, 7)),
+			policyOf(harness.OnExitCodes(failJob, "", in, 7)),
 			makePod(job, 0).initFailedAt(testNow, "setup", 7).obj(), failJob},
 		{"init container matched by name",
-			policyOf(utils.OnExitCodes(failIndex, "setup", in, 7)),
+			policyOf(harness.OnExitCodes(failIndex, "setup", in, 7)),
 			makePod(job, 0).initFailedAt(testNow, "setup", 7).obj(), failIndex},
 		{"zero exit code never matches NotIn",
-			policyOf(utils.OnExitCodes(failJob, "sidecar", notIn, 1)),
+			policyOf(harness.OnExitCodes(failJob, "sidecar", notIn, 1)),
 			makePod(job, 0).failedAt(testNow, 5).containerExit("sidecar", 0, testNow).obj(), count},
 		{"zero exit code never matches In, even listed",
-			policyOf(utils.OnExitCodes(failJob, "", in, 0)), exit(0), count},
+			policyOf(harness.OnExitCodes(failJob, "", in, 0)), exit(0), count},
 		{"a running container does not match",
-			policyOf(utils.OnExitCodes(failJob, "", notIn, 1)),
+			policyOf(harness.OnExitCodes(failJob, "", notIn, 1)),
 			makePod(job, 0).running().failedWithoutStatus().obj(), count},
 		{"pod condition with default status True",
 			policyOf(batchv1.PodFailurePolicyRule{Action: ignore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}),
@@ -73,15 +73,15 @@ func TestFailurePolicyMatching(t *testing.T) {
 			policyOf(batchv1.PodFailurePolicyRule{Action: ignore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget}}}),
 			makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionFalse).obj(), count},
 		{"pod condition with an explicit status",
-			policyOf(utils.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionFalse)),
+			policyOf(harness.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionFalse)),
 			makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionFalse).obj(), failJob},
 		{"unknown action is skipped", policyOf(
-			utils.OnExitCodes("FailEverything", "", in, 42),
-			utils.OnExitCodes(ignore, "", in, 42),
+			harness.OnExitCodes("FailEverything", "", in, 42),
+			harness.OnExitCodes(ignore, "", in, 42),
 		), exit(42), ignore},
 		{"rule without a requirement is skipped", policyOf(
 			batchv1.PodFailurePolicyRule{Action: failJob},
-			utils.OnExitCodes(ignore, "", in, 42),
+			harness.OnExitCodes(ignore, "", in, 42),
 		), exit(42), ignore},
 	}
 	for _, tc := range cases {
@@ -94,11 +94,11 @@ func TestFailurePolicyMatching(t *testing.T) {
 }
 
 func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	pod := makePod(job, 2).failedAt(testNow, 42).obj()
 	policy := policyOf(
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 1),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 1),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
 	)
 	v := matchFailurePolicy(policy, pod)
 	want := "Container main for pod ns/a-2-0 failed with exit code 42 matching FailJob rule at index 1"
@@ -107,7 +107,7 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 	}
 
 	pod = makePod(job, 2).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
-	v = matchFailurePolicy(policyOf(utils.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)), pod)
+	v = matchFailurePolicy(policyOf(harness.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)), pod)
 	if !strings.Contains(v.Message, "ns/a-2-0") || !strings.Contains(v.Message, "DisruptionTarget") {
 		t.Errorf("message = %q, want it to name the pod and the condition", v.Message)
 	}
@@ -142,12 +142,12 @@ func policyOf(rules ...batchv1.PodFailurePolicyRule) *batchv1.PodFailurePolicy {
 
 func TestClassifyFailure(t *testing.T) {
 	policy := []batchv1.PodFailurePolicyRule{
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
 	}
-	perIndex := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodFailurePolicy(policy...).Obj()
-	global := utils.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()
+	perIndex := harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodFailurePolicy(policy...).Obj()
+	global := harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()
 	failed := func(job *ibjv1.IndexedBatchJob, earlierFailures, code int32) *cachedPod {
 		return makePodFor(job, podToCreate{attempt: earlierFailures, failures: earlierFailures}).failedAt(testNow, code).obj()
 	}
@@ -185,10 +185,10 @@ func TestClassifyFailure(t *testing.T) {
 // recording the pod, and rebuilding failedIndexes from the pods after the
 // status was found unreadable. They once disagreed on a FailJob match.
 func TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(1).PodFailurePolicy(
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(1).PodFailurePolicy(
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44),
 	).Obj()
 	cases := []struct {
 		name            string
@@ -224,10 +224,10 @@ func TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt(t *testing.T) {
 
 func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 	const in = batchv1.PodFailurePolicyOnExitCodesOpIn
-	job := utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", in, 43),
-		utils.OnPodCondition(batchv1.PodFailurePolicyActionFailIndex, corev1.DisruptionTarget, corev1.ConditionTrue),
-		utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 42),
+	job := harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", in, 43),
+		harness.OnPodCondition(batchv1.PodFailurePolicyActionFailIndex, corev1.DisruptionTarget, corev1.ConditionTrue),
+		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 42),
 	).Obj()
 	overLimit := podToCreate{attempt: 1, failures: 1}
 	cases := []struct {

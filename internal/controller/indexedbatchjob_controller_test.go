@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // laggingCache is a Reconciler against a real API server whose pod cache
@@ -39,7 +39,7 @@ type laggingCache struct {
 // test when there is no kube-apiserver to start.
 func startAPIServer(t *testing.T, env *envtest.Environment) *rest.Config {
 	t.Helper()
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting envtest: %v", err)
@@ -138,7 +138,7 @@ func (l *laggingCache) job(t *testing.T) *ibjv1.IndexedBatchJob {
 // that still shows it, must not patch the pod again, nor count it before
 // the cache shows the finalizer gone.
 func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).BackoffLimit(0).Obj()
+	job := harness.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).BackoffLimit(0).Obj()
 	l := newLaggingCache(t, job, makePod(job, 0).failedAt(time.Now(), 1).api().Status)
 
 	l.sync(t)
@@ -172,7 +172,7 @@ func TestReconcileRemovesAFinalizerOnceWhileTheCacheLags(t *testing.T) {
 // finalizer goes through the background queue, once, however often the
 // job is synced on a cache that lags.
 func TestReconcileReleasesASucceededPodOnceInTheBackground(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).Obj()
+	job := harness.MakeIndexedBatchJob("lag", "default").Completions(1).Parallelism(1).Obj()
 	l := newLaggingCache(t, job, makePod(job, 0).succeededAt(time.Now()).api().Status)
 	ctx := context.Background()
 

@@ -35,7 +35,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // cluster plays the API server (a controller-runtime fake client) and the
@@ -1058,7 +1058,7 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 	for len(b) < 4 {
 		b = append(b, 0)
 	}
-	w := utils.MakeIndexedBatchJob("fz", "ns").UID("job-uid").
+	w := harness.MakeIndexedBatchJob("fz", "ns").UID("job-uid").
 		Completions(3 + int32(b[0]%3)).Parallelism(1 + int32(b[0]/3%3))
 	flags, perIndex := b[1], b[1]&1 != 0
 	if perIndex {
@@ -1072,16 +1072,16 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 	withPolicy, ignoreDisruption := flags&16 != 0, flags&64 != 0
 	if withPolicy {
 		rules := []batchv1.PodFailurePolicyRule{
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
 		}
 		if ignoreDisruption {
-			rules = append(rules, utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue))
+			rules = append(rules, harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue))
 		}
 		if perIndex {
-			rules = append(rules, utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43))
+			rules = append(rules, harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43))
 		}
 		if flags&32 != 0 {
-			rules = append(rules, utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44))
+			rules = append(rules, harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44))
 		}
 		w.PodFailurePolicy(rules...)
 		if flags&128 != 0 {
@@ -1093,7 +1093,7 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 		w.PodReplacementPolicy(batchv1.TerminatingOrFailed)
 	}
 	if b[3]&1 != 0 {
-		w.SuccessPolicy(utils.SucceededCount(2 + int32(b[0]%3)))
+		w.SuccessPolicy(harness.SucceededCount(2 + int32(b[0]%3)))
 	}
 	if b[3]&2 != 0 {
 		w.ActiveDeadlineSeconds(600)

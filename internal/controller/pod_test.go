@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // testNow is the fixed "now" of every unit test: no test reads a real clock.
@@ -162,7 +162,7 @@ func terminated(name string, code int32, t time.Time) corev1.ContainerStatus {
 }
 
 func TestNewPodCarriesIndexIdentity(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("train", "ns").UID("job-uid").Completions(8).
+	job := harness.MakeIndexedBatchJob("train", "ns").UID("job-uid").Completions(8).
 		Subdomain("workers").PodLabel("app", "train").PodAnnotation("team", "ml").Obj()
 
 	pod := newPod(job, podToCreate{index: 3, attempt: 2})
@@ -210,11 +210,11 @@ func TestNewPodCarriesIndexIdentity(t *testing.T) {
 }
 
 func TestNewPodDoesNotAliasTheTemplate(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).PodLabel("app", "x").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).PodLabel("app", "x").Obj()
 	pod := newPod(job, podToCreate{index: 1})
 	pod.Labels["app"] = "changed"
 	pod.Spec.Containers[0].Image = "changed"
-	if job.Spec.Template.Labels["app"] != "x" || job.Spec.Template.Spec.Containers[0].Image != utils.DefaultImage {
+	if job.Spec.Template.Labels["app"] != "x" || job.Spec.Template.Spec.Containers[0].Image != harness.DefaultImage {
 		t.Errorf("newPod shares maps or slices with the job's template")
 	}
 	if _, ok := job.Spec.Template.Labels[ibjv1.CompletionIndexLabel]; ok {
@@ -223,7 +223,7 @@ func TestNewPodDoesNotAliasTheTemplate(t *testing.T) {
 }
 
 func TestNewPodPutsIndexEnvFirstInEveryContainer(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(8).
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(8).
 		InitContainer("setup").Container("sidecar").
 		Env("RANK", "$(JOB_COMPLETION_INDEX)").
 		// A template value for JOB_COMPLETION_INDEX is replaced, not kept twice.
@@ -249,8 +249,8 @@ func TestNewPodFailureCountAnnotationsOnlyWithBackoffLimitPerIndex(t *testing.T)
 		job         *ibjv1.IndexedBatchJob
 		wantPresent bool
 	}{
-		{"without backoffLimitPerIndex", utils.MakeIndexedBatchJob("a", "ns").Completions(4).Obj(), false},
-		{"with backoffLimitPerIndex", utils.MakeIndexedBatchJob("a", "ns").Completions(4).BackoffLimitPerIndex(2).Obj(), true},
+		{"without backoffLimitPerIndex", harness.MakeIndexedBatchJob("a", "ns").Completions(4).Obj(), false},
+		{"with backoffLimitPerIndex", harness.MakeIndexedBatchJob("a", "ns").Completions(4).BackoffLimitPerIndex(2).Obj(), true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -268,7 +268,7 @@ func TestNewPodFailureCountAnnotationsOnlyWithBackoffLimitPerIndex(t *testing.T)
 }
 
 func TestPodStateHelpers(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name                          string
 		pod                           *cachedPod
@@ -291,7 +291,7 @@ func TestPodStateHelpers(t *testing.T) {
 }
 
 func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
 	early, late := testNow.Add(-time.Minute), testNow.Add(-10*time.Second)
 	cases := []struct {
 		name string
@@ -315,7 +315,7 @@ func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
 }
 
 func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name       string
 		pod        *cachedPod
@@ -334,7 +334,7 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 			if tc.onlyFailed {
 				policy = batchv1.Failed
 			}
-			if got := classifyFailure(utils.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(policy).Obj(), tc.pod).Failed; got != tc.want {
+			if got := classifyFailure(harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(policy).Obj(), tc.pod).Failed; got != tc.want {
 				t.Errorf("failed = %v, want %v", got, tc.want)
 			}
 		})
@@ -342,7 +342,7 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 }
 
 func TestReplacementPolicyDefaultsToFailedWithPodFailurePolicy(t *testing.T) {
-	base := utils.MakeIndexedBatchJob("a", "ns")
+	base := harness.MakeIndexedBatchJob("a", "ns")
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob

@@ -16,11 +16,11 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestCachedPodKeepsWhatASyncReads(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
+	job := harness.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
 	job.UID = "job-uid"
 	pod := makePodFor(job, podToCreate{index: 4, attempt: 2, failures: 1, ignored: 1}).
 		failedAt(testNow, 42).condition(corev1.DisruptionTarget, corev1.ConditionTrue).api()
@@ -46,7 +46,7 @@ func TestCachedPodKeepsWhatASyncReads(t *testing.T) {
 	if len(got.exits) != 1 || got.exits[0] != (jobpod.Exit{Container: "main", Code: 42}) {
 		t.Errorf("exits = %+v, want main with 42 only", got.exits)
 	}
-	rule := utils.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)
+	rule := harness.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)
 	if a := actionOf(matchFailurePolicy(policyOf(rule), got)); a != batchv1.PodFailurePolicyActionFailJob {
 		t.Errorf("condition rule on the cached pod = %s, want FailJob", a)
 	}

@@ -12,13 +12,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // wirePodCases are pods in every state a sync tells apart, with what an API
 // server adds (managed fields, defaulted spec fields, a generation).
 func wirePodCases() map[string]*corev1.Pod {
-	job := utils.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
+	job := harness.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
 	job.UID = "job-uid"
 	cases := map[string]*corev1.Pod{
 		"pending":          makePod(job, 0).api(),

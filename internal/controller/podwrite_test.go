@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // podWrites, which reads no answer of a success, creates and patches pods
@@ -27,7 +27,7 @@ func TestPodWritesAgainstTheAPIServer(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	job := utils.MakeIndexedBatchJob("train", "default").Obj()
+	job := harness.MakeIndexedBatchJob("train", "default").Obj()
 	job.UID = "job-uid"
 	pod := makePod(job, 0).api()
 	pod.UID, pod.ResourceVersion = "", ""

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestNewService(t *testing.T) {
@@ -44,7 +44,7 @@ func TestNewService(t *testing.T) {
 			},
 		}
 	}
-	base := utils.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2)
+	base := harness.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2)
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
@@ -72,7 +72,7 @@ func TestNewService(t *testing.T) {
 }
 
 func TestNewPodJoinsTheHeadlessServiceSubdomain(t *testing.T) {
-	base := utils.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2)
+	base := harness.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2)
 	cases := []struct {
 		name          string
 		job           *ibjv1.IndexedBatchJob
@@ -166,7 +166,7 @@ func TestSyncJobReportsPeerDNS(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("tf", "ns").Completions(2).Parallelism(2).PeerDNS("").Obj()
+			job := harness.MakeIndexedBatchJob("tf", "ns").Completions(2).Parallelism(2).PeerDNS("").Obj()
 			job.Status.Conditions = tc.before
 			d := decisionOf(job, syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true, service: tc.service}))
 			got := outcome{Conditions: d.Status.Conditions, Create: d.Create, Events: d.Events, RequeueAfter: d.RequeueAfter}
@@ -253,9 +253,9 @@ var ignoreServerFields = cmp.Options{
 }
 
 func TestEnsureService(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2).PeerDNS("").Obj()
+	job := harness.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Completions(2).Parallelism(2).PeerDNS("").Obj()
 	ours := newService(job)
-	otherJob := utils.MakeIndexedBatchJob("other", "ns").UID("other-uid").PeerDNS("tf").Obj()
+	otherJob := harness.MakeIndexedBatchJob("other", "ns").UID("other-uid").PeerDNS("tf").Obj()
 	foreign := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "tf", Namespace: "ns", Labels: map[string]string{"app": "tf"}},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "tf"}},
@@ -278,7 +278,7 @@ func TestEnsureService(t *testing.T) {
 	}{
 		{
 			name: "a job without peer DNS: nothing asked, nothing created",
-			job:  utils.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Obj(),
+			job:  harness.MakeIndexedBatchJob("tf", "ns").UID("job-uid").Obj(),
 		},
 		{name: "a finished job gets no Service", job: finished},
 		{
@@ -338,7 +338,7 @@ func TestEnsureService(t *testing.T) {
 // asked about again for serviceRecheckInterval; after it, a name that was
 // freed gets the job's Service.
 func TestEnsureServiceRechecksATakenNameAfterTheInterval(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("tf", "ns").UID("job-uid").PeerDNS("").Obj()
+	job := harness.MakeIndexedBatchJob("tf", "ns").UID("job-uid").PeerDNS("").Obj()
 	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "tf", Namespace: "ns"}}
 	w := newServiceWorld(t, foreign)
 	clk := testingclock.NewFakeClock(testNow)

@@ -20,7 +20,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestSetConditionKeepsTransitionTimeWhenOnlyTheMessageChanges(t *testing.T) {
@@ -58,7 +58,7 @@ func TestSetStartTime(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("a", "ns").Suspend(tc.suspend).Obj()
+			job := harness.MakeIndexedBatchJob("a", "ns").Suspend(tc.suspend).Obj()
 			setStartTime(&tc.st, job, testNow)
 			if diff := cmp.Diff(tc.want, tc.st); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
@@ -185,7 +185,7 @@ func TestSetIndexSets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := utils.MakeIndexedBatchJob("a", "ns").Completions(10)
+			b := harness.MakeIndexedBatchJob("a", "ns").Completions(10)
 			if tc.perIndex {
 				b = b.BackoffLimitPerIndex(1)
 			}
@@ -259,7 +259,7 @@ func TestFinishedAtAndPhase(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+			job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 			job.Status = tc.st
 			at, ok := finishedAt(job)
 			if IsFinished(job) != tc.wantFinished || ok != tc.wantFinished || !at.Equal(tc.wantAt) {

@@ -7,7 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestSuccessPolicyMatching(t *testing.T) {
@@ -22,15 +22,15 @@ func TestSuccessPolicyMatching(t *testing.T) {
 	}{
 		{"no policy", nil, indexset.Of(0, 1, 2, 3), false},
 		{"no rules", &batchv1.SuccessPolicy{}, indexset.Of(0, 1, 2, 3), false},
-		{"indexes only, all done", successPolicyOf(utils.SucceededIndexes("0,2-3")), indexset.Of(0, 2, 3), true},
-		{"indexes only, one missing", successPolicyOf(utils.SucceededIndexes("0,2-3")), indexset.Of(0, 1, 2, 4, 5), false},
-		{"count only, reached", successPolicyOf(utils.SucceededCount(3)), indexset.Of(1, 5, 7), true},
-		{"count only, short", successPolicyOf(utils.SucceededCount(3)), indexset.Of(1, 5), false},
+		{"indexes only, all done", successPolicyOf(harness.SucceededIndexes("0,2-3")), indexset.Of(0, 2, 3), true},
+		{"indexes only, one missing", successPolicyOf(harness.SucceededIndexes("0,2-3")), indexset.Of(0, 1, 2, 4, 5), false},
+		{"count only, reached", successPolicyOf(harness.SucceededCount(3)), indexset.Of(1, 5, 7), true},
+		{"count only, short", successPolicyOf(harness.SucceededCount(3)), indexset.Of(1, 5), false},
 		{"both, enough inside the set", successPolicyOf(both("0-3", 2)), indexset.Of(1, 3), true},
 		{"both, completions outside the set do not count", successPolicyOf(both("0-3", 2)), indexset.Of(1, 4, 5, 6), false},
-		{"second rule matches", successPolicyOf(utils.SucceededIndexes("7"), utils.SucceededCount(2)), indexset.Of(0, 1), true},
-		{"unreadable indexes never match", successPolicyOf(utils.SucceededIndexes("3-1")), indexset.Of(0, 1, 2, 3), false},
-		{"indexes beyond completions never match", successPolicyOf(utils.SucceededIndexes("0,9")), indexset.Of(0, 1, 2, 3), false},
+		{"second rule matches", successPolicyOf(harness.SucceededIndexes("7"), harness.SucceededCount(2)), indexset.Of(0, 1), true},
+		{"unreadable indexes never match", successPolicyOf(harness.SucceededIndexes("3-1")), indexset.Of(0, 1, 2, 3), false},
+		{"indexes beyond completions never match", successPolicyOf(harness.SucceededIndexes("0,9")), indexset.Of(0, 1, 2, 3), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

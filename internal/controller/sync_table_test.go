@@ -14,7 +14,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // decision is a plan as a table row states it: the whole status, and the
@@ -67,11 +67,11 @@ func TestSyncJob(t *testing.T) {
 	condition := func(typ, reason, message string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
 	}
-	base := utils.MakeIndexedBatchJob("a", "ns")
+	base := harness.MakeIndexedBatchJob("a", "ns")
 	failJob := base.Clone().Completions(3).Parallelism(3).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 	failIndex := base.Clone().Completions(3).Parallelism(3).BackoffLimitPerIndex(5).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43)).Obj()
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 43)).Obj()
 	deadline := base.Clone().Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
 	deadline.Status.StartTime = &metav1.Time{Time: testNow.Add(-61 * time.Second)}
 	suspended := base.Clone().Completions(4).Parallelism(3).Suspend(true).ActiveDeadlineSeconds(10).Obj()

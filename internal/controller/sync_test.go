@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // syncOnce runs the core at testNow with a cache that is current.
@@ -80,7 +80,7 @@ func podOfIndex(c *cluster, ix int32) *corev1.Pod {
 }
 
 func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
-	base := utils.MakeIndexedBatchJob("a", "ns").Completions(8)
+	base := harness.MakeIndexedBatchJob("a", "ns").Completions(8)
 	cases := []struct {
 		name       string
 		job        *ibjv1.IndexedBatchJob
@@ -133,7 +133,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 }
 
 func TestNoCreateWhileExpectationsUnsatisfied(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
 	pod := makePod(job, 0).running().obj()
 	p := syncJob(syncInput{job: job, pods: []*cachedPod{pod}, now: testNow, backoff: DefaultBackoff})
 	if len(p.create) != 0 {
@@ -145,7 +145,7 @@ func TestNoCreateWhileExpectationsUnsatisfied(t *testing.T) {
 }
 
 func TestReadyCountsReadyActivePods(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
 	p := syncOnce(job, makePod(job, 0).ready().obj(), makePod(job, 1).running().obj(), makePod(job, 2).ready().deletedAt(testNow).obj())
 	if *p.status.Ready != 1 || p.status.Active != 2 || *p.status.Terminating != 1 {
 		t.Errorf("ready/active/terminating = %d/%d/%d, want 1/2/1", *p.status.Ready, p.status.Active, *p.status.Terminating)
@@ -155,7 +155,7 @@ func TestReadyCountsReadyActivePods(t *testing.T) {
 func TestBackoffOfDeletedReadyPodRunsFromItsDeletion(t *testing.T) {
 	// The pod became Ready an hour ago and was deleted just now: its failure
 	// (TerminatingOrFailed) is 0 s old, not an hour.
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
 	p := syncOnce(job, makePod(job, 0).ready().deletedAt(testNow.Add(-3*time.Second)).obj())
 	if len(p.create) != 0 || p.requeueAfter != 7*time.Second {
 		t.Errorf("creates = %v, requeueAfter = %v; want the 10s backoff from the deletion", createdIndexes(p), p.requeueAfter)
@@ -163,7 +163,7 @@ func TestBackoffOfDeletedReadyPodRunsFromItsDeletion(t *testing.T) {
 }
 
 func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
 	done := makePod(job, 1).succeededAt(testNow).obj()
 
 	p := syncOnce(job, makePod(job, 0).running().obj(), done, makePod(job, 2).running().obj())
@@ -200,7 +200,7 @@ func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
 }
 
 func TestSucceededUIDsOfAnEarlierVersionAreNotCountedTwice(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
 	done := makePod(job, 0).succeededAt(testNow).obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{done.UID}}
@@ -215,7 +215,7 @@ func TestCountsAreExactAcrossRestartsAndRepeatedSyncs(t *testing.T) {
 	// last written status and must neither lose nor double-count a pod.
 	for crashAt := 1; crashAt <= 4; crashAt++ {
 		t.Run("crash after step "+string(rune('0'+crashAt)), func(t *testing.T) {
-			c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimit(10).Obj())
+			c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimit(10).Obj())
 			c.sync()
 			c.succeed(podOfIndex(c, 0))
 			c.fail(podOfIndex(c, 1), 1, false)
@@ -243,7 +243,7 @@ func TestCountsAreExactAcrossRestartsAndRepeatedSyncs(t *testing.T) {
 }
 
 func TestBackoffLimitExceededFailsJobOnlyOnceEverythingIsAccounted(t *testing.T) {
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).BackoffLimit(0).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).BackoffLimit(0).Obj())
 	c.sync()
 	failed, running := podOfIndex(c, 0), podOfIndex(c, 1)
 	c.fail(failed, 1, false)
@@ -280,7 +280,7 @@ func TestBackoffLimitExceededFailsJobOnlyOnceEverythingIsAccounted(t *testing.T)
 }
 
 func TestBackoffLimitCountsFailuresAcrossIndexes(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimit(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimit(2).Obj()
 	job.Status.Failed = 1
 	pods := []*cachedPod{makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).running().obj()}
 	if p := syncOnce(job, pods...); currentTarget(&p.status) != nil {
@@ -291,7 +291,7 @@ func TestBackoffLimitCountsFailuresAcrossIndexes(t *testing.T) {
 }
 
 func TestIndexPastBackoffLimitPerIndexIsFailedAndNeverRetried(t *testing.T) {
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimitPerIndex(1).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimitPerIndex(1).Obj())
 	c.sync()
 	c.fail(podOfIndex(c, 0), 1, false)
 	c.sync()
@@ -331,7 +331,7 @@ func TestIndexPastBackoffLimitPerIndexIsFailedAndNeverRetried(t *testing.T) {
 }
 
 func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(10).BackoffLimitPerIndex(5).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(10).BackoffLimitPerIndex(5).Obj()
 	var pods []*cachedPod
 	for ix := range int32(10) {
 		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
@@ -342,7 +342,7 @@ func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
 }
 
 func TestMaxFailedIndexesExceededFailsJobAndDeletesActivePods(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
 	pods := []*cachedPod{
 		makePod(job, 0).failedAt(testNow, 1).obj(),
 		makePod(job, 1).running().obj(),
@@ -367,15 +367,15 @@ func TestMaxFailedIndexesExceededFailsJobAndDeletesActivePods(t *testing.T) {
 
 func TestFailJobRuleIsNotCountedBeforeBackoffLimitExceeded(t *testing.T) {
 	// A FailJob match wins over the backoff limit in upstream's order.
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimit(0).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimit(0).
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 	p := syncOnce(job, makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).failedAt(testNow, 42).obj())
 	wantCondition(t, p.status, ibjv1.ConditionFailureTarget, ibjv1.ReasonPodFailurePolicy)
 }
 
 func TestIgnoredFailureIsNotCounted(t *testing.T) {
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimitPerIndex(0).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimitPerIndex(0).
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj())
 	c.sync()
 	first := podOfIndex(c, 0)
 	c.fail(first, 42, false)
@@ -417,8 +417,8 @@ func TestIgnoredFailureIsNotCounted(t *testing.T) {
 }
 
 func TestIgnoredFailureWithoutPerIndexBackoffReleasesThePodAtOnce(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(1).BackoffLimit(0).
-		PodFailurePolicy(utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(1).BackoffLimit(0).
+		PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
 	evicted := makePod(job, 0).failedAt(testNow.Add(-time.Minute), 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
 	p := syncOnce(job, evicted)
 	if currentTarget(&p.status) != nil || p.status.Failed != 0 || p.status.UncountedTerminatedPods != nil {
@@ -433,7 +433,7 @@ func TestIgnoredFailureWithoutPerIndexBackoffReleasesThePodAtOnce(t *testing.T) 
 }
 
 func TestFailedReplacementWaitsForTermination(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
 	terminating := makePod(job, 0).running().deletedAt(testNow.Add(-time.Minute)).obj()
 	pods := []*cachedPod{terminating, makePod(job, 1).running().obj()}
 
@@ -462,7 +462,7 @@ func TestFailedReplacementWaitsForTermination(t *testing.T) {
 
 func TestTerminatingOrFailedReplacesTerminatingPodAtOnce(t *testing.T) {
 	for _, policy := range []*batchv1.PodReplacementPolicy{nil, ptr.To(batchv1.TerminatingOrFailed)} {
-		job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).Obj()
+		job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).Obj()
 		job.Spec.PodReplacementPolicy = policy
 		// Deleted a minute ago: the 10 s backoff of its failure has passed.
 		terminating := makePod(job, 0).running().deletedAt(testNow.Add(-time.Minute)).obj()
@@ -480,8 +480,8 @@ func TestTerminatingOrFailedReplacesTerminatingPodAtOnce(t *testing.T) {
 }
 
 func TestSuccessPolicyCompletesJobAndStripsLingeringPods(t *testing.T) {
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).
-		SuccessPolicy(utils.SucceededIndexes("0")).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).
+		SuccessPolicy(harness.SucceededIndexes("0")).Obj())
 	c.sync()
 	c.succeed(podOfIndex(c, 0))
 	c.remove(podOfIndex(c, 3)) // already terminating, holding its finalizer
@@ -516,8 +516,8 @@ func TestSuccessPolicyCompletesJobAndStripsLingeringPods(t *testing.T) {
 }
 
 func TestSuccessPolicyDiscardsTerminatingPodsUnderFailedReplacement(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).PodReplacementPolicy(batchv1.Failed).
-		SuccessPolicy(utils.SucceededCount(1)).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).PodReplacementPolicy(batchv1.Failed).
+		SuccessPolicy(harness.SucceededCount(1)).Obj()
 	terminating := makePod(job, 2).running().deletedAt(testNow).obj()
 	p := syncOnce(job, makePod(job, 0).succeededAt(testNow).obj(), makePod(job, 1).running().obj(), terminating)
 	wantCondition(t, p.status, ibjv1.ConditionSuccessCriteriaMet, ibjv1.ReasonSuccessPolicy)
@@ -530,7 +530,7 @@ func TestSuccessPolicyDiscardsTerminatingPodsUnderFailedReplacement(t *testing.T
 }
 
 func TestAllIndexesSucceededCompletesJob(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-time.Hour)}
@@ -548,7 +548,7 @@ func TestAllIndexesSucceededCompletesJob(t *testing.T) {
 }
 
 func TestCompleteWaitsForExpectations(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(1).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(1).Obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.Conditions = []metav1.Condition{cond(ibjv1.ConditionSuccessCriteriaMet, testNow)}
@@ -557,7 +557,7 @@ func TestCompleteWaitsForExpectations(t *testing.T) {
 }
 
 func TestDeadlineExceededFailsJobAndDeletesPods(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
 	pods := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).succeededAt(testNow).obj()}
 
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-40 * time.Second)}
@@ -578,7 +578,7 @@ func TestDeadlineExceededFailsJobAndDeletesPods(t *testing.T) {
 }
 
 func TestSuspendDeletesActivePodsWithoutCountingThem(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(3).Suspend(true).ActiveDeadlineSeconds(10).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(3).Suspend(true).ActiveDeadlineSeconds(10).Obj()
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-5 * time.Second)}
 	done := makePod(job, 2).succeededAt(testNow).obj()
 	p := syncOnce(job, makePod(job, 0).running().obj(), makePod(job, 1).obj(), done)
@@ -627,7 +627,7 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).BackoffLimitPerIndex(10).Obj()
+			job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).BackoffLimitPerIndex(10).Obj()
 			failed := makePodFor(job, podToCreate{index: 0, attempt: tc.failures, failures: tc.failures}).failedAt(testNow.Add(-tc.failedAgo), 1).obj()
 			p := syncOnce(job, failed)
 			retried := slices.Contains(createdIndexes(p), 0)
@@ -646,7 +646,7 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 }
 
 func TestGlobalBackoffDelaysReplacement(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(2).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(2).Obj()
 	counted := func(w *podWrapper) *cachedPod { return w.withoutFinalizer().obj() }
 	cases := []struct {
 		name        string
@@ -702,7 +702,7 @@ func TestFinishedJobIsDeletedOnceTTLPassed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+			job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 			job.Spec.TTLSecondsAfterFinished = tc.ttl
 			job.Status = tc.status
 			p := syncOnce(job)
@@ -714,7 +714,7 @@ func TestFinishedJobIsDeletedOnceTTLPassed(t *testing.T) {
 }
 
 func TestJobReachingItsEndRequeuesForTTL(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").TTLSecondsAfterFinished(90).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").TTLSecondsAfterFinished(90).Obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.StartTime = &metav1.Time{Time: testNow}
@@ -729,7 +729,7 @@ func TestJobReachingItsEndRequeuesForTTL(t *testing.T) {
 }
 
 func TestFinishedJobReleasesStrayPods(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
 	job.Status = ibjv1.IndexedBatchJobStatus{
 		Succeeded: 3, Failed: 1, CompletedIndexes: "0-2",
 		StartTime:      &metav1.Time{Time: testNow.Add(-time.Hour)},
@@ -758,7 +758,7 @@ func TestFinishedJobReleasesStrayPods(t *testing.T) {
 }
 
 func TestPodsWithInvalidIndexAreDeleted(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(1).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(1).Obj()
 	valid := makePod(job, 0).running().obj()
 	malformed := makePod(job, 1).label(ibjv1.CompletionIndexLabel, "x").running().uid("bad-1").obj()
 	beyond := makePod(job, 1).label(ibjv1.CompletionIndexLabel, "9").annotation(ibjv1.CompletionIndexLabel, "9").uid("bad-2").obj()
@@ -778,7 +778,7 @@ func TestPodsWithInvalidIndexAreDeleted(t *testing.T) {
 }
 
 func TestCompleteWaitsForPodsWithInvalidIndexToGo(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(1).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(1).Obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.StartTime = &metav1.Time{Time: testNow}
@@ -794,7 +794,7 @@ func TestCompleteWaitsForPodsWithInvalidIndexToGo(t *testing.T) {
 }
 
 func TestActivePodsOfFinishedIndexesAndDuplicatesAreRemoved(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
 	job.Status.CompletedIndexes = "0"
 	late := makePod(job, 0).running().obj()
 	first := makePod(job, 1).running().obj()
@@ -809,7 +809,7 @@ func TestActivePodsOfFinishedIndexesAndDuplicatesAreRemoved(t *testing.T) {
 }
 
 func TestZeroCompletionsCompletesAtOnce(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(0).Parallelism(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(0).Parallelism(3).Obj()
 	p := syncOnce(job)
 	wantCondition(t, p.status, ibjv1.ConditionSuccessCriteriaMet, ibjv1.ReasonCompletionsReached)
 	wantCondition(t, p.status, ibjv1.ConditionComplete, ibjv1.ReasonCompletionsReached)
@@ -824,7 +824,7 @@ func TestZeroCompletionsCompletesAtOnce(t *testing.T) {
 
 func TestJobFailingOnResumeGetsAStartTime(t *testing.T) {
 	// Suspended while a pod terminated; resumed; the pod's failure ends the job.
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(2).BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj()
 	job.Status.Conditions = []metav1.Condition{cond(ibjv1.ConditionSuspended, testNow.Add(-time.Hour))}
 	p := syncOnce(job, makePod(job, 0).failedAt(testNow, 1).deletedAt(testNow).obj())
 	wantCondition(t, p.status, ibjv1.ConditionFailureTarget, ibjv1.ReasonBackoffLimitExceeded)
@@ -837,7 +837,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 	// An evicted (deleted) pod goes from the API server once its finalizer
 	// does. It carries its index's failure count and backoff: its finalizer
 	// stays until the replacement exists.
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(1).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(1).Obj())
 	c.sync()
 	evicted := podOfIndex(c, 0)
 	c.remove(evicted)
@@ -882,7 +882,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 func TestPodRecordedFailedStaysAFailureOfItsIndexIfItThenSucceeds(t *testing.T) {
 	// Under TerminatingOrFailed a deleted pod is counted failed at once; if
 	// it then exits 0 its index has still lost that attempt.
-	c := newCluster(t, utils.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimitPerIndex(2).Obj())
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimitPerIndex(2).Obj())
 	c.sync()
 	pod := podOfIndex(c, 0)
 	c.remove(pod)
@@ -915,7 +915,7 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).RestartPolicy(corev1.RestartPolicyOnFailure)
+			w := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).RestartPolicy(corev1.RestartPolicyOnFailure)
 			if tc.perIndex {
 				w.BackoffLimitPerIndex(1)
 			} else {
@@ -941,7 +941,7 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 // A sync reports each index it failed for good, with the reason; how the
 // reports become events is eventpace.go's.
 func TestSyncReportsEachIndexFailedForGood(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Obj()
 	var pods []*cachedPod
 	for ix := range int32(7) {
 		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
@@ -960,7 +960,7 @@ func TestSyncReportsEachIndexFailedForGood(t *testing.T) {
 // statusCounterInterval of the last one; anything a user or a finalizer
 // waits on is written at once.
 func TestCounterOnlyStatusWaitsForTheNextWrite(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
 	running := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj(), makePod(job, 2).running().obj()}
 	job.Status = syncOnce(job, running...).status // as written by the sync that started them
 	succeeded := makePod(job, 0).succeededAt(testNow).obj()

@@ -7,7 +7,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestBackoffDelayDoublesFromTenSecondsUpToTenMinutes(t *testing.T) {
@@ -71,7 +71,7 @@ func TestBackoffOfAJobTakesItsRetryBackoffOverTheDefaults(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+			job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 			job.Spec.RetryBackoff = tc.spec
 			got := operator.ForJob(job)
 			if got != tc.want {

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestMatchPolicyOnAPod(t *testing.T) {
@@ -31,23 +31,23 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 	}{
 		{"no rules", nil, ""},
 		{"init containers are looked at first", []batchv1.PodFailurePolicyRule{
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", notIn, 1),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", notIn, 1),
 		}, "Container setup for pod ns/p failed with exit code 5 matching FailJob rule at index 0"},
 		{"a container name narrows the match", []batchv1.PodFailurePolicyRule{
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", notIn, 1),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", notIn, 1),
 		}, "Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 0"},
 		{"a container that exited 0 never matches", []batchv1.PodFailurePolicyRule{
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "sidecar", notIn, 1),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "sidecar", notIn, 1),
 		}, ""},
 		{"a condition pattern matches only its status", []batchv1.PodFailurePolicyRule{
-			utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
+			harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
 		}, ""},
 		{"a condition pattern with its status", []batchv1.PodFailurePolicyRule{
-			utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionFalse),
+			harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionFalse),
 		}, "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0"},
 		{"an unknown action is passed over", []batchv1.PodFailurePolicyRule{
-			utils.OnExitCodes("FailEverything", "", in, 42),
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", in, 42),
+			harness.OnExitCodes("FailEverything", "", in, 42),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", in, 42),
 		}, "Container main for pod ns/p failed with exit code 42 matching Count rule at index 1"},
 	}
 	for _, tc := range cases {

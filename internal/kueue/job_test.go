@@ -14,7 +14,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestPodSetCountIsThePodsThatRunAtOnce(t *testing.T) {
@@ -23,15 +23,15 @@ func TestPodSetCountIsThePodsThatRunAtOnce(t *testing.T) {
 		job  *ibjv1.IndexedBatchJob
 		want int32
 	}{
-		{"parallelism", utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(3).Obj(), 3},
-		{"fewer completions than parallelism", utils.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(5).Obj(), 2},
-		{"fewer listed indexes than parallelism", utils.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(5).Indexes("1,7").Obj(), 2},
+		{"parallelism", harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(3).Obj(), 3},
+		{"fewer completions than parallelism", harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(5).Obj(), 2},
+		{"fewer listed indexes than parallelism", harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(5).Indexes("1,7").Obj(), 2},
 		{"parallelism unset is 1", func() *ibjv1.IndexedBatchJob {
-			j := utils.MakeIndexedBatchJob("a", "ns").Completions(4).Obj()
+			j := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Obj()
 			j.Spec.Parallelism = nil
 			return j
 		}(), 1},
-		{"no completions", utils.MakeIndexedBatchJob("a", "ns").Completions(0).Parallelism(2).Obj(), 0},
+		{"no completions", harness.MakeIndexedBatchJob("a", "ns").Completions(0).Parallelism(2).Obj(), 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestPodSetCountIsThePodsThatRunAtOnce(t *testing.T) {
 
 func TestReclaimablePodsFollowFinishedIndexes(t *testing.T) {
 	job := func(completions, parallelism int32, completed, failed string) *ibjv1.IndexedBatchJob {
-		j := utils.MakeIndexedBatchJob("a", "ns").Completions(completions).Parallelism(parallelism).Obj()
+		j := harness.MakeIndexedBatchJob("a", "ns").Completions(completions).Parallelism(parallelism).Obj()
 		j.Status.CompletedIndexes = completed
 		if failed != "" {
 			j.Status.FailedIndexes = ptr.To(failed)
@@ -95,7 +95,7 @@ func TestRunThenRestore(t *testing.T) {
 	toleration := corev1.Toleration{Key: "pool", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 	for _, partial := range []bool{false, true} {
 		t.Run(map[bool]string{false: "full admission", true: "partial admission"}[partial], func(t *testing.T) {
-			orig := utils.MakeIndexedBatchJob("a", "ns").Completions(6).Parallelism(4).Suspend(true).NodeSelector("zone", "a").Obj()
+			orig := harness.MakeIndexedBatchJob("a", "ns").Completions(6).Parallelism(4).Suspend(true).NodeSelector("zone", "a").Obj()
 			if partial {
 				orig.Annotations = map[string]string{MinParallelismAnnotation: "2"}
 			}
@@ -145,7 +145,7 @@ func TestRunThenRestore(t *testing.T) {
 
 func TestFinishedAndSuspended(t *testing.T) {
 	done := func(typ string) *ibjv1.IndexedBatchJob {
-		j := utils.MakeIndexedBatchJob("a", "ns").Obj()
+		j := harness.MakeIndexedBatchJob("a", "ns").Obj()
 		j.Status.Conditions = []metav1.Condition{{Type: typ, Status: metav1.ConditionTrue, Message: typ + " message"}}
 		return j
 	}
@@ -155,7 +155,7 @@ func TestFinishedAndSuspended(t *testing.T) {
 		wantMsg                   string
 		wantSuccess, wantFinished bool
 	}{
-		{"running", utils.MakeIndexedBatchJob("a", "ns").Obj(), "", true, false},
+		{"running", harness.MakeIndexedBatchJob("a", "ns").Obj(), "", true, false},
 		{"complete", done(ibjv1.ConditionComplete), "Complete message", true, true},
 		{"failed", done(ibjv1.ConditionFailed), "Failed message", false, true},
 		{"only a failure target", done(ibjv1.ConditionFailureTarget), "", true, false},
@@ -170,7 +170,7 @@ func TestFinishedAndSuspended(t *testing.T) {
 	}
 
 	t.Run("a stop in progress is not suspended yet", func(t *testing.T) {
-		j := (*Job)(utils.MakeIndexedBatchJob("a", "ns").Suspend(true).Obj())
+		j := (*Job)(harness.MakeIndexedBatchJob("a", "ns").Suspend(true).Obj())
 		if !j.IsSuspended() {
 			t.Error("a suspended job is not IsSuspended")
 		}

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // The tests of WaitServed run against a real kube-apiserver (envtest),
@@ -38,7 +38,7 @@ var (
 
 func TestMain(m *testing.M) {
 	testEnv = &envtest.Environment{}
-	os.Exit(utils.RunWithAPIServer(m, testEnv, func(cfg *rest.Config) error {
+	os.Exit(harness.RunWithAPIServer(m, testEnv, func(cfg *rest.Config) error {
 		adminCfg = cfg
 		scheme := runtime.NewScheme()
 		if err := apiextensionsv1.AddToScheme(scheme); err != nil {
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestWaitServedReturnsOnceTheWorkloadCRDIsCreated(t *testing.T) {
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	log := &recordedLog{}
 	result := startWait(t, adminCfg, log)
@@ -65,7 +65,7 @@ func TestWaitServedReturnsOnceTheWorkloadCRDIsCreated(t *testing.T) {
 }
 
 func TestWaitServedChecksDiscoveryOnlyAfterTheCRDChanges(t *testing.T) {
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	t.Log("starting with a Workload CRD whose versions are not the one the operator needs (an older Kueue)")
 	crd := createWorkloadCRD(t, "v1beta1")
@@ -117,7 +117,7 @@ func TestWaitServedChecksDiscoveryOnlyAfterTheCRDChanges(t *testing.T) {
 const fallbackLogged = "Cannot watch CustomResourceDefinitions (forbidden): polling discovery"
 
 func TestWaitServedPollsDiscoveryWhenCRDsAreForbidden(t *testing.T) {
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	// No groups: RBAC grants it discovery (system:discovery, bound to every
 	// authenticated user) and nothing on CRDs.
@@ -141,7 +141,7 @@ func TestWaitServedPollsDiscoveryWhenCRDsAreForbidden(t *testing.T) {
 }
 
 func TestWaitServedReturnsFalseWhenCtxEnds(t *testing.T) {
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	noWorkloadCRD(t)
 	user, err := testEnv.AddUser(envtest.User{Name: "no-crd-access-either"}, nil)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // The suite runs against a real kube-apiserver (envtest), which reviews
@@ -48,7 +48,7 @@ const (
 // Without KUBEBUILDER_ASSETS the tests against the fake API server still
 // run; the others skip.
 func TestMain(m *testing.M) {
-	os.Exit(utils.RunWithAPIServer(m, &envtest.Environment{}, func(cfg *rest.Config) error {
+	os.Exit(harness.RunWithAPIServer(m, &envtest.Environment{}, func(cfg *rest.Config) error {
 		adminCfg = cfg
 		if err := setUpRBAC(); err != nil {
 			return fmt.Errorf("setting up RBAC: %w", err)
@@ -100,7 +100,7 @@ func setUpRBAC() error {
 // kubelet does for a pod).
 func token(t *testing.T, serviceAccount string) string {
 	t.Helper()
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: serviceAccount}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
 	if err := k8sClient.SubResource("token").Create(context.Background(), sa, tr); err != nil {
@@ -112,7 +112,7 @@ func token(t *testing.T, serviceAccount string) string {
 // serviceAccountConfig is a REST config that authenticates as the
 // ServiceAccount and nothing else.
 func serviceAccountConfig(t *testing.T, serviceAccount string) *rest.Config {
-	utils.SkipWithoutAPIServer(t)
+	harness.SkipWithoutAPIServer(t)
 	return &rest.Config{Host: adminCfg.Host, BearerToken: token(t, serviceAccount),
 		TLSClientConfig: rest.TLSClientConfig{CAData: adminCfg.CAData}}
 }
@@ -155,7 +155,7 @@ type guarded struct {
 func newGuarded(t *testing.T, cfg *rest.Config, o options) *guarded {
 	t.Helper()
 	if cfg == nil {
-		utils.SkipWithoutAPIServer(t)
+		harness.SkipWithoutAPIServer(t)
 	}
 	shared, err := rest.HTTPClientFor(cfg)
 	if err != nil {

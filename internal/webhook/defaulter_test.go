@@ -15,11 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestDefaulter(t *testing.T) {
-	failJob := utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)
+	failJob := harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
@@ -27,23 +27,23 @@ func TestDefaulter(t *testing.T) {
 	}{
 		{
 			name: "backoffLimit 6 and TerminatingOrFailed, as batch/v1",
-			job:  utils.MakeIndexedBatchJob("a", "ns").Obj(),
-			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(6).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
+			job:  harness.MakeIndexedBatchJob("a", "ns").Obj(),
+			want: harness.MakeIndexedBatchJob("a", "ns").BackoffLimit(6).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
 		},
 		{
 			name: "unlimited backoffLimit with backoffLimitPerIndex",
-			job:  utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).Obj(),
-			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).BackoffLimit(math.MaxInt32).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
+			job:  harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).Obj(),
+			want: harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).BackoffLimit(math.MaxInt32).PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj(),
 		},
 		{
 			name: "Failed with a podFailurePolicy",
-			job:  utils.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).Obj(),
-			want: utils.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).BackoffLimit(6).PodReplacementPolicy(batchv1.Failed).Obj(),
+			job:  harness.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).Obj(),
+			want: harness.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(failJob).BackoffLimit(6).PodReplacementPolicy(batchv1.Failed).Obj(),
 		},
 		{
 			name: "values set are kept",
-			job:  utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
-			want: utils.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
+			job:  harness.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
+			want: harness.MakeIndexedBatchJob("a", "ns").BackoffLimit(0).PodReplacementPolicy(batchv1.Failed).Obj(),
 		},
 	}
 	for _, tc := range cases {

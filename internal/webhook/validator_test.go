@@ -10,11 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 func TestJobField(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	job.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{
 		{Name: "A"}, {Name: ibjv1.CompletionIndexEnvName}, {Name: "B=C"},
 	}
@@ -41,7 +41,7 @@ func TestJobField(t *testing.T) {
 }
 
 func TestInvalidJobRestatesThePodsCausesForTheJob(t *testing.T) {
-	job := utils.MakeIndexedBatchJob("bad", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("bad", "ns").Obj()
 	pod := metav1.Status{Message: `Pod "bad-0-0-x" is invalid: ...`, Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{
 		{Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.containers[0].name", Message: `Invalid value: "Main_1": a lowercase RFC 1123 label`},
 		{Type: metav1.CauseTypeFieldValueNotFound, Field: "spec.containers[0].volumeMounts[0].name", Message: `Not found: "data"`},
@@ -71,7 +71,7 @@ func FuzzJobField(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	job := utils.MakeIndexedBatchJob("a", "ns").Obj()
+	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	job.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A"}, {Name: ibjv1.CompletionIndexEnvName}, {Name: "B"}}
 	job.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Env: []corev1.EnvVar{{Name: "X"}}}}
 	f.Fuzz(func(t *testing.T, podField string) {
@@ -104,7 +104,7 @@ func FuzzJobField(f *testing.F) {
 }
 
 func TestContainersMayChangeOnlyInTheirResources(t *testing.T) {
-	base := utils.MakeIndexedBatchJob("a", "ns").Suspend(true).InitContainer("setup").Obj()
+	base := harness.MakeIndexedBatchJob("a", "ns").Suspend(true).InitContainer("setup").Obj()
 	cases := []struct {
 		name   string
 		change func(*corev1.PodSpec)

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // invalidTemplate is a pod template the Pod API refuses, and the field the
@@ -56,7 +56,7 @@ var invalidTemplates = []invalidTemplate{
 
 // admissionJob is a small job whose template edit changes.
 func admissionJob(ns, name string, edit func(*corev1.PodSpec)) *ibjv1.IndexedBatchJob {
-	job := utils.MakeIndexedBatchJob(name, ns).Completions(2).Obj()
+	job := harness.MakeIndexedBatchJob(name, ns).Completions(2).Obj()
 	job.TypeMeta = metav1.TypeMeta{APIVersion: ibjv1.GroupVersion.String(), Kind: "IndexedBatchJob"}
 	if edit != nil {
 		edit(&job.Spec.Template.Spec)
@@ -125,7 +125,7 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 				{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Optional: ptr.To(true)}}},
 			}
-			s.InitContainers = []corev1.Container{{Name: "log-shipper", Image: utils.DefaultImage,
+			s.InitContainers = []corev1.Container{{Name: "log-shipper", Image: harness.DefaultImage,
 				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 				VolumeMounts:  []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", ReadOnly: true}}}}
 			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"},

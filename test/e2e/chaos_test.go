@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // The chaos runs' size and seed; the environment can change them
@@ -104,7 +104,7 @@ func startChaosRun(ctx context.Context, ns, name string, cfg chaosConfig) *chaos
 	})
 	Expect(r.sim.Run(runCtx)).To(Succeed())
 
-	job := utils.MakeIndexedBatchJob(name, ns).
+	job := harness.MakeIndexedBatchJob(name, ns).
 		Completions(int32(cfg.indexes)).Parallelism(int32(cfg.parallelism)).
 		BackoffLimitPerIndex(chaosBackoffLimitPerIndex).PodReplacementPolicy(batchv1.Failed).Obj()
 	job.Spec.Template.Spec.NodeName = simNode
@@ -184,7 +184,7 @@ func (r *chaosRun) terminal(ctx context.Context) bool {
 	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: r.job}, job); err != nil {
 		return false
 	}
-	return utils.ConditionReason(job, ibjv1.ConditionComplete) != "" || utils.ConditionReason(job, ibjv1.ConditionFailed) != ""
+	return harness.ConditionReason(job, ibjv1.ConditionComplete) != "" || harness.ConditionReason(job, ibjv1.ConditionFailed) != ""
 }
 
 // verify waits for the job to end and for every tracking finalizer to go,
@@ -219,7 +219,7 @@ func (r *chaosRun) verify(ctx context.Context) string {
 		FailedIndexes:    ptr.Deref(job.Status.FailedIndexes, ""),
 		Condition:        "Complete",
 	}
-	if utils.ConditionReason(job, ibjv1.ConditionFailed) != "" {
+	if harness.ConditionReason(job, ibjv1.ConditionFailed) != "" {
 		got.Condition = "Failed"
 	}
 	var mismatches []string
@@ -241,7 +241,7 @@ func (r *chaosRun) verify(ctx context.Context) string {
 		}
 	}
 	if want.Condition == "Failed" {
-		if reason := utils.ConditionReason(job, ibjv1.ConditionFailed); reason != ibjv1.ReasonFailedIndexes {
+		if reason := harness.ConditionReason(job, ibjv1.ConditionFailed); reason != ibjv1.ReasonFailedIndexes {
 			mismatches = append(mismatches, "Failed condition reason "+reason)
 		}
 	}

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 var _ = Describe("IndexedBatchJob on a cluster", func() {
@@ -42,9 +42,9 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 		Expect(out).To(ContainSubstring("condition met"))
 
 		j := getJob(ctx, ns, job)
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
-		Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(BeEmpty())
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(BeEmpty())
 		Expect(j.Status.Phase).To(Equal(ibjv1.PhaseFailed))
 		Expect(j.Status.CompletedIndexes).To(Equal("0,3-7"))
 		Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
@@ -117,7 +117,7 @@ kubectl get ibj per-index -o json \
 		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun", "--timeout=120s")
 		j := getJob(ctx, ns, "per-index-rerun")
 		Expect(j.Spec.Indexes).To(Equal(ptr.To("1,2")))
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 		Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
 		Expect(j.Status.CompletedIndexes).To(BeEmpty())
 		Expect(j.Status.Failed).To(Equal(int32(4)))
@@ -134,13 +134,13 @@ kubectl get ibj per-index -o json \
 	})
 
 	It("completes a job that kubectl wait --for=condition=Complete waits for", func() {
-		job := utils.MakeIndexedBatchJob("all-succeed", ns).Completions(4).Parallelism(2).
+		job := harness.MakeIndexedBatchJob("all-succeed", ns).Completions(4).Parallelism(2).
 			PodAnnotation(kwokcluster.DurationAnnotation, "1s").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		out := mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
 		Expect(out).To(ContainSubstring("condition met"))
 		j := getJob(ctx, ns, job.Name)
-		Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 		Expect(j.Status.CompletedIndexes).To(Equal("0-3"))
 		Expect(j.Status.Succeeded).To(Equal(int32(4)))
 		Expect(j.Status.Failed).To(BeZero())
@@ -196,7 +196,7 @@ kubectl get ibj per-index -o json \
 
 		It("TerminatingOrFailed: replaces a deleted pod at once, while it still terminates", func() {
 			// Two pods that run until deleted and take 10s to stop.
-			job := utils.MakeIndexedBatchJob("replace-terminating", ns).Completions(2).Parallelism(2).
+			job := harness.MakeIndexedBatchJob("replace-terminating", ns).Completions(2).Parallelism(2).
 				PodReplacementPolicy(batchv1.TerminatingOrFailed).
 				PodAnnotation(kwokcluster.DurationAnnotation, kwokcluster.Forever).
 				PodAnnotation(kwokcluster.ShutdownDurationAnnotation, "10s").Obj()
@@ -229,10 +229,10 @@ kubectl get ibj per-index -o json \
 	})
 
 	Context("with a pod failure policy", func() {
-		policy := func(w *utils.JobWrapper) *utils.JobWrapper {
+		policy := func(w *harness.JobWrapper) *harness.JobWrapper {
 			return w.PodFailurePolicy(
-				utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-				utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+				harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
 			)
 		}
 
@@ -242,7 +242,7 @@ kubectl get ibj per-index -o json \
 			mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob_pod_failure_policy.yaml")
 			mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job, "--timeout=60s")
 			j := getJob(ctx, ns, job)
-			Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
+			Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
 			Expect(j.Status.Active).To(BeZero())
 			Expect(j.Status.CompletedIndexes).To(Equal("0,1"))
 			Expect(j.Status.Succeeded).To(Equal(int32(2)))
@@ -254,7 +254,7 @@ kubectl get ibj per-index -o json \
 		})
 
 		It("ignores a pod evicted by a node drain (DisruptionTarget) and runs its index again", func() {
-			job := policy(utils.MakeIndexedBatchJob("ignore-eviction", ns).Completions(2).Parallelism(2).BackoffLimit(0)).
+			job := policy(harness.MakeIndexedBatchJob("ignore-eviction", ns).Completions(2).Parallelism(2).BackoffLimit(0)).
 				PodAnnotation(kwokcluster.DurationAnnotation, "8s").Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			w := watchPods(ns, job.Name)
@@ -287,13 +287,13 @@ kubectl get ibj per-index -o json \
 
 	Context("suspended", func() {
 		It("starts no pod until resumed, and lets the node selector change meanwhile", func() {
-			job := utils.MakeIndexedBatchJob("suspended", ns).Completions(3).Parallelism(3).Suspend(true).
+			job := harness.MakeIndexedBatchJob("suspended", ns).Completions(3).Parallelism(3).Suspend(true).
 				NodeSelector(kwokcluster.ZoneLabel, "zone-a").
 				PodAnnotation(kwokcluster.DurationAnnotation, "1s").Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			Eventually(func(g Gomega) {
 				j := getJob(ctx, ns, job.Name)
-				g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).NotTo(BeEmpty())
+				g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuspended)).NotTo(BeEmpty())
 				g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseSuspended))
 			}, timeout, poll).Should(Succeed())
 			Consistently(func() []corev1.Pod { return jobPods(ctx, ns, job.Name) }, 2*time.Second, poll).Should(BeEmpty())
@@ -313,7 +313,7 @@ kubectl get ibj per-index -o json \
 		})
 
 		It("stops a running job's pods without counting failures, and finishes it once resumed", func() {
-			job := utils.MakeIndexedBatchJob("suspend-running", ns).Completions(4).Parallelism(2).BackoffLimit(0).
+			job := harness.MakeIndexedBatchJob("suspend-running", ns).Completions(4).Parallelism(2).BackoffLimit(0).
 				PodAnnotation(kwokcluster.DurationAnnotation, "5s").Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			Eventually(func() int32 { return deref(getJob(ctx, ns, job.Name).Status.Ready) }, timeout, poll).Should(Equal(int32(2)))
@@ -321,7 +321,7 @@ kubectl get ibj per-index -o json \
 			mustKubectl("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":true}}`)
 			Eventually(func(g Gomega) {
 				j := getJob(ctx, ns, job.Name)
-				g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).NotTo(BeEmpty())
+				g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuspended)).NotTo(BeEmpty())
 				g.Expect(j.Status.Active).To(BeZero())
 				g.Expect(deref(j.Status.Terminating)).To(BeZero())
 				g.Expect(j.Status.Failed).To(BeZero())
@@ -338,12 +338,12 @@ kubectl get ibj per-index -o json \
 	})
 
 	It("fails with DeadlineExceeded once activeDeadlineSeconds pass, and stops its pods", func() {
-		job := utils.MakeIndexedBatchJob("deadline", ns).Completions(2).Parallelism(2).ActiveDeadlineSeconds(3).
+		job := harness.MakeIndexedBatchJob("deadline", ns).Completions(2).Parallelism(2).ActiveDeadlineSeconds(3).
 			PodAnnotation(kwokcluster.DurationAnnotation, kwokcluster.Forever).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=60s")
 		j := getJob(ctx, ns, job.Name)
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
 		Expect(j.Status.Active).To(BeZero())
 		Expect(deref(j.Status.Terminating)).To(BeZero())
 		for _, c := range j.Status.Conditions {
@@ -357,7 +357,7 @@ kubectl get ibj per-index -o json \
 	})
 
 	It("deletes the job and its pods ttlSecondsAfterFinished after it finished", func() {
-		job := utils.MakeIndexedBatchJob("ttl", ns).Completions(2).Parallelism(2).TTLSecondsAfterFinished(3).
+		job := harness.MakeIndexedBatchJob("ttl", ns).Completions(2).Parallelism(2).TTLSecondsAfterFinished(3).
 			PodAnnotation(kwokcluster.DurationAnnotation, "500ms").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
@@ -372,7 +372,7 @@ kubectl get ibj per-index -o json \
 	})
 
 	It("keeps exact counts across an operator crash in the middle of a run", func() {
-		job := utils.MakeIndexedBatchJob("restart", ns).Completions(6).Parallelism(2).BackoffLimitPerIndex(1).
+		job := harness.MakeIndexedBatchJob("restart", ns).Completions(6).Parallelism(2).BackoffLimitPerIndex(1).
 			PodAnnotation(kwokcluster.DurationAnnotation, "3s").
 			PodAnnotation(kwokcluster.FailIndexesAnnotation, "1").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -400,7 +400,7 @@ kubectl get ibj per-index -o json \
 		op = startOperator()
 		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=120s")
 		j := getJob(ctx, ns, job.Name)
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 		Expect(j.Status.CompletedIndexes).To(Equal("0,2-5"))
 		Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1")))
 		Expect(j.Status.Succeeded).To(Equal(int32(5)))

@@ -25,8 +25,8 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
-	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // The fleet runs' sizes; the environment can change them (IBJ_FLEET_JOBS,
@@ -85,10 +85,10 @@ var _ = Describe("Fleet", Ordered, ContinueOnFailure, Label("fleet"), func() {
 		o := startOperator()
 		DeferCleanup(o.stop)
 		ns := newNamespace(ctx)
-		running := utils.MakeIndexedBatchJob("running", ns).Completions(6).Parallelism(2).
+		running := harness.MakeIndexedBatchJob("running", ns).Completions(6).Parallelism(2).
 			PodAnnotation("kwok.indexedjob.dev/duration", "2s").Obj()
-		parked := utils.MakeIndexedBatchJob("parked", ns).Completions(2).Suspend(true).Obj()
-		doomed := utils.MakeIndexedBatchJob("doomed", ns).Completions(2).Suspend(true).Obj()
+		parked := harness.MakeIndexedBatchJob("parked", ns).Completions(2).Suspend(true).Obj()
+		doomed := harness.MakeIndexedBatchJob("doomed", ns).Completions(2).Suspend(true).Obj()
 		for _, j := range []*ibjv1.IndexedBatchJob{running, parked, doomed} {
 			Expect(k8sClient.Create(ctx, j)).To(Succeed())
 		}
@@ -118,7 +118,7 @@ var _ = Describe("Fleet", Ordered, ContinueOnFailure, Label("fleet"), func() {
 		for name, completions := range map[string]int32{"running": 6, "parked": 2} {
 			Eventually(func(g Gomega) {
 				j := getJob(ctx, ns, name)
-				g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).NotTo(BeEmpty())
+				g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).NotTo(BeEmpty())
 				g.Expect(j.Status.Succeeded).To(Equal(completions))
 				g.Expect(j.Status.Failed).To(BeZero())
 				g.Expect(j.Status.CompletedIndexes).To(Equal(podsim.Intervals(slices.Repeat([]bool{true}, int(completions)))))
@@ -246,7 +246,7 @@ type fleet struct {
 func fleetKind(name string) string { return name[:strings.IndexByte(name, '-')] }
 
 func fleetJob(ns, name string) *ibjv1.IndexedBatchJob {
-	w := utils.MakeIndexedBatchJob(name, ns).Completions(fleetIndexes).Parallelism(fleetJobParallelism).
+	w := harness.MakeIndexedBatchJob(name, ns).Completions(fleetIndexes).Parallelism(fleetJobParallelism).
 		PodReplacementPolicy(batchv1.Failed).PodLabel(fleetFleetLabel, ns)
 	switch fleetKind(name) {
 	case fleetPerIndex:
@@ -369,7 +369,7 @@ func (f *fleet) remaining(ctx context.Context) int {
 	n := 0
 	for i := range list.Items {
 		j := &list.Items[i]
-		if utils.ConditionReason(j, ibjv1.ConditionComplete) == "" && utils.ConditionReason(j, ibjv1.ConditionFailed) == "" {
+		if harness.ConditionReason(j, ibjv1.ConditionComplete) == "" && harness.ConditionReason(j, ibjv1.ConditionFailed) == "" {
 			n++
 		}
 	}
@@ -389,9 +389,9 @@ func statusOf(job *ibjv1.IndexedBatchJob) fleetStatus {
 		succeeded: job.Status.Succeeded, failed: job.Status.Failed,
 		completedIndexes: job.Status.CompletedIndexes, failedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
 	}
-	if r := utils.ConditionReason(job, ibjv1.ConditionFailed); r != "" {
+	if r := harness.ConditionReason(job, ibjv1.ConditionFailed); r != "" {
 		got.condition, got.reason = "Failed", r
-	} else if r := utils.ConditionReason(job, ibjv1.ConditionComplete); r != "" {
+	} else if r := harness.ConditionReason(job, ibjv1.ConditionComplete); r != "" {
 		got.condition = "Complete"
 		if r == ibjv1.ReasonSuccessPolicy {
 			got.reason = r

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 const (
@@ -120,8 +120,8 @@ func hasTrackingFinalizer(p *corev1.Pod) bool {
 // watchPods records the pods of a job, as `kubectl get pods -w` would,
 // until the spec ends: every pod seen per index, and whether two unfinished
 // pods of one index ever existed at once.
-func watchPods(ns, job string) *utils.PodWatch {
-	w := utils.WatchPods(k8sClient, ns, job, 100*time.Millisecond)
+func watchPods(ns, job string) *harness.PodWatch {
+	w := harness.WatchPods(k8sClient, ns, job, 100*time.Millisecond)
 	DeferCleanup(w.Stop)
 	return w
 }

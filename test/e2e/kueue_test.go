@@ -44,8 +44,8 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 // What Kueue's kustomization makes of the names in the manifests of its
@@ -111,7 +111,7 @@ var _ = Describe("Kueue's own manager", Label("kueue"), func() {
 		// Two pods of one cpu each, at once: the quota (two cpus) holds one
 		// job. The first job's pods run long enough to see the second wait.
 		queued := func(name, duration string) *ibjv1.IndexedBatchJob {
-			return utils.MakeIndexedBatchJob(name, ns).Completions(2).Parallelism(2).
+			return harness.MakeIndexedBatchJob(name, ns).Completions(2).Parallelism(2).
 				Label(queueNameLabel, "queue").
 				Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}).
 				PodAnnotation(kwokcluster.DurationAnnotation, duration).Obj()
@@ -172,7 +172,7 @@ func expectCompleted(ctx context.Context, ns, name string) {
 		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
 	}, timeout, poll).Should(Succeed())
 	j := getJob(ctx, ns, name)
-	Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+	Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 	Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
 	Expect(j.Status.Succeeded).To(Equal(int32(2)))
 	Expect(j.Status.CompletedIndexes).To(Equal("0,1"))

@@ -14,8 +14,8 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kubectlibj"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 var _ = Describe("kubectl ibj", Ordered, func() {
@@ -75,7 +75,7 @@ var _ = Describe("kubectl ibj", Ordered, func() {
 		j := getJob(ctx, ns, "per-index-rerun-1")
 		Expect(j.Spec.Indexes).To(Equal(ptr.To("1,2")))
 		Expect(j.Labels).To(HaveKeyWithValue(kubectlibj.RerunOfLabel, "per-index"))
-		Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 		Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
 		for ix := range 8 {
 			want := 0

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/podsim"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // soakLanes is how many jobs exist at once during the soak: each lane
@@ -231,7 +231,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			if j, ok := obj.(*ibjv1.IndexedBatchJob); ok &&
-				(utils.ConditionReason(j, ibjv1.ConditionComplete) != "" || utils.ConditionReason(j, ibjv1.ConditionFailed) != "") {
+				(harness.ConditionReason(j, ibjv1.ConditionComplete) != "" || harness.ConditionReason(j, ibjv1.ConditionFailed) != "") {
 				ends.signal(j.Name + "/end")
 			}
 		},
@@ -288,7 +288,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 		for i := next.Add(1) - 1; i < int64(cfg.soakJobs); i = next.Add(1) - 1 {
 			name := fmt.Sprintf("soak-%d", i)
 			ttl := i%2 == 0
-			w := utils.MakeIndexedBatchJob(name, ns).Completions(int32(1 + i%2)).Parallelism(2)
+			w := harness.MakeIndexedBatchJob(name, ns).Completions(int32(1 + i%2)).Parallelism(2)
 			if ttl {
 				w.TTLSecondsAfterFinished(0)
 			}

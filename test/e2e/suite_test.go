@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 var (
@@ -85,7 +85,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	// Two operators at once serve the webhook in the leader failover spec.
 	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, WebhookReplicas: 2, Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
-	version, err := utils.CheckServerVersion(cluster.Config)
+	version, err := harness.CheckServerVersion(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())
 	By("running against kube-apiserver " + version)
 	k8sClient, err = client.New(cluster.Config, client.Options{Scheme: scheme})

@@ -26,8 +26,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 // nonroot is the user and group the image runs as.
@@ -318,7 +318,7 @@ exec chroot --userspec=65532:65532 --groups= "$ROOTFS" "$@"`
 		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &got); err != nil {
 			t.Fatal(err)
 		}
-		if utils.ConditionReason(&got, ibjv1.ConditionFailed) != "" {
+		if harness.ConditionReason(&got, ibjv1.ConditionFailed) != "" {
 			break
 		}
 		if exited, err := proc.Exited(); exited {
@@ -335,7 +335,7 @@ exec chroot --userspec=65532:65532 --groups= "$ROOTFS" "$@"`
 	}
 	want := outcome{Reason: ibjv1.ReasonFailedIndexes, CompletedIndexes: "0,3-7", FailedIndexes: "1,2", Succeeded: 6, Failed: 4}
 	gotOutcome := outcome{
-		Reason:           utils.ConditionReason(&got, ibjv1.ConditionFailed),
+		Reason:           harness.ConditionReason(&got, ibjv1.ConditionFailed),
 		CompletedIndexes: got.Status.CompletedIndexes,
 		FailedIndexes:    ptr.Deref(got.Status.FailedIndexes, ""),
 		Succeeded:        got.Status.Succeeded,

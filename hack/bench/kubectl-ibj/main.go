@@ -37,7 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const (
@@ -88,7 +88,7 @@ func main() {
 	dir, err := os.MkdirTemp("", "kubectl-ibj-bench-")
 	must(err)
 	defer os.RemoveAll(dir)
-	kubeconfig, err := utils.WriteAdminKubeconfig(env, "bench", dir)
+	kubeconfig, err := harness.WriteAdminKubeconfig(env, "bench", dir)
 	must(err)
 
 	kubectl := filepath.Join(*assets, "kubectl")

@@ -1,6 +1,6 @@
 // Command kwok-cluster runs the throwaway cluster of `make demo` (etcd,
 // kube-apiserver, the IndexedBatchJob CRD, kwok's fake nodes and a binder;
-// see test/e2e/kwokcluster) until it gets SIGINT or SIGTERM, then stops it.
+// see test/harness/kwokcluster) until it gets SIGINT or SIGTERM, then stops it.
 // Once the cluster is up it writes the admin kubeconfig to <dir>/kubeconfig,
 // the flags an operator needs to serve the admission webhook the cluster
 // calls to <dir>/webhook-args (one a line), and then creates <dir>/ready.
@@ -18,7 +18,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/e2e/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
 func main() {

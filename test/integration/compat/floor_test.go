@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // oldestSupportedMinor is the floor of the supported range: the CRD's rules
@@ -42,7 +42,7 @@ func TestCRDInstallsFromTheOldestSupportedMinorAndIsRefusedBelow(t *testing.T) {
 			t.Errorf("stopping the control plane: %v", err)
 		}
 	})
-	version, err := utils.CheckServerVersion(cfg)
+	version, err := harness.CheckServerVersion(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

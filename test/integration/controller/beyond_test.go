@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // What the operator adds to batch/v1 Job's behaviour: elastic indexes, a
@@ -16,18 +16,18 @@ import (
 var _ = Describe("Beyond batch/v1", func() {
 
 	It("scales an elastic job 4 → 8 → 2 with exact status", func() {
-		job := utils.MakeIndexedBatchJob("elastic", ns).Completions(4).Parallelism(4).BackoffLimitPerIndex(0).Obj()
+		job := harness.MakeIndexedBatchJob("elastic", ns).Completions(4).Parallelism(4).BackoffLimitPerIndex(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		// Indexes 0 and 1 succeed, index 5 fails; the others run until the
 		// job no longer has them.
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			switch ix {
 			case 0, 1:
-				return utils.PodOutcome{}
+				return harness.PodOutcome{}
 			case 5:
-				return utils.PodOutcome{ExitCode: 1}
+				return harness.PodOutcome{ExitCode: 1}
 			}
-			return utils.PodOutcome{StayRunning: true}
+			return harness.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -49,7 +49,7 @@ var _ = Describe("Beyond batch/v1", func() {
 		scale(job.Name, 2)
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,1"))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("")))
 			g.Expect(j.Status.Failed).To(Equal(int32(1)), "index 5's failure happened; the removed pods are not failures")
@@ -66,14 +66,14 @@ var _ = Describe("Beyond batch/v1", func() {
 	})
 
 	It("runs only the indexes listed in spec.indexes, each under its own number", func() {
-		job := utils.MakeIndexedBatchJob("rerun", ns).Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Indexes("1,2,6").Obj()
+		job := harness.MakeIndexedBatchJob("rerun", ns).Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Indexes("1,2,6").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, failingIndexes(2))
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("1,6"))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("2")))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
@@ -96,9 +96,11 @@ var _ = Describe("Beyond batch/v1", func() {
 	})
 
 	It("waits retryBackoff.initialDelaySeconds before replacing a failed pod", func() {
-		job := utils.MakeIndexedBatchJob("slow-retry", ns).Completions(1).BackoffLimit(1).RetryBackoff(3, 3).Obj()
+		job := harness.MakeIndexedBatchJob("slow-retry", ns).Completions(1).BackoffLimit(1).RetryBackoff(3, 3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(_, attempt int) utils.PodOutcome { return utils.PodOutcome{ExitCode: int32(1 - min(attempt, 1))} })
+		k := startKubelet(ns, job.Name, func(_, attempt int) harness.PodOutcome {
+			return harness.PodOutcome{ExitCode: int32(1 - min(attempt, 1))}
+		})
 		defer k.Stop()
 
 		expectCompleted(ctx, ns, job.Name, 1, "0", timeout)

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var _ = Describe("Hostile and odd pods", func() {
@@ -43,14 +43,14 @@ var _ = Describe("Hostile and odd pods", func() {
 	finishedExactly := func(job *ibjv1.IndexedBatchJob, completions int32) {
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(completions))
 			g.Expect(j.Status.Failed).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 	}
 
 	It("deletes pods with a malformed or out-of-range index without counting them", func() {
-		job := utils.MakeIndexedBatchJob("bad-index", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
+		job := harness.MakeIndexedBatchJob("bad-index", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job = getJob(ctx, ns, job.Name)
 		strayPod(job, "bad-index-abc", "abc", true)
@@ -73,7 +73,7 @@ var _ = Describe("Hostile and odd pods", func() {
 	})
 
 	It("never counts a pod it does not control, and releases its finalizer", func() {
-		job := utils.MakeIndexedBatchJob("foreign", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
+		job := harness.MakeIndexedBatchJob("foreign", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job = getJob(ctx, ns, job.Name)
 		foreign := strayPod(job, "foreign-0-impostor", "0", false)
@@ -94,10 +94,10 @@ var _ = Describe("Hostile and odd pods", func() {
 	})
 
 	It("keeps one pod per index when someone adds a second pod for an index", func() {
-		job := utils.MakeIndexedBatchJob("dup", ns).Completions(2).Parallelism(2).Obj()
+		job := harness.MakeIndexedBatchJob("dup", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 		dup := strayPod(getJob(ctx, ns, job.Name), "dup-0-9", "0", true)
@@ -109,18 +109,18 @@ var _ = Describe("Hostile and odd pods", func() {
 	})
 
 	It("recovers completedIndexes from the pods when a user overwrites it with garbage", func() {
-		job := utils.MakeIndexedBatchJob("tampered", ns).Completions(3).Parallelism(1).Obj()
+		job := harness.MakeIndexedBatchJob("tampered", ns).Completions(3).Parallelism(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		release := make(chan struct{})
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix == 2 {
 				select {
 				case <-release:
 				default:
-					return utils.PodOutcome{StayRunning: true}
+					return harness.PodOutcome{StayRunning: true}
 				}
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func() string { return getJob(ctx, ns, job.Name).Status.CompletedIndexes }, timeout).Should(Equal("0,1"))

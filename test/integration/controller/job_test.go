@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const timeout = 60 * time.Second
 
-func succeedAll(int, int) utils.PodOutcome { return utils.PodOutcome{} }
+func succeedAll(int, int) harness.PodOutcome { return harness.PodOutcome{} }
 
 // expectCompleted waits until the job is Complete with exactly succeeded
 // pods counted and completedIndexes as given.
@@ -27,7 +27,7 @@ func expectCompleted(ctx context.Context, ns, name string, succeeded int32, comp
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
 		j := getJob(ctx, ns, name)
-		g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+		g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 		g.Expect(j.Status.Succeeded).To(Equal(succeeded))
 		g.Expect(j.Status.CompletedIndexes).To(Equal(completedIndexes))
 	}, within, 100*time.Millisecond).Should(Succeed())
@@ -36,15 +36,15 @@ func expectCompleted(ctx context.Context, ns, name string, succeeded int32, comp
 var _ = Describe("IndexedBatchJob controller", func() {
 
 	It("runs each index once and completes with exact counts", func() {
-		job := utils.MakeIndexedBatchJob("all-succeed", ns).Completions(5).Parallelism(2).Obj()
+		job := harness.MakeIndexedBatchJob("all-succeed", ns).Completions(5).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(5)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-4"))
@@ -79,15 +79,15 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("runs the seed's per-index example: indexes 1 and 2 fail twice, the rest succeed", func() {
-		job := utils.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj()
+		job := harness.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, failingIndexes(1, 2))
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailureTarget)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,3-7"))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1,2")))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(6)))
@@ -102,14 +102,14 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("fails with BackoffLimitExceeded, replacing failed pods only after the backoff delay", func() {
-		job := utils.MakeIndexedBatchJob("backoff", ns).Completions(1).BackoffLimit(2).Obj()
+		job := harness.MakeIndexedBatchJob("backoff", ns).Completions(1).BackoffLimit(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{ExitCode: 3} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{ExitCode: 3} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
 			g.Expect(j.Status.Failed).To(Equal(int32(3)))
 			g.Expect(j.Status.Succeeded).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -128,14 +128,14 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("fails with DeadlineExceeded and terminates its pods", func() {
-		job := utils.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(3).ActiveDeadlineSeconds(2).Obj()
+		job := harness.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(3).ActiveDeadlineSeconds(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
 			g.Expect(j.Status.Active).To(BeZero())
 			g.Expect(*j.Status.Terminating).To(BeZero())
 			// As upstream: pods still running when the job fails count as failed.
@@ -145,14 +145,14 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("suspends and resumes: active pods deleted without counting as failures, startTime reset", func() {
-		job := utils.MakeIndexedBatchJob("suspend", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
+		job := harness.MakeIndexedBatchJob("suspend", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
 		defer k.Stop()
 
 		By("creating no pod while suspended")
-		Eventually(func() string { return utils.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionSuspended) }, timeout).
+		Eventually(func() string { return harness.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionSuspended) }, timeout).
 			Should(Equal(ibjv1.ReasonJobSuspended))
 		Consistently(func() []corev1.Pod { return jobPods(ctx, ns, job.Name) }, time.Second).Should(BeEmpty())
 		Expect(getJob(ctx, ns, job.Name).Status.Phase).To(Equal(ibjv1.PhaseSuspended))
@@ -169,7 +169,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			j := getJob(ctx, ns, job.Name)
 			g.Expect(j.Status.Active).To(Equal(int32(2)))
 			g.Expect(j.Status.StartTime).NotTo(BeNil())
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).To(BeEmpty())
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuspended)).To(BeEmpty())
 			firstStart = j.Status.StartTime.Time
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		for _, p := range jobPods(ctx, ns, job.Name) {
@@ -181,7 +181,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		setSuspend(ctx, ns, job.Name, true)
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuspended)).To(Equal(ibjv1.ReasonJobSuspended))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuspended)).To(Equal(ibjv1.ReasonJobSuspended))
 			g.Expect(j.Status.Active).To(BeZero())
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.StartTime).To(BeNil())
@@ -193,7 +193,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		setSuspend(ctx, ns, job.Name, false)
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.StartTime.Time).To(BeTemporally(">", firstStart))
@@ -202,7 +202,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("deletes the job and its pods ttlSecondsAfterFinished after it finished", func() {
-		job := utils.MakeIndexedBatchJob("ttl", ns).Completions(2).Parallelism(2).TTLSecondsAfterFinished(1).Obj()
+		job := harness.MakeIndexedBatchJob("ttl", ns).Completions(2).Parallelism(2).TTLSecondsAfterFinished(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
@@ -214,9 +214,9 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("leaves no tracking finalizer behind when the job is deleted mid-run", func() {
-		job := utils.MakeIndexedBatchJob("deleted", ns).Completions(3).Parallelism(3).Obj()
+		job := harness.MakeIndexedBatchJob("deleted", ns).Completions(3).Parallelism(3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(3)))
 		Expect(k8sClient.Delete(ctx, getJob(ctx, ns, job.Name))).To(Succeed())
@@ -225,7 +225,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("releases every pod of a finished job at once when the job is deleted, finalizers still held included", func() {
-		job := utils.MakeIndexedBatchJob("deleted-finished", ns).Completions(3).Parallelism(3).Obj()
+		job := harness.MakeIndexedBatchJob("deleted-finished", ns).Completions(3).Parallelism(3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
@@ -247,7 +247,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("leaves a job managed by another controller alone", func() {
-		job := utils.MakeIndexedBatchJob("managed-elsewhere", ns).Completions(2).ManagedBy("kueue.x-k8s.io/multikueue").Obj()
+		job := harness.MakeIndexedBatchJob("managed-elsewhere", ns).Completions(2).ManagedBy("kueue.x-k8s.io/multikueue").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		Consistently(func(g Gomega) {
 			g.Expect(jobPods(ctx, ns, job.Name)).To(BeEmpty())
@@ -256,7 +256,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("completes a 1,000-index job with succeeded 1000 and completedIndexes 0-999", func() {
-		job := utils.MakeIndexedBatchJob("thousand", ns).Completions(1000).Parallelism(100).Obj()
+		job := harness.MakeIndexedBatchJob("thousand", ns).Completions(1000).Parallelism(100).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
@@ -268,13 +268,13 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("keeps counts exact across an operator restart mid-run", func() {
-		job := utils.MakeIndexedBatchJob("restart", ns).Completions(20).Parallelism(4).BackoffLimitPerIndex(1).Obj()
+		job := harness.MakeIndexedBatchJob("restart", ns).Completions(20).Parallelism(4).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix%5 == 0 {
-				return utils.PodOutcome{ExitCode: 2}
+				return harness.PodOutcome{ExitCode: 2}
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Succeeded }, timeout, 50*time.Millisecond).
@@ -287,7 +287,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(16)))
 			g.Expect(j.Status.Failed).To(Equal(int32(8)))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("0,5,10,15")))
@@ -308,9 +308,9 @@ var _ = Describe("IndexedBatchJob controller", func() {
 			op.stop()
 			op = startOperator()
 		}()
-		job := utils.MakeIndexedBatchJob("watched", ns).Completions(12).Parallelism(4).Obj()
+		job := harness.MakeIndexedBatchJob("watched", ns).Completions(12).Parallelism(4).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		elsewhere := utils.MakeIndexedBatchJob("unwatched", other).Completions(2).Obj()
+		elsewhere := harness.MakeIndexedBatchJob("unwatched", other).Completions(2).Obj()
 		Expect(k8sClient.Create(ctx, elsewhere)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
@@ -324,18 +324,18 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("keeps one pod per index and exact counts with two operators reconciling at once", func() {
 		second := startOperator()
 		defer second.stop()
-		job := utils.MakeIndexedBatchJob("two-operators", ns).Completions(30).Parallelism(10).BackoffLimitPerIndex(2).Obj()
+		job := harness.MakeIndexedBatchJob("two-operators", ns).Completions(30).Parallelism(10).BackoffLimitPerIndex(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) harness.PodOutcome {
 			if ix%3 == 0 && attempt == 0 {
-				return utils.PodOutcome{ExitCode: 1} // a third of the indexes fail once, then succeed
+				return harness.PodOutcome{ExitCode: 1} // a third of the indexes fail once, then succeed
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(30)))
 			g.Expect(j.Status.Failed).To(Equal(int32(10)))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0-29"))

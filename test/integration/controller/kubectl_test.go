@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var _ = Describe("kubectl get indexedbatchjobs", func() {
@@ -19,16 +19,16 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 		kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
 		Expect(kubectl).To(BeAnExistingFile(), "make test builds kubectl into bin/ beside the control plane")
 
-		job := utils.MakeIndexedBatchJob("columns", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(0).Obj()
+		job := harness.MakeIndexedBatchJob("columns", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix == 1 {
-				return utils.PodOutcome{ExitCode: 1}
+				return harness.PodOutcome{ExitCode: 1}
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
-		Eventually(func() string { return utils.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).
+		Eventually(func() string { return harness.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).
 			Should(Equal(ibjv1.ReasonFailedIndexes))
 
 		user, err := testEnv.AddUser(envtest.User{Name: "viewer", Groups: []string{"system:masters"}}, nil)

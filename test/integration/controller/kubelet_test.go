@@ -11,23 +11,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // startKubelet starts the shared fake kubelet for the pods of one job; each
 // running pod ends as outcome says for its index and attempt.
-func startKubelet(ns, job string, outcome func(index, attempt int) utils.PodOutcome) *utils.Kubelet {
-	return utils.StartKubelet(k8sClient, ns, job, utils.KubeletOptions{Outcome: outcome})
+func startKubelet(ns, job string, outcome func(index, attempt int) harness.PodOutcome) *harness.Kubelet {
+	return harness.StartKubelet(k8sClient, ns, job, harness.KubeletOptions{Outcome: outcome})
 }
 
 // failingIndexes is a kubelet outcome: pods of the given indexes exit 1,
 // every other pod succeeds.
-func failingIndexes(failing ...int) func(index, attempt int) utils.PodOutcome {
-	return func(ix, _ int) utils.PodOutcome {
+func failingIndexes(failing ...int) func(index, attempt int) harness.PodOutcome {
+	return func(ix, _ int) harness.PodOutcome {
 		if slices.Contains(failing, ix) {
-			return utils.PodOutcome{ExitCode: 1}
+			return harness.PodOutcome{ExitCode: 1}
 		}
-		return utils.PodOutcome{}
+		return harness.PodOutcome{}
 	}
 }
 

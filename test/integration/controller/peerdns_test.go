@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // Peer DNS (spec.network): the job's own headless Service. envtest runs no
@@ -22,13 +22,13 @@ import (
 // owner reference that deletes the Service with the job.
 var _ = Describe("Peer DNS", func() {
 
-	runForever := func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} }
+	runForever := func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} }
 
 	It("gives a 2-index TensorFlow-style job a headless Service that selects exactly its pods", func() {
-		job := utils.MakeIndexedBatchJob("tf", ns).Completions(2).Parallelism(2).
+		job := harness.MakeIndexedBatchJob("tf", ns).Completions(2).Parallelism(2).
 			PodReplacementPolicy(batchv1.Failed).PeerDNS("").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		other := utils.MakeIndexedBatchJob("tf-other", ns).Completions(1).Obj()
+		other := harness.MakeIndexedBatchJob("tf-other", ns).Completions(1).Obj()
 		Expect(k8sClient.Create(ctx, other)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()
@@ -95,7 +95,7 @@ var _ = Describe("Peer DNS", func() {
 			},
 		}
 		Expect(k8sClient.Create(ctx, foreign)).To(Succeed())
-		job := utils.MakeIndexedBatchJob("trainer", ns).Completions(2).Parallelism(2).PeerDNS("workers").Obj()
+		job := harness.MakeIndexedBatchJob("trainer", ns).Completions(2).Parallelism(2).PeerDNS("workers").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()

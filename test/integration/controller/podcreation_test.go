@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // What admission cannot foresee: the API server refuses the pods when they
@@ -45,7 +45,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		setQuota(1, 1)
 
 		failedBefore := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
-		job := utils.MakeIndexedBatchJob("quota", ns).Completions(2).Parallelism(2).Obj()
+		job := harness.MakeIndexedBatchJob("quota", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
@@ -96,7 +96,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
 		Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
 
-		job := utils.MakeIndexedBatchJob("psa", ns).Completions(1).Obj()
+		job := harness.MakeIndexedBatchJob("psa", ns).Completions(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()

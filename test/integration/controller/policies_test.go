@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var _ = Describe("Failure handling", func() {
 
-	runForever := func(int, int) utils.PodOutcome { return utils.PodOutcome{StayRunning: true} }
+	runForever := func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} }
 
 	// deletePodOfIndex deletes the running pod of an index, as a preemption would.
 	deletePodOfIndex := func(job string, index string) *corev1.Pod {
@@ -43,7 +43,7 @@ var _ = Describe("Failure handling", func() {
 	}
 
 	It("with podReplacementPolicy Failed, replaces a deleted pod only once it is Failed (seed example)", func() {
-		job := utils.MakeIndexedBatchJob("replace-failed", ns).Completions(2).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
+		job := harness.MakeIndexedBatchJob("replace-failed", ns).Completions(2).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()
@@ -73,7 +73,7 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("with podReplacementPolicy TerminatingOrFailed, replaces a deleted pod at once", func() {
-		job := utils.MakeIndexedBatchJob("replace-terminating", ns).Completions(2).Parallelism(2).Obj()
+		job := harness.MakeIndexedBatchJob("replace-terminating", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, runForever)
 		defer k.Stop()
@@ -95,19 +95,19 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("fails the job at once on a FailJob exit code, naming the rule and the pod", func() {
-		job := utils.MakeIndexedBatchJob("fail-job", ns).Completions(3).Parallelism(3).
-			PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
+		job := harness.MakeIndexedBatchJob("fail-job", ns).Completions(3).Parallelism(3).
+			PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix == 1 {
-				return utils.PodOutcome{ExitCode: 42}
+				return harness.PodOutcome{ExitCode: 42}
 			}
-			return utils.PodOutcome{StayRunning: true}
+			return harness.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
 			g.Expect(j.Status.Failed).To(Equal(int32(3)), "the matching pod and the two it terminated")
 			g.Expect(j.Status.Active).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -122,19 +122,19 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("does not count a failure an Ignore rule matches (DisruptionTarget), and replaces the pod", func() {
-		job := utils.MakeIndexedBatchJob("ignore", ns).Completions(2).Parallelism(2).BackoffLimit(0).
-			PodFailurePolicy(utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
+		job := harness.MakeIndexedBatchJob("ignore", ns).Completions(2).Parallelism(2).BackoffLimit(0).
+			PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) harness.PodOutcome {
 			if ix == 0 && attempt < 2 {
-				return utils.PodOutcome{Disrupted: true}
+				return harness.PodOutcome{Disrupted: true}
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 			g.Expect(j.Status.Failed).To(BeZero(), "ignored failures are not counted, even with backoffLimit 0")
 			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -143,36 +143,36 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("counts a failure a Count rule matches against backoffLimit, after an Ignore rule that does not match", func() {
-		job := utils.MakeIndexedBatchJob("count", ns).Completions(1).BackoffLimit(1).
+		job := harness.MakeIndexedBatchJob("count", ns).Completions(1).BackoffLimit(1).
 			PodFailurePolicy(
-				utils.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 9),
-				utils.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionIgnore, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 9),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
 			).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) utils.PodOutcome { return utils.PodOutcome{ExitCode: 5} })
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{ExitCode: 5} })
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonBackoffLimitExceeded))
 			g.Expect(j.Status.Failed).To(Equal(int32(2)))
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		Expect(k.RunsOf(0)).To(Equal(2))
 	})
 
 	It("fails one index at once on a FailIndex rule while the others run on", func() {
-		job := utils.MakeIndexedBatchJob("fail-index", ns).Completions(4).Parallelism(2).BackoffLimitPerIndex(3).
-			PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 7)).Obj()
+		job := harness.MakeIndexedBatchJob("fail-index", ns).Completions(4).Parallelism(2).BackoffLimitPerIndex(3).
+			PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 7)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix == 1 {
-				return utils.PodOutcome{ExitCode: 7}
+				return harness.PodOutcome{ExitCode: 7}
 			}
-			return utils.PodOutcome{}
+			return harness.PodOutcome{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1")))
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0,2,3"))
 			g.Expect(j.Status.Failed).To(Equal(int32(1)))
@@ -183,18 +183,18 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("fails with MaxFailedIndexesExceeded at once and terminates the remaining pods", func() {
-		job := utils.MakeIndexedBatchJob("max-failed", ns).Completions(6).Parallelism(3).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
+		job := harness.MakeIndexedBatchJob("max-failed", ns).Completions(6).Parallelism(3).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix < 2 {
-				return utils.PodOutcome{ExitCode: 1}
+				return harness.PodOutcome{ExitCode: 1}
 			}
-			return utils.PodOutcome{StayRunning: true}
+			return harness.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxFailedIndexesExceeded))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxFailedIndexesExceeded))
 			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("0,1")))
 			g.Expect(j.Status.Active).To(BeZero())
 		}, timeout, 100*time.Millisecond).Should(Succeed())
@@ -215,19 +215,19 @@ var _ = Describe("Failure handling", func() {
 	})
 
 	It("succeeds by successPolicy and terminates lingering pods without counting them as failed", func() {
-		job := utils.MakeIndexedBatchJob("leader", ns).Completions(3).Parallelism(3).SuccessPolicy(utils.SucceededIndexes("0")).Obj()
+		job := harness.MakeIndexedBatchJob("leader", ns).Completions(3).Parallelism(3).SuccessPolicy(harness.SucceededIndexes("0")).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) utils.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
 			if ix == 0 {
-				return utils.PodOutcome{}
+				return harness.PodOutcome{}
 			}
-			return utils.PodOutcome{StayRunning: true}
+			return harness.PodOutcome{StayRunning: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonSuccessPolicy))
-			g.Expect(utils.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonSuccessPolicy))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuccessCriteriaMet)).To(Equal(ibjv1.ReasonSuccessPolicy))
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonSuccessPolicy))
 			g.Expect(j.Status.Succeeded).To(Equal(int32(1)))
 			g.Expect(j.Status.Failed).To(BeZero())
 			g.Expect(j.Status.CompletedIndexes).To(Equal("0"))

@@ -23,7 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // testBackoff keeps the replacement delay short so the suite runs fast; the
@@ -43,7 +43,7 @@ func TestController(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter})
+	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
 })

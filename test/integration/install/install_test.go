@@ -30,7 +30,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const (
@@ -221,10 +221,10 @@ func seedExitCode(index int) int32 {
 // startKubelet starts the shared fake kubelet for the seed example's pods,
 // each running for runFor and exiting as seedExitCode says; it stops when
 // the spec ends.
-func startKubelet(namespace, job string, runFor time.Duration) *utils.Kubelet {
-	k := utils.StartKubelet(k8sClient, namespace, job, utils.KubeletOptions{
+func startKubelet(namespace, job string, runFor time.Duration) *harness.Kubelet {
+	k := harness.StartKubelet(k8sClient, namespace, job, harness.KubeletOptions{
 		RunFor:  runFor,
-		Outcome: func(index, _ int) utils.PodOutcome { return utils.PodOutcome{ExitCode: seedExitCode(index)} },
+		Outcome: func(index, _ int) harness.PodOutcome { return harness.PodOutcome{ExitCode: seedExitCode(index)} },
 	})
 	DeferCleanup(k.Stop)
 	return k
@@ -233,11 +233,11 @@ func startKubelet(namespace, job string, runFor time.Duration) *utils.Kubelet {
 // expectSeedOutcome waits for the seed example's final status and checks it
 // is exact: six indexes succeeded once, indexes 1 and 2 failed twice each
 // (the first run and one retry), nothing ran twice at once.
-func expectSeedOutcome(ctx context.Context, k *utils.Kubelet, namespace, name string, timeout time.Duration) {
+func expectSeedOutcome(ctx context.Context, k *harness.Kubelet, namespace, name string, timeout time.Duration) {
 	job := &ibjv1.IndexedBatchJob{}
 	Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, job)).To(Succeed())
-		g.Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
+		g.Expect(harness.ConditionReason(job, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 	}, timeout, 200*time.Millisecond).Should(Succeed())
 	Expect(job.Status.Succeeded).To(BeEquivalentTo(6))
 	Expect(job.Status.Failed).To(BeEquivalentTo(4))
@@ -552,7 +552,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 
 		job := &ibjv1.IndexedBatchJob{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "per-index"}, job)).To(Succeed())
-		Expect(utils.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
+		Expect(harness.ConditionReason(job, ibjv1.ConditionFailed)).To(BeEmpty(), "the job should still be running when its leader dies")
 
 		Eventually(standby.leads, leaseTakeover, 200*time.Millisecond).Should(BeTrue(),
 			"the standby should take the lease once the killed leader's expires")

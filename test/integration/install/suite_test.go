@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const (
@@ -72,7 +72,7 @@ func TestInstall(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	var err error
-	root, err = utils.RepoRoot()
+	root, err = harness.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
 	workDir, err = os.MkdirTemp("", "ibj-install-")
 	Expect(err).NotTo(HaveOccurred())
@@ -87,7 +87,7 @@ var _ = BeforeSuite(func() {
 	Expect(kubectlBin).To(BeAnExistingFile(), "KUBEBUILDER_ASSETS must hold the pinned kubectl: run `make test`, which builds the control plane into bin/")
 
 	By("starting a control plane with no CRD: the installers bring it")
-	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, NoCRD: true})
+	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, NoCRD: true})
 	Expect(err).NotTo(HaveOccurred())
 	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
 	admin, err := testEnv.AddUser(envtest.User{Name: "install-admin", Groups: []string{"system:masters"}}, nil)

@@ -19,7 +19,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const (
@@ -98,8 +98,8 @@ func makeLocalQueue(cq string) {
 }
 
 // queuedJob is a job for LocalQueue "queue" whose pods ask for one cpu.
-func queuedJob(name string, completions, parallelism int32) *utils.JobWrapper {
-	return utils.MakeIndexedBatchJob(name, ns).Completions(completions).Parallelism(parallelism).
+func queuedJob(name string, completions, parallelism int32) *harness.JobWrapper {
+	return harness.MakeIndexedBatchJob(name, ns).Completions(completions).Parallelism(parallelism).
 		Label(queueNameLabel, "queue").
 		Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
 }
@@ -127,15 +127,15 @@ func (g *gate) open(indexes ...int) {
 	}
 }
 
-func (g *gate) outcome(index, _ int) utils.PodOutcome {
+func (g *gate) outcome(index, _ int) harness.PodOutcome {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return utils.PodOutcome{StayRunning: g.held[index] && !g.opened[index]}
+	return harness.PodOutcome{StayRunning: g.held[index] && !g.opened[index]}
 }
 
 // startKubelet plays the kubelet for job's pods, ending each as g says.
-func startKubelet(job string, g *gate) *utils.Kubelet {
-	k := utils.StartKubelet(k8sClient, ns, job, utils.KubeletOptions{Outcome: g.outcome, RunFor: 200 * time.Millisecond})
+func startKubelet(job string, g *gate) *harness.Kubelet {
+	k := harness.StartKubelet(k8sClient, ns, job, harness.KubeletOptions{Outcome: g.outcome, RunFor: 200 * time.Millisecond})
 	DeferCleanup(k.Stop)
 	return k
 }
@@ -375,7 +375,7 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 	})
 
 	It("creates a job without a queue name as it is, and Kueue leaves it alone", func() {
-		job := utils.MakeIndexedBatchJob("plain", ns).Completions(1).Obj()
+		job := harness.MakeIndexedBatchJob("plain", ns).Completions(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeFalse())
 		startKubelet("plain", holding())

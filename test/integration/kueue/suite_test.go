@@ -27,13 +27,13 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var (
 	ctx       context.Context
 	cancel    context.CancelFunc
-	env       *utils.Envtest
+	env       *harness.Envtest
 	testEnv   *envtest.Environment
 	cfg       *rest.Config
 	k8sClient client.Client
@@ -54,7 +54,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	mutating, validating, err := inprocess.CoreWebhooks(kueueDir)
 	Expect(err).NotTo(HaveOccurred())
-	env, err = utils.StartEnvtest(utils.EnvtestOptions{
+	env, err = harness.StartEnvtest(harness.EnvtestOptions{
 		Scheme: scheme, Log: GinkgoWriter,
 		MoreCRDDirs: []string{inprocess.CRDDir(kueueDir)},
 		Webhooks:    true, MutatingWebhooks: mutating, ValidatingWebhooks: validating,

@@ -14,7 +14,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kubectlibj"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 const (
@@ -28,7 +28,7 @@ const (
 // shows, and rerun makes a new job of indexes 1 and 2.
 func TestSeedExampleFinished(t *testing.T) {
 	ns := namespace(t, "seed")
-	job := createJob(t, utils.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj(),
+	job := createJob(t, harness.MakeIndexedBatchJob("per-index", ns).Completions(8).Parallelism(2).BackoffLimitPerIndex(1).Obj(),
 		ibjv1.IndexedBatchJobStatus{
 			Phase:            ibjv1.PhaseFailed,
 			StartTime:        ptr.To(at(5 * minute)),
@@ -93,12 +93,12 @@ func TestSeedExampleFinished(t *testing.T) {
 // FailIndex rule, not scheduled, deleted while running, not started.
 func TestRunningJobWithFailurePolicy(t *testing.T) {
 	ns := namespace(t, "policies")
-	job := createJob(t, utils.MakeIndexedBatchJob("train", ns).Completions(7).Parallelism(6).BackoffLimitPerIndex(2).
+	job := createJob(t, harness.MakeIndexedBatchJob("train", ns).Completions(7).Parallelism(6).BackoffLimitPerIndex(2).
 		RetryBackoff(30, 300).PodReplacementPolicy(batchv1.Failed).
 		PodFailurePolicy(
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
-			utils.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+			harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3),
 		).Obj(),
 		ibjv1.IndexedBatchJobStatus{
 			Phase:         ibjv1.PhaseRunning,
@@ -134,8 +134,8 @@ func TestRunningJobWithFailurePolicy(t *testing.T) {
 // stopped).
 func TestJobsThatEnded(t *testing.T) {
 	ns := namespace(t, "ended")
-	failJob := createJob(t, utils.MakeIndexedBatchJob("exit42", ns).Completions(2).Parallelism(2).
-		PodFailurePolicy(utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj(),
+	failJob := createJob(t, harness.MakeIndexedBatchJob("exit42", ns).Completions(2).Parallelism(2).
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj(),
 		ibjv1.IndexedBatchJobStatus{
 			Phase: ibjv1.PhaseFailed, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, Failed: 1, CompletedIndexes: "0",
 			Conditions: []metav1.Condition{
@@ -148,7 +148,7 @@ func TestJobsThatEnded(t *testing.T) {
 	createPod(t, failJob, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
 	createPod(t, failJob, scriptedPod{index: 1, node: "n", phase: corev1.PodFailed, started: 10 * minute, finished: 8 * minute, exitCode: 42})
 
-	deadline := createJob(t, utils.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).
+	deadline := createJob(t, harness.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).
 		TTLSecondsAfterFinished(3600).Obj(),
 		ibjv1.IndexedBatchJobStatus{
 			Phase: ibjv1.PhaseFailed, StartTime: ptr.To(at(3 * minute)), Succeeded: 1, Failed: 1, CompletedIndexes: "0",
@@ -173,12 +173,12 @@ func TestJobsThatEnded(t *testing.T) {
 // suspended job queued in Kueue.
 func TestWhyAJobDoesNotRun(t *testing.T) {
 	ns := namespace(t, "stalled")
-	backoff := createJob(t, utils.MakeIndexedBatchJob("backoff", ns).Completions(2).Obj(),
+	backoff := createJob(t, harness.MakeIndexedBatchJob("backoff", ns).Completions(2).Obj(),
 		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(minute)), Failed: 2})
 	createPod(t, backoff, scriptedPod{index: 0, node: "n", phase: corev1.PodFailed, started: 50 * second, finished: 40 * second, exitCode: 2})
 	createPod(t, backoff, scriptedPod{index: 0, attempt: 1, node: "n", phase: corev1.PodFailed, started: 20 * second, finished: 5 * second, exitCode: 2})
 
-	quota := createJob(t, utils.MakeIndexedBatchJob("quota", ns).Completions(4).Parallelism(4).Obj(),
+	quota := createJob(t, harness.MakeIndexedBatchJob("quota", ns).Completions(4).Parallelism(4).Obj(),
 		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, CompletedIndexes: "0"})
 	createPod(t, quota, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
 	newEvent(t, quota, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 10*minute)
@@ -186,7 +186,7 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 		`Error creating pod quota-1-0: pods "quota-1-0" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=1, limited: cpu=1`,
 		7, 9*minute, 30*second)
 
-	suspended := createJob(t, utils.MakeIndexedBatchJob("queued", ns).Completions(4).Suspend(true).Obj(),
+	suspended := createJob(t, harness.MakeIndexedBatchJob("queued", ns).Completions(4).Suspend(true).Obj(),
 		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseSuspended, Conditions: []metav1.Condition{
 			condition(ibjv1.ConditionSuspended, ibjv1.ReasonJobSuspended, "Job suspended", 2*minute),
 		}})
@@ -208,7 +208,7 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 // indexes whose pods are gone are known from the job's status.
 func TestManyIndexesAreSummarised(t *testing.T) {
 	ns := namespace(t, "many")
-	job := createJob(t, utils.MakeIndexedBatchJob("wide", ns).Completions(60).Parallelism(3).BackoffLimitPerIndex(0).Obj(),
+	job := createJob(t, harness.MakeIndexedBatchJob("wide", ns).Completions(60).Parallelism(3).BackoffLimitPerIndex(0).Obj(),
 		ibjv1.IndexedBatchJobStatus{
 			Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(time.Hour)), Active: 2, Ready: ptr.To[int32](2), Succeeded: 55, Failed: 1,
 			CompletedIndexes: "0-49,55-59", FailedIndexes: ptr.To("52"),

@@ -29,7 +29,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kubectlibj"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden with the commands' output")
@@ -68,7 +68,7 @@ func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "kubectl-ibj-")
 	must(err)
 	defer os.RemoveAll(dir)
-	kubeconfig, err = utils.WriteAdminKubeconfig(env, "plugin-user", dir)
+	kubeconfig, err = harness.WriteAdminKubeconfig(env, "plugin-user", dir)
 	must(err)
 	return m.Run()
 }

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // namespace holds every job of this suite. It is a constant, not a generated
@@ -38,10 +38,10 @@ func TestValidation(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: runtime.NewScheme(), Log: GinkgoWriter})
+	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: runtime.NewScheme(), Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	testEnv, k8sClient = env.Env, env.Client
-	version, err := utils.CheckServerVersion(env.Config)
+	version, err := harness.CheckServerVersion(env.Config)
 	Expect(err).NotTo(HaveOccurred())
 	GinkgoWriter.Printf("kube-apiserver %s\n", version)
 

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // Messages of the CRD's own rules, as a user reads them. Each is asserted
@@ -80,13 +80,13 @@ const (
 
 // job is the valid base every entry starts from: four indexes, one
 // container named "main", restartPolicy Never.
-func job() *utils.JobWrapper {
-	return utils.MakeIndexedBatchJob("job", namespace).Completions(4)
+func job() *harness.JobWrapper {
+	return harness.MakeIndexedBatchJob("job", namespace).Completions(4)
 }
 
 // suspendedJob is job() created suspended, the only state in which the
 // template's scheduling directives may change.
-func suspendedJob() *utils.JobWrapper {
+func suspendedJob() *harness.JobWrapper {
 	return job().Suspend(true)
 }
 
@@ -115,7 +115,7 @@ func nameOfLength(n int) string {
 func failurePolicyRules(n int) []batchv1.PodFailurePolicyRule {
 	out := make([]batchv1.PodFailurePolicyRule, n)
 	for i := range out {
-		out[i] = utils.OnExitCodes(failJob, "", in, int32(i+1))
+		out[i] = harness.OnExitCodes(failJob, "", in, int32(i+1))
 	}
 	return out
 }
@@ -123,7 +123,7 @@ func failurePolicyRules(n int) []batchv1.PodFailurePolicyRule {
 func successPolicyRules(n int) []batchv1.SuccessPolicyRule {
 	out := make([]batchv1.SuccessPolicyRule, n)
 	for i := range out {
-		out[i] = utils.SucceededCount(1)
+		out[i] = harness.SucceededCount(1)
 	}
 	return out
 }
@@ -195,7 +195,7 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("restartPolicy Always", job().RestartPolicy(corev1.RestartPolicyAlways).Obj(), msgRestartPolicy),
 		Entry("restartPolicy missing", job().RestartPolicy("").Obj(), msgRestartPolicy),
 		Entry("restartPolicy OnFailure with a podFailurePolicy",
-			job().RestartPolicy(corev1.RestartPolicyOnFailure).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+			job().RestartPolicy(corev1.RestartPolicyOnFailure).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
 			msgRestartPolicyWithPFP),
 
 		// Pod failure policy.
@@ -203,30 +203,30 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("a podFailurePolicy rule with both onExitCodes and onPodConditions",
 			job().PodFailurePolicy(batchv1.PodFailurePolicyRule{
 				Action:          failJob,
-				OnExitCodes:     utils.OnExitCodes(failJob, "", in, 1).OnExitCodes,
-				OnPodConditions: utils.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionTrue).OnPodConditions,
+				OnExitCodes:     harness.OnExitCodes(failJob, "", in, 1).OnExitCodes,
+				OnPodConditions: harness.OnPodCondition(failJob, corev1.DisruptionTarget, corev1.ConditionTrue).OnPodConditions,
 			}).Obj(), msgExactlyOneRequirement),
 		Entry("a podFailurePolicy rule with neither onExitCodes nor onPodConditions",
 			job().PodFailurePolicy(batchv1.PodFailurePolicyRule{Action: failJob}).Obj(), msgExactlyOneRequirement),
-		Entry("unsorted exit codes", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 3, 1, 2)).Obj(), msgExitCodesSorted),
-		Entry("duplicate exit codes", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1, 1, 2)).Obj(), "Duplicate value: 1"),
-		Entry("exit code 0 with operator In", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 0, 1)).Obj(), msgZeroExitCodeWithIn),
-		Entry("no exit code values", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn)).Obj(), msgAtLeastOneItem),
-		Entry("256 exit code values", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn, exitCodes(0, 255)...)).Obj(), msgAtMost255Items),
+		Entry("unsorted exit codes", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 3, 1, 2)).Obj(), msgExitCodesSorted),
+		Entry("duplicate exit codes", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1, 1, 2)).Obj(), "Duplicate value: 1"),
+		Entry("exit code 0 with operator In", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 0, 1)).Obj(), msgZeroExitCodeWithIn),
+		Entry("no exit code values", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", notIn)).Obj(), msgAtLeastOneItem),
+		Entry("256 exit code values", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", notIn, exitCodes(0, 255)...)).Obj(), msgAtMost255Items),
 		Entry("action FailIndex without backoffLimitPerIndex",
-			job().PodFailurePolicy(utils.OnExitCodes(failIndex, "", in, 1)).Obj(), msgFailIndexNeedsPerIndex),
-		Entry("an unknown action", job().PodFailurePolicy(utils.OnExitCodes("Retry", "", in, 1)).Obj(), msgUnsupported+`: "Retry"`),
-		Entry("an unknown exit code operator", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", "Between", 1)).Obj(), msgUnsupported+`: "Between"`),
+			job().PodFailurePolicy(harness.OnExitCodes(failIndex, "", in, 1)).Obj(), msgFailIndexNeedsPerIndex),
+		Entry("an unknown action", job().PodFailurePolicy(harness.OnExitCodes("Retry", "", in, 1)).Obj(), msgUnsupported+`: "Retry"`),
+		Entry("an unknown exit code operator", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", "Between", 1)).Obj(), msgUnsupported+`: "Between"`),
 		Entry("onExitCodes naming a container the template does not have",
-			job().PodFailurePolicy(utils.OnExitCodes(failJob, "sidecar", in, 1)).Obj(), msgUnknownContainer),
+			job().PodFailurePolicy(harness.OnExitCodes(failJob, "sidecar", in, 1)).Obj(), msgUnknownContainer),
 		Entry("an onPodConditions status other than True, False or Unknown",
-			job().PodFailurePolicy(utils.OnPodCondition(ignore, corev1.DisruptionTarget, "Maybe")).Obj(), msgUnsupported+`: "Maybe"`),
+			job().PodFailurePolicy(harness.OnPodCondition(ignore, corev1.DisruptionTarget, "Maybe")).Obj(), msgUnsupported+`: "Maybe"`),
 		Entry("an onPodConditions pattern without a type",
-			job().PodFailurePolicy(utils.OnPodCondition(ignore, "", corev1.ConditionTrue)).Obj(), "should be at least 1 chars long"),
+			job().PodFailurePolicy(harness.OnPodCondition(ignore, "", corev1.ConditionTrue)).Obj(), "should be at least 1 chars long"),
 
 		// Pod replacement policy.
 		Entry("podReplacementPolicy TerminatingOrFailed with a podFailurePolicy",
-			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
 			msgReplacementWithPFP),
 		Entry("an unknown podReplacementPolicy", job().PodReplacementPolicy("Never").Obj(), msgUnsupported+`: "Never"`),
 
@@ -235,11 +235,11 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("21 successPolicy rules", job().SuccessPolicy(successPolicyRules(21)...).Obj(), msgAtMost20Items),
 		Entry("a successPolicy rule with neither succeededIndexes nor succeededCount",
 			job().SuccessPolicy(batchv1.SuccessPolicyRule{}).Obj(), msgSuccessRuleEmpty),
-		Entry("succeededCount above completions", job().Completions(4).SuccessPolicy(utils.SucceededCount(5)).Obj(), msgSucceededCountTooLarge),
-		Entry("negative succeededCount", job().SuccessPolicy(utils.SucceededCount(-1)).Obj(), msgNotNegative),
-		Entry("malformed succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("1-")).Obj(), msgSucceededIndexesFormat),
-		Entry("succeededIndexes that are not numbers", job().SuccessPolicy(utils.SucceededIndexes("a,b")).Obj(), msgSucceededIndexesFormat),
-		Entry("succeededIndexes beyond completions-1", job().Completions(4).SuccessPolicy(utils.SucceededIndexes("0,2-4")).Obj(), msgSucceededIndexesRange),
+		Entry("succeededCount above completions", job().Completions(4).SuccessPolicy(harness.SucceededCount(5)).Obj(), msgSucceededCountTooLarge),
+		Entry("negative succeededCount", job().SuccessPolicy(harness.SucceededCount(-1)).Obj(), msgNotNegative),
+		Entry("malformed succeededIndexes", job().SuccessPolicy(harness.SucceededIndexes("1-")).Obj(), msgSucceededIndexesFormat),
+		Entry("succeededIndexes that are not numbers", job().SuccessPolicy(harness.SucceededIndexes("a,b")).Obj(), msgSucceededIndexesFormat),
+		Entry("succeededIndexes beyond completions-1", job().Completions(4).SuccessPolicy(harness.SucceededIndexes("0,2-4")).Obj(), msgSucceededIndexesRange),
 		Entry("indexes beyond completions-1", job().Completions(4).Indexes("1,4").Obj(), msgIndexesRange),
 		Entry("indexes out of order", job().Completions(8).Indexes("3,1").Obj(), msgIndexesOrder),
 		Entry("indexes with a reversed range", job().Completions(8).Indexes("5-2").Obj(), msgIndexesOrder),
@@ -262,15 +262,15 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("peer DNS with a template subdomain other than network.subdomain",
 			job().PeerDNS("workers").Subdomain("mine").Obj(), msgTemplateSubdomain),
 		Entry("peer DNS with a template subdomain other than the job's name", job().PeerDNS("").Subdomain("mine").Obj(), msgTemplateSubdomain),
-		Entry("a descending succeededIndexes range", job().SuccessPolicy(utils.SucceededIndexes("3-1")).Obj(), msgSucceededIndexesOrder),
-		Entry("a succeededIndexes range from an index to itself", job().SuccessPolicy(utils.SucceededIndexes("2-2")).Obj(), msgSucceededIndexesOrder),
-		Entry("unsorted succeededIndexes", job().SuccessPolicy(utils.SucceededIndexes("3,1")).Obj(), msgSucceededIndexesOrder),
-		Entry("a repeated succeededIndexes index", job().SuccessPolicy(utils.SucceededIndexes("1,1")).Obj(), msgSucceededIndexesOrder),
-		Entry("overlapping succeededIndexes ranges", job().SuccessPolicy(utils.SucceededIndexes("0-2,2-3")).Obj(), msgSucceededIndexesOrder),
+		Entry("a descending succeededIndexes range", job().SuccessPolicy(harness.SucceededIndexes("3-1")).Obj(), msgSucceededIndexesOrder),
+		Entry("a succeededIndexes range from an index to itself", job().SuccessPolicy(harness.SucceededIndexes("2-2")).Obj(), msgSucceededIndexesOrder),
+		Entry("unsorted succeededIndexes", job().SuccessPolicy(harness.SucceededIndexes("3,1")).Obj(), msgSucceededIndexesOrder),
+		Entry("a repeated succeededIndexes index", job().SuccessPolicy(harness.SucceededIndexes("1,1")).Obj(), msgSucceededIndexesOrder),
+		Entry("overlapping succeededIndexes ranges", job().SuccessPolicy(harness.SucceededIndexes("0-2,2-3")).Obj(), msgSucceededIndexesOrder),
 		Entry("a succeededIndexes index too large for an integer",
-			job().SuccessPolicy(utils.SucceededIndexes("0,99999999999999999999")).Obj(), msgSucceededIndexesRange),
+			job().SuccessPolicy(harness.SucceededIndexes("0,99999999999999999999")).Obj(), msgSucceededIndexesRange),
 		Entry("succeededIndexes longer than 4096 characters",
-			job().Completions(100000).SuccessPolicy(utils.SucceededIndexes(strings.Repeat("1", 4097))).Obj(), "may not be more than 4096 bytes"),
+			job().Completions(100000).SuccessPolicy(harness.SucceededIndexes(strings.Repeat("1", 4097))).Obj(), "may not be more than 4096 bytes"),
 
 		// Names.
 		Entry("a name with a dot, which is no DNS label", job().Name("my.job").Obj(), msgNameNotDNSLabel),
@@ -301,25 +301,25 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("zero for every non-negative count",
 			job().Parallelism(0).BackoffLimit(0).BackoffLimitPerIndex(0).MaxFailedIndexes(0).TTLSecondsAfterFinished(0).ActiveDeadlineSeconds(0).Obj()),
 		Entry("restartPolicy OnFailure without a podFailurePolicy", job().RestartPolicy(corev1.RestartPolicyOnFailure).Obj()),
-		Entry("the 255 exit codes 1 to 255", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, exitCodes(1, 255)...)).Obj()),
+		Entry("the 255 exit codes 1 to 255", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, exitCodes(1, 255)...)).Obj()),
 		Entry("20 podFailurePolicy rules", job().PodFailurePolicy(failurePolicyRules(20)...).Obj()),
-		Entry("exit code 0 with operator NotIn", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", notIn, 0)).Obj()),
-		Entry("onExitCodes naming the template's container", job().PodFailurePolicy(utils.OnExitCodes(failJob, "main", in, 42)).Obj()),
-		Entry("onExitCodes naming an init container", job().InitContainer("setup").PodFailurePolicy(utils.OnExitCodes(failJob, "setup", in, 42)).Obj()),
+		Entry("exit code 0 with operator NotIn", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", notIn, 0)).Obj()),
+		Entry("onExitCodes naming the template's container", job().PodFailurePolicy(harness.OnExitCodes(failJob, "main", in, 42)).Obj()),
+		Entry("onExitCodes naming an init container", job().InitContainer("setup").PodFailurePolicy(harness.OnExitCodes(failJob, "setup", in, 42)).Obj()),
 		Entry("an Ignore rule on the DisruptionTarget condition",
-			job().PodFailurePolicy(utils.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()),
+			job().PodFailurePolicy(harness.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()),
 		Entry("every action, FailIndex together with backoffLimitPerIndex",
 			job().BackoffLimitPerIndex(1).PodFailurePolicy(
-				utils.OnExitCodes(failIndex, "", in, 1),
-				utils.OnExitCodes(failJob, "", in, 2),
-				utils.OnExitCodes(count, "", in, 3),
-				utils.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionUnknown),
+				harness.OnExitCodes(failIndex, "", in, 1),
+				harness.OnExitCodes(failJob, "", in, 2),
+				harness.OnExitCodes(count, "", in, 3),
+				harness.OnPodCondition(ignore, corev1.DisruptionTarget, corev1.ConditionUnknown),
 			).Obj()),
 		Entry("podReplacementPolicy Failed with a podFailurePolicy",
-			job().PodReplacementPolicy(batchv1.Failed).PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj()),
+			job().PodReplacementPolicy(batchv1.Failed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj()),
 		Entry("podReplacementPolicy TerminatingOrFailed without a podFailurePolicy", job().PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()),
 		Entry("20 successPolicy rules", job().SuccessPolicy(successPolicyRules(20)...).Obj()),
-		Entry("succeededCount equal to completions", job().Completions(4).SuccessPolicy(utils.SucceededCount(4)).Obj()),
+		Entry("succeededCount equal to completions", job().Completions(4).SuccessPolicy(harness.SucceededCount(4)).Obj()),
 		Entry("succeededIndexes up to completions-1 with a succeededCount",
 			job().Completions(4).SuccessPolicy(batchv1.SuccessPolicyRule{SucceededIndexes: ptr.To("0,2-3"), SucceededCount: ptr.To[int32](2)}).Obj()),
 		Entry("a name whose last pod hostname is exactly 63 characters",
@@ -386,15 +386,15 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = nil }, "managedBy is immutable"),
 		Entry("adding a podFailurePolicy", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
-				j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{utils.OnExitCodes(failJob, "", in, 1)}}
+				j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{harness.OnExitCodes(failJob, "", in, 1)}}
 			}, "podFailurePolicy is immutable"),
-		Entry("of a podFailurePolicy rule", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).Obj(),
+		Entry("of a podFailurePolicy rule", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodFailurePolicy.Rules[0].Action = ignore }, "podFailurePolicy is immutable"),
 		Entry("adding a successPolicy", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
-				j.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{utils.SucceededCount(1)}}
+				j.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{harness.SucceededCount(1)}}
 			}, "successPolicy is immutable"),
-		Entry("of a successPolicy rule", job().SuccessPolicy(utils.SucceededCount(1)).Obj(),
+		Entry("of a successPolicy rule", job().SuccessPolicy(harness.SucceededCount(1)).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.SuccessPolicy.Rules[0].SucceededCount = ptr.To[int32](2) }, "successPolicy is immutable"),
 		Entry("of backoffLimitPerIndex", job().BackoffLimitPerIndex(1).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.BackoffLimitPerIndex = ptr.To[int32](2) }, "backoffLimitPerIndex is immutable"),
@@ -415,11 +415,11 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.Containers[0].Name = "other" }, msgContainersChanged),
 		Entry("adding a container while suspended", suspendedJob().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
-				j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: utils.DefaultImage})
+				j.Spec.Template.Spec.Containers = append(j.Spec.Template.Spec.Containers, corev1.Container{Name: "sidecar", Image: harness.DefaultImage})
 			}, msgContainersChanged),
 		Entry("adding an init container while suspended", suspendedJob().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
-				j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: utils.DefaultImage}}
+				j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: harness.DefaultImage}}
 			}, msgInitContainersChanged),
 		Entry("of a container's resources while running", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
@@ -444,7 +444,7 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			Expect(update(base, change)).To(Succeed())
 		},
 
-		Entry("that changes nothing", job().PodFailurePolicy(utils.OnExitCodes(failJob, "", in, 1)).SuccessPolicy(utils.SucceededCount(1)).Obj(),
+		Entry("that changes nothing", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).SuccessPolicy(harness.SucceededCount(1)).Obj(),
 			func(*v1alpha1.IndexedBatchJob) {}),
 		Entry("of the template's nodeSelector while suspended", suspendedJob().NodeSelector("zone", "a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }),

@@ -23,7 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 var (
@@ -43,7 +43,7 @@ func TestWebhook(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
-	env, err := utils.StartEnvtest(utils.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, Webhooks: true})
+	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, Webhooks: true})
 	Expect(err).NotTo(HaveOccurred())
 	testEnv, cfg = env.Env, env.Config
 

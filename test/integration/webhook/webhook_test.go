@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/utils"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // causeFields are the fields an Invalid error names.
@@ -41,7 +41,7 @@ func batchJob(ns string, tmpl corev1.PodTemplateSpec) *batchv1.Job {
 }
 
 func container(name string) corev1.Container {
-	return corev1.Container{Name: name, Image: utils.DefaultImage}
+	return corev1.Container{Name: name, Image: harness.DefaultImage}
 }
 
 var _ = Describe("The pod template is judged as the Pod API judges it", func() {
@@ -49,7 +49,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	DescribeTable("refuses at create a template whose pod the API server refuses, naming the field",
 		func(edit func(*corev1.PodSpec), field, message string) {
 			ns := newNamespace(nil)
-			job := utils.MakeIndexedBatchJob("bad", ns).Obj()
+			job := harness.MakeIndexedBatchJob("bad", ns).Obj()
 			edit(&job.Spec.Template.Spec)
 
 			By("a batch/v1 Job with the same template is refused")
@@ -108,7 +108,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 	It("refuses through the webhook, as kubectl shows it", func() {
 		ns := newNamespace(nil)
-		job := utils.MakeIndexedBatchJob("bad", ns).Obj()
+		job := harness.MakeIndexedBatchJob("bad", ns).Obj()
 		job.Spec.Template.Spec.Containers[0].Name = "Main_1"
 		err := k8sClient.Create(ctx, job)
 		Expect(err).To(MatchError(HavePrefix(`admission webhook "vindexedbatchjob-v1alpha1.kb.io" denied the request: ` +
@@ -124,7 +124,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	DescribeTable("refuses at update a template changed into one whose pod the API server refuses",
 		func(edit func(*corev1.PodTemplateSpec), field string) {
 			ns := newNamespace(nil)
-			job := utils.MakeIndexedBatchJob("upd", ns).Suspend(true).Obj()
+			job := harness.MakeIndexedBatchJob("upd", ns).Suspend(true).Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			// The CRD lets a suspended job's scheduling directives change.
 			edit(&job.Spec.Template)
@@ -146,7 +146,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	DescribeTable("refuses a suspended job's container changed in anything but its resources (the CRD checks only names and order)",
 		func(edit func(*corev1.PodTemplateSpec), field string) {
 			ns := newNamespace(nil)
-			job := utils.MakeIndexedBatchJob("ctr", ns).Suspend(true).InitContainer("setup").Obj()
+			job := harness.MakeIndexedBatchJob("ctr", ns).Suspend(true).InitContainer("setup").Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			edit(&job.Spec.Template)
 			err := k8sClient.Update(ctx, job)
@@ -168,7 +168,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 	It("admits a suspended job's container resources changed, as upstream 1.36 does (KEP-5440)", func() {
 		ns := newNamespace(nil)
-		job := utils.MakeIndexedBatchJob("res", ns).Suspend(true).InitContainer("setup").Obj()
+		job := harness.MakeIndexedBatchJob("res", ns).Suspend(true).InitContainer("setup").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
@@ -182,7 +182,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 		ns := newNamespace(nil)
 		sidecar := container("proxy")
 		sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-		job := utils.MakeIndexedBatchJob("ok", ns).Completions(4).Obj()
+		job := harness.MakeIndexedBatchJob("ok", ns).Completions(4).Obj()
 		spec := &job.Spec.Template.Spec
 		spec.InitContainers = []corev1.Container{sidecar}
 		spec.Volumes = []corev1.Volume{
@@ -207,7 +207,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	It("admits, with a warning, a job whose pods Pod Security forbids now: the job's status will say so", func() {
 		ns := newNamespace(map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
 		warnings.take()
-		Expect(k8sClient.Create(ctx, utils.MakeIndexedBatchJob("psa", ns).Obj())).To(Succeed())
+		Expect(k8sClient.Create(ctx, harness.MakeIndexedBatchJob("psa", ns).Obj())).To(Succeed())
 		Expect(warnings.take()).To(ContainElement(And(
 			ContainSubstring("the API server forbids this job's pods now"),
 			ContainSubstring(`violates PodSecurity "restricted:latest"`),
@@ -218,10 +218,10 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 var _ = Describe("Defaults", func() {
 	It("writes backoffLimit and podReplacementPolicy into a new job, as batch/v1 does", func() {
 		ns := newNamespace(nil)
-		plain := utils.MakeIndexedBatchJob("plain", ns).Obj()
-		perIndex := utils.MakeIndexedBatchJob("per-index", ns).BackoffLimitPerIndex(1).Obj()
-		withPolicy := utils.MakeIndexedBatchJob("policy", ns).PodFailurePolicy(
-			utils.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
+		plain := harness.MakeIndexedBatchJob("plain", ns).Obj()
+		perIndex := harness.MakeIndexedBatchJob("per-index", ns).BackoffLimitPerIndex(1).Obj()
+		withPolicy := harness.MakeIndexedBatchJob("policy", ns).PodFailurePolicy(
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 		for _, j := range []*ibjv1.IndexedBatchJob{plain, perIndex, withPolicy} {
 			Expect(k8sClient.Create(ctx, j)).To(Succeed())
 		}

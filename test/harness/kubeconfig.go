@@ -1,4 +1,4 @@
-package utils
+package harness
 
 import (
 	"os"

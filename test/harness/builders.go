@@ -2,7 +2,7 @@
 // tests, chiefly builders that let a test read as its scenario:
 //
 //	MakeIndexedBatchJob("a", ns).Completions(8).Parallelism(2).Obj()
-package utils
+package harness
 
 import (
 	batchv1 "k8s.io/api/batch/v1"
