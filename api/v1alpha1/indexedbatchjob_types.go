@@ -26,6 +26,11 @@ const (
 	// AttemptAnnotation numbers the pods of one index 0, 1, 2…; it is the
 	// last part of the pod's deterministic name, <job>-<index>-<attempt>.
 	AttemptAnnotation = "batch.indexedjob.dev/attempt"
+	// DiscardedAnnotation marks a pod whose tracking finalizer the controller
+	// removed without counting its end (suspend, excess, success reached). It
+	// is set in the same patch that removes the finalizer, so a later sync
+	// never takes the pod's end for a failure of its index.
+	DiscardedAnnotation = "batch.indexedjob.dev/discarded"
 	// TrackingFinalizer keeps a finished pod until its result is in the job's status.
 	TrackingFinalizer = "batch.indexedjob.dev/tracking"
 	// CompletionIndexEnvName is set in every container and init container.

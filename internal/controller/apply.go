@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // apiParallelism bounds the pod creates, deletes and patches one sync sends
@@ -79,7 +81,7 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	logger := log.FromContext(ctx)
 	return parallel(ctx, len(deletions), func(i int) error {
 		d := deletions[i]
-		if d.stripFinalizer && hasTrackingFinalizer(d.pod) {
+		if d.stripFinalizer && d.pod.Tracked {
 			if err := r.discardPod(ctx, d.pod); err != nil {
 				return err
 			}
@@ -163,14 +165,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob
 // or discardPod), but not again of those whose finalizer an earlier sync
 // removed and the cache does not show gone yet, and remembers the ones it
 // released.
-func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*cachedPod, release func(context.Context, *cachedPod) error) error {
+func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*jobpod.Pod, release func(context.Context, *jobpod.Pod) error) error {
 	pods = r.exp.unpatched(job, pods)
 	errs := make([]error, len(pods))
 	_ = parallel(ctx, len(pods), func(i int) error {
 		errs[i] = release(ctx, pods[i])
 		return nil
 	})
-	done := make([]*cachedPod, 0, len(pods))
+	done := make([]*jobpod.Pod, 0, len(pods))
 	for i, pod := range pods {
 		if errs[i] == nil {
 			done = append(done, pod)
@@ -182,15 +184,15 @@ func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods 
 
 // removeFinalizer removes the tracking finalizer from a pod whose result is
 // recorded, or that is not the job's to count.
-func (r *Reconciler) removeFinalizer(ctx context.Context, pod *cachedPod) error {
+func (r *Reconciler) removeFinalizer(ctx context.Context, pod *jobpod.Pod) error {
 	return r.patchFinalizer(ctx, pod, nil)
 }
 
 // discardPod removes the tracking finalizer and marks the pod discarded in
 // the same patch, so that its end is never counted (suspend, excess pods,
 // lingering pods after success).
-func (r *Reconciler) discardPod(ctx context.Context, pod *cachedPod) error {
-	return r.patchFinalizer(ctx, pod, map[string]string{discardedAnnotation: "true"})
+func (r *Reconciler) discardPod(ctx context.Context, pod *jobpod.Pod) error {
+	return r.patchFinalizer(ctx, pod, map[string]string{ibjv1.DiscardedAnnotation: "true"})
 }
 
 // finalizerPatch is a strategic merge patch that removes only this
@@ -216,7 +218,7 @@ var removeFinalizerPatch = func() []byte {
 
 // patchFinalizer removes the tracking finalizer and adds the annotations,
 // in one patch.
-func (r *Reconciler) patchFinalizer(ctx context.Context, pod *cachedPod, annotations map[string]string) error {
+func (r *Reconciler) patchFinalizer(ctx context.Context, pod *jobpod.Pod, annotations map[string]string) error {
 	patch := removeFinalizerPatch
 	if len(annotations) > 0 {
 		var err error
@@ -235,7 +237,7 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, pod *cachedPod, annotat
 // passed, then the job. The pods go first so that nothing is left even on a
 // cluster without a garbage collector.
 func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
-	listed, err := r.pods.list(job.Namespace, job.Name)
+	listed, err := r.pods.List(job.Namespace, job.Name)
 	if err != nil {
 		return err
 	}
@@ -243,9 +245,9 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
 		return err
 	}
-	if err := forEachPod(ctx, own, func(ctx context.Context, pod *cachedPod) error {
+	if err := forEachPod(ctx, own, func(ctx context.Context, pod *jobpod.Pod) error {
 		// A pod whose finalizer was left for later would stay after the job.
-		if hasTrackingFinalizer(pod) {
+		if pod.Tracked {
 			if err := r.removeFinalizer(ctx, pod); err != nil {
 				return err
 			}
@@ -259,19 +261,19 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
 	}
 	if err = client.IgnoreNotFound(err); err == nil {
-		r.exp.forget(job.UID)
+		r.forget(job.UID)
 	}
 	return err
 }
 
 // emitEvents reports what the sync did, once its status is written, with
-// the job's repeated events paced (eventpace.go); it returns when the sync
+// the job's repeated events paced (event_pace.go); it returns when the sync
 // should come back to report what the pace held back.
 func (r *Reconciler) emitEvents(job *ibjv1.IndexedBatchJob, p plan, created int) time.Duration {
 	if r.recorder == nil {
 		return 0
 	}
-	events, wait := r.exp.pacedEvents(job.UID, job.Name, &p, created, r.clock.Now())
+	events, wait := r.events.pacedEvents(job.UID, job.Name, &p, created, r.clock.Now())
 	for _, e := range events {
 		r.emit(job, e)
 	}
@@ -291,7 +293,7 @@ func (r *Reconciler) emit(job *ibjv1.IndexedBatchJob, e event) {
 // the write through its metadata client, which asks the API server for the
 // pod's metadata only in the response: the finalizer patch, one per pod,
 // then decodes a few hundred bytes instead of the whole pod.
-func podRef(pod *cachedPod) *metav1.PartialObjectMetadata {
+func podRef(pod *jobpod.Pod) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
@@ -299,7 +301,7 @@ func podRef(pod *cachedPod) *metav1.PartialObjectMetadata {
 }
 
 // forEachPod runs f over the pods, apiParallelism at a time, and joins errors.
-func forEachPod(ctx context.Context, pods []*cachedPod, f func(context.Context, *cachedPod) error) error {
+func forEachPod(ctx context.Context, pods []*jobpod.Pod, f func(context.Context, *jobpod.Pod) error) error {
 	return parallel(ctx, len(pods), func(i int) error { return f(ctx, pods[i]) })
 }
 
@@ -320,4 +322,29 @@ func observeSync(start time.Time, err *error) {
 		result = "error"
 	}
 	syncDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+}
+
+// createPod creates the pod through podWrites, or through the client when
+// there is none.
+func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
+	if r.podWrites == nil {
+		return r.client.Create(ctx, pod)
+	}
+	return r.podWrites.Create(ctx, pod)
+}
+
+// patchPod applies a strategic merge patch to the pod through podWrites,
+// or through the client when there is none.
+func (r *Reconciler) patchPod(ctx context.Context, pod *jobpod.Pod, patch []byte) error {
+	if r.podWrites == nil {
+		return r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
+	}
+	return r.podWrites.Patch(ctx, pod.Namespace, pod.Name, patch)
+}
+
+// forget drops what the reconciler keeps of a job that is gone: its
+// expectations and its held-back events.
+func (r *Reconciler) forget(uid types.UID) {
+	r.exp.forget(uid)
+	r.events.forget(uid)
 }

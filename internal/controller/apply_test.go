@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -35,7 +36,7 @@ func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
 
-	pod := &cachedPod{}
+	pod := &jobpod.Pod{}
 	pod.Name, pod.Namespace = stray.Name, stray.Namespace
 	status := *job.Status.DeepCopy()
 	status.Terminating = ptr.To[int32](1) // a change, so that the status is written
@@ -75,12 +76,12 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 		},
 	})
 	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
-	succeeded := &cachedPod{}
+	succeeded := &jobpod.Pod{}
 	succeeded.Name, succeeded.Namespace, succeeded.UID = "a-0-0", "ns", "pod-uid"
 
 	status := *job.Status.DeepCopy()
 	status.Succeeded, status.CompletedIndexes = 1, "0"
-	held := plan{status: status, releaseLater: []*cachedPod{succeeded}, holdStatus: 300 * time.Millisecond}
+	held := plan{status: status, releaseLater: []*jobpod.Pod{succeeded}, holdStatus: 300 * time.Millisecond}
 	res, err := r.apply(context.Background(), job, held)
 	if err != nil {
 		t.Fatal(err)

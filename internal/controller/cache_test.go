@@ -5,8 +5,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -58,4 +60,37 @@ func TestManagerCacheHoldsOnlyOperatorServices(t *testing.T) {
 	if sel.Matches(labels.Set{"app": "web"}) || sel.Matches(labels.Set{ibjv1.JobNameLabel: "a"}) {
 		t.Error("selector matches Services the operator did not create")
 	}
+}
+
+// fixedPods is a pod cache that shows what a test puts in it, and nothing
+// else: the reconciler's podLister in tests that play the watch by hand.
+type fixedPods struct {
+	pods map[types.UID]*jobpod.Pod
+}
+
+func newFixedPods() *fixedPods { return &fixedPods{pods: map[types.UID]*jobpod.Pod{}} }
+
+func (f *fixedPods) List(namespace, job string) ([]*jobpod.Pod, error) {
+	var out []*jobpod.Pod
+	for _, p := range f.pods {
+		if p.Namespace == namespace && p.JobName == job {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (f *fixedPods) Len() int { return len(f.pods) }
+
+// set shows the pods as given, in place of what it showed of them.
+func (f *fixedPods) set(pods ...*corev1.Pod) {
+	for _, p := range pods {
+		f.pods[p.UID] = jobpod.Read(p)
+	}
+}
+
+// replace shows exactly the given pods.
+func (f *fixedPods) replace(pods []*corev1.Pod) {
+	clear(f.pods)
+	f.set(pods...)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -38,8 +39,6 @@ type jobExpectations struct {
 	statusVersion string
 	// statusWritten is when the status was last written.
 	statusWritten time.Time
-	// events is what the job's paced events hold back (eventpace.go).
-	events eventPace
 }
 
 func newExpectations() *expectations {
@@ -111,7 +110,7 @@ func (e *expectations) forget(uid types.UID) {
 
 // podsSeen reports whether the cache shows every pod this process created
 // for the job (or the wait timed out); seen creates are forgotten.
-func (e *expectations) podsSeen(uid types.UID, pods []*cachedPod, now time.Time) bool {
+func (e *expectations) podsSeen(uid types.UID, pods []*jobpod.Pod, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[uid]
@@ -131,7 +130,7 @@ func (e *expectations) podsSeen(uid types.UID, pods []*cachedPod, now time.Time)
 }
 
 // removedFinalizers remembers pods of the job whose finalizer is gone.
-func (e *expectations) removedFinalizers(job types.UID, pods []*cachedPod, now time.Time) {
+func (e *expectations) removedFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
 	if len(pods) == 0 {
 		return
 	}
@@ -156,7 +155,7 @@ func (e *expectations) track(uid types.UID) {
 // of its jobs, and an entry made for a job already forgotten (gone, or
 // deleted and its expectations dropped) would stay for good. Without the
 // entry, at worst a sync patches the pod once more, which is harmless.
-func (e *expectations) releasedInBackground(job types.UID, pod *cachedPod, now time.Time) {
+func (e *expectations) releasedInBackground(job types.UID, pod *jobpod.Pod, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[job]; j != nil {
@@ -166,14 +165,14 @@ func (e *expectations) releasedInBackground(job types.UID, pod *cachedPod, now t
 
 // unpatched returns the pods whose finalizer this process has not removed
 // already, in their order.
-func (e *expectations) unpatched(job types.UID, pods []*cachedPod) []*cachedPod {
+func (e *expectations) unpatched(job types.UID, pods []*jobpod.Pod) []*jobpod.Pod {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[job]
 	if j == nil || len(j.finalizers) == 0 {
 		return pods
 	}
-	out := make([]*cachedPod, 0, len(pods))
+	out := make([]*jobpod.Pod, 0, len(pods))
 	for _, pod := range pods {
 		if _, done := j.finalizers[pod.UID]; !done {
 			out = append(out, pod)
@@ -185,7 +184,7 @@ func (e *expectations) unpatched(job types.UID, pods []*cachedPod) []*cachedPod 
 // observeFinalizers forgets the removals the cache now shows (the pod is
 // gone or has no tracking finalizer) and those older than
 // finalizerExpectationTimeout.
-func (e *expectations) observeFinalizers(job types.UID, pods []*cachedPod, now time.Time) {
+func (e *expectations) observeFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[job]
@@ -194,7 +193,7 @@ func (e *expectations) observeFinalizers(job types.UID, pods []*cachedPod, now t
 	}
 	keep := make(map[types.UID]time.Time, len(j.finalizers))
 	for _, pod := range pods {
-		if at, ok := j.finalizers[pod.UID]; ok && hasTrackingFinalizer(pod) && now.Sub(at) <= finalizerExpectationTimeout {
+		if at, ok := j.finalizers[pod.UID]; ok && pod.Tracked && now.Sub(at) <= finalizerExpectationTimeout {
 			keep[pod.UID] = at
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -17,11 +18,11 @@ func TestExpectationsHoldUntilTheCacheShowsEveryCreate(t *testing.T) {
 	e.expectCreate(job.UID, "a-1-0", testNow)
 
 	p0 := makePod(job, 0).obj()
-	if e.podsSeen(job.UID, []*cachedPod{p0}, testNow.Add(time.Second)) {
+	if e.podsSeen(job.UID, []*jobpod.Pod{p0}, testNow.Add(time.Second)) {
 		t.Errorf("satisfied while a-1-0 is not in the cache")
 	}
 	p1 := makePod(job, 1).obj()
-	if !e.podsSeen(job.UID, []*cachedPod{p1}, testNow.Add(time.Second)) {
+	if !e.podsSeen(job.UID, []*jobpod.Pod{p1}, testNow.Add(time.Second)) {
 		t.Errorf("not satisfied though a-0-0 was seen before and a-1-0 now")
 	}
 	if !e.podsSeen("other", nil, testNow) {
@@ -102,27 +103,27 @@ func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
 	e := newExpectations()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
-	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 2 {
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p0, p1}); len(got) != 2 {
 		t.Fatalf("nothing removed yet, got %d pods to patch, want 2", len(got))
 	}
-	e.removedFinalizers(job.UID, []*cachedPod{p0}, testNow)
-	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 1 || got[0] != p1 {
+	e.removedFinalizers(job.UID, []*jobpod.Pod{p0}, testNow)
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p0, p1}); len(got) != 1 || got[0] != p1 {
 		t.Fatalf("after removing p0's finalizer, got %v to patch, want only p1", got)
 	}
-	if got := e.unpatched("other", []*cachedPod{p0}); len(got) != 1 {
+	if got := e.unpatched("other", []*jobpod.Pod{p0}); len(got) != 1 {
 		t.Errorf("another job's removals leaked")
 	}
 
 	// The cache still shows the finalizer: the removal stays remembered.
-	e.observeFinalizers(job.UID, []*cachedPod{p0, p1}, testNow.Add(time.Second))
-	if got := e.unpatched(job.UID, []*cachedPod{p0}); len(got) != 0 {
+	e.observeFinalizers(job.UID, []*jobpod.Pod{p0, p1}, testNow.Add(time.Second))
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p0}); len(got) != 0 {
 		t.Errorf("forgot a removal the cache does not show yet")
 	}
 	// The cache shows it: forgotten, so a pod seen with the finalizer again
 	// (a user put it back) is patched again.
 	gone := makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj()
-	e.observeFinalizers(job.UID, []*cachedPod{gone, p1}, testNow.Add(2*time.Second))
-	if got := e.unpatched(job.UID, []*cachedPod{p0}); len(got) != 1 {
+	e.observeFinalizers(job.UID, []*jobpod.Pod{gone, p1}, testNow.Add(2*time.Second))
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p0}); len(got) != 1 {
 		t.Errorf("still skips a pod whose removal the cache has shown")
 	}
 }
@@ -132,19 +133,19 @@ func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing
 	e := newExpectations()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
-	e.removedFinalizers(job.UID, []*cachedPod{p0, p1}, testNow)
+	e.removedFinalizers(job.UID, []*jobpod.Pod{p0, p1}, testNow)
 
-	e.observeFinalizers(job.UID, []*cachedPod{p1}, testNow.Add(finalizerExpectationTimeout))
-	if got := e.unpatched(job.UID, []*cachedPod{p0, p1}); len(got) != 1 || got[0] != p0 {
+	e.observeFinalizers(job.UID, []*jobpod.Pod{p1}, testNow.Add(finalizerExpectationTimeout))
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p0, p1}); len(got) != 1 || got[0] != p0 {
 		t.Errorf("got %v to patch: p0 left the cache, so its removal is forgotten; p1's is kept up to the timeout", got)
 	}
-	e.observeFinalizers(job.UID, []*cachedPod{p1}, testNow.Add(finalizerExpectationTimeout+time.Second))
-	if got := e.unpatched(job.UID, []*cachedPod{p1}); len(got) != 1 {
+	e.observeFinalizers(job.UID, []*jobpod.Pod{p1}, testNow.Add(finalizerExpectationTimeout+time.Second))
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p1}); len(got) != 1 {
 		t.Errorf("a removal the cache never showed still blocks a patch past the timeout")
 	}
-	e.removedFinalizers(job.UID, []*cachedPod{p1}, testNow)
+	e.removedFinalizers(job.UID, []*jobpod.Pod{p1}, testNow)
 	e.forget(job.UID)
-	if got := e.unpatched(job.UID, []*cachedPod{p1}); len(got) != 1 {
+	if got := e.unpatched(job.UID, []*jobpod.Pod{p1}); len(got) != 1 {
 		t.Errorf("a deleted job's removals were kept")
 	}
 }
@@ -155,11 +156,11 @@ func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing
 func TestExpectationsKeepNothingOfAJobForgottenBeforeItsBackgroundRelease(t *testing.T) {
 	e := newExpectations()
 	now := time.Now()
-	pod := &cachedPod{tracked: true}
+	pod := &jobpod.Pod{Tracked: true}
 	pod.Name, pod.UID = "a-0", "pod-a-0"
 	e.track("job-a")
 	e.releasedInBackground("job-a", pod, now)
-	if got := e.unpatched("job-a", []*cachedPod{pod}); len(got) != 0 {
+	if got := e.unpatched("job-a", []*jobpod.Pod{pod}); len(got) != 0 {
 		t.Errorf("a pod released in the background of a known job is still unpatched: %v", got)
 	}
 	e.forget("job-a")

@@ -25,12 +25,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podcache"
 )
 
-// PodJobNameIndex indexes the cached pods by their job-name label, so a sync
-// finds its pods, and pods left behind by a deleted job of the same name,
-// without scanning the namespace.
-const PodJobNameIndex = "batch.indexedjob.dev/job-name"
+// podLister gives a sync the pods of a job: podcache.Source, or a test's
+// fixed set. The pods are the cache's own: read them, never write to them.
+type podLister interface {
+	// List returns the pods labelled with the job's name, including pods
+	// left behind by a deleted job of the same name.
+	List(namespace, job string) ([]*jobpod.Pod, error)
+	// Len is how many pods it holds, for trackedEntries.
+	Len() int
+}
 
 // Reconciler runs IndexedBatchJobs.
 type Reconciler struct {
@@ -40,16 +47,18 @@ type Reconciler struct {
 	backoff  Backoff
 
 	exp *expectations
+	// events paces a job's repeated events (event_pace.go).
+	events *eventPacer
 	// later removes, in the background, the finalizers of pods whose result
 	// is counted already (release.go).
 	later *laterReleases
-	// pods is the cache of the jobs' pods (see podSource), set up by
+	// pods is the cache of the jobs' pods (podcache.Source), set up by
 	// SetupWithManager.
-	pods *podSource
+	pods podLister
 	// podWrites sends pod creates and finalizer patches without decoding
-	// the answers (podwrite.go); set up by SetupWithManager, nil in tests
-	// that give the Reconciler a client only.
-	podWrites *podWrites
+	// the answers (podcache.Writer); set up by SetupWithManager, nil in
+	// tests that give the Reconciler a client only.
+	podWrites *podcache.Writer
 	// uids maps a job's namespaced name to the UID its expectations are kept
 	// under, so that they are dropped when the job is found gone.
 	uids sync.Map
@@ -71,7 +80,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
 		taken = utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenServices: taken}
 	r.later = newLaterReleases(r)
 	return r
 }
@@ -98,7 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.FromContext(ctx).V(4).Info("Skipped job managed by another controller", "managedBy", *job.Spec.ManagedBy)
 		return ctrl.Result{}, nil
 	case job.DeletionTimestamp != nil:
-		r.exp.forget(job.UID)
+		r.forget(job.UID)
 		return ctrl.Result{}, r.releaseForeignPods(ctx, job.Namespace, job.Name, "")
 	case r.exp.jobStale(job.UID, job.ResourceVersion):
 		// Our own last status write is not in the cache yet; its update
@@ -132,12 +141,12 @@ func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibj
 			return nil, err
 		}
 		if uid, ok := r.uids.LoadAndDelete(key); ok {
-			r.exp.forget(uid.(types.UID))
+			r.forget(uid.(types.UID))
 		}
 		return nil, nil
 	}
 	if old, loaded := r.uids.Swap(key, job.UID); loaded && old.(types.UID) != job.UID {
-		r.exp.forget(old.(types.UID))
+		r.forget(old.(types.UID))
 	}
 	r.exp.track(job.UID)
 	return job, nil
@@ -152,8 +161,8 @@ func isManagedElsewhere(job *ibjv1.IndexedBatchJob) bool {
 // ownPods returns the cached pods the job controls. Foreign pods (labelled
 // with the job's name but not controlled by it) lose their tracking
 // finalizer, with an event.
-func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*cachedPod, error) {
-	listed, err := r.pods.list(job.Namespace, job.Name)
+func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*jobpod.Pod, error) {
+	listed, err := r.pods.List(job.Namespace, job.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +181,13 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 // tracking finalizer: pods of a deleted job or of an earlier job of the same
 // name, which must not stay stuck. An empty owner (the job is gone) makes
 // every tracked pod foreign.
-func splitByOwner(pods []*cachedPod, owner types.UID) (own, foreign []*cachedPod) {
-	own = make([]*cachedPod, 0, len(pods))
+func splitByOwner(pods []*jobpod.Pod, owner types.UID) (own, foreign []*jobpod.Pod) {
+	own = make([]*jobpod.Pod, 0, len(pods))
 	for _, pod := range pods {
 		switch {
-		case owner != "" && pod.ownerUID == owner:
+		case owner != "" && pod.OwnerUID == owner:
 			own = append(own, pod)
-		case hasTrackingFinalizer(pod):
+		case pod.Tracked:
 			foreign = append(foreign, pod)
 		}
 	}
@@ -188,7 +197,7 @@ func splitByOwner(pods []*cachedPod, owner types.UID) (own, foreign []*cachedPod
 // releaseForeignPods removes the tracking finalizer of the foreign pods
 // labelled with the job's name (see splitByOwner).
 func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name string, owner types.UID) error {
-	listed, err := r.pods.list(namespace, name)
+	listed, err := r.pods.List(namespace, name)
 	if err != nil {
 		return err
 	}
@@ -198,7 +207,7 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 
 // syncInput is what syncJob decides from: the job, its pods, the time, and
 // whether the cache shows every pod this process created for it.
-func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*cachedPod) syncInput {
+func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) syncInput {
 	now := r.clock.Now()
 	r.exp.observeFinalizers(job.UID, pods, now)
 	return syncInput{
@@ -233,16 +242,15 @@ func syncRetryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 // SetupWithManager registers the controller: jobs and their headless
 // Services, from the manager's cache (which holds only the operator's
 // Services, see CacheOptions), so that a deleted Service is created again;
-// and their pods, from a podSource of its own over the given namespaces
-// (all when empty).
+// and their pods, from a podcache.Source of its own over the given
+// namespaces (all when empty).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
-	pods, err := newPodSource(mgr.GetConfig(), namespaces)
+	pods, err := podcache.New(mgr.GetConfig(), namespaces, r.later.observed)
 	if err != nil {
 		return err
 	}
-	pods.finalizerGone = r.later.observed
 	r.pods = pods
-	if r.podWrites, err = newPodWrites(mgr.GetConfig()); err != nil {
+	if r.podWrites, err = podcache.NewWriter(mgr.GetConfig()); err != nil {
 		return err
 	}
 	r.apiReader = mgr.GetAPIReader()

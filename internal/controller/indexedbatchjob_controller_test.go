@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -29,28 +29,15 @@ import (
 type laggingCache struct {
 	r                *Reconciler
 	direct           client.WithWatch
-	pods             *podSource
+	pods             *fixedPods
 	pod              *corev1.Pod
 	req              ctrl.Request
 	finalizerPatches *atomic.Int32
 }
 
-// startAPIServer starts env for the test and stops it after, or skips the
-// test when there is no kube-apiserver to start.
-func startAPIServer(t *testing.T, env *envtest.Environment) *rest.Config {
-	t.Helper()
-	harness.SkipWithoutAPIServer(t)
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return cfg
-}
-
 func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.PodStatus) *laggingCache {
 	t.Helper()
-	cfg := startAPIServer(t, &envtest.Environment{
+	cfg := harness.StartAPIServer(t, &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	})
@@ -90,12 +77,8 @@ func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.Pod
 	}
 	// The cache: never started, filled by hand, so it keeps the pod with
 	// its finalizer whatever the API server holds.
-	if l.pods, err = newPodSource(cfg, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.pods.informers[metav1.NamespaceAll].GetIndexer().Add(newCachedPod(l.pod)); err != nil {
-		t.Fatal(err)
-	}
+	l.pods = newFixedPods()
+	l.pods.set(l.pod)
 	l.r = NewReconciler(counting, nil, clock.RealClock{}, DefaultBackoff)
 	l.r.pods = l.pods
 	l.req = ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
@@ -119,9 +102,7 @@ func (l *laggingCache) catchUp(t *testing.T) {
 	if len(onServer.Finalizers) != 0 {
 		t.Fatalf("the pod still has finalizers %v", onServer.Finalizers)
 	}
-	if err := l.pods.informers[metav1.NamespaceAll].GetIndexer().Update(newCachedPod(onServer)); err != nil {
-		t.Fatal(err)
-	}
+	l.pods.set(onServer)
 }
 
 func (l *laggingCache) job(t *testing.T) *ibjv1.IndexedBatchJob {
@@ -194,7 +175,7 @@ func TestReconcileReleasesASucceededPodOnceInTheBackground(t *testing.T) {
 		t.Fatalf("%d pods pending before the cache showed the release, want 1", n)
 	}
 	for uid := range l.r.later.pending {
-		l.r.later.observed(&cachedPod{podMeta: podMeta{UID: uid}})
+		l.r.later.observed(&jobpod.Pod{Meta: jobpod.Meta{UID: uid}})
 	}
 	for range 3 {
 		l.sync(t)

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -51,7 +50,7 @@ type cluster struct {
 	// the reconciler writes through an interceptor around it.
 	api   client.WithWatch
 	r     *Reconciler
-	cache *podSource // r.pods, filled with c.pods before every sync
+	cache *fixedPods // r.pods, filled with c.pods before every sync
 	clock *testingclock.FakePassiveClock
 
 	job     *ibjv1.IndexedBatchJob // as the API server holds it
@@ -137,7 +136,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		stripped: sets.New[int32](),
 	}
 	c.ignores = func(pod *corev1.Pod) bool {
-		return actionOf(matchFailurePolicy(c.job.Spec.PodFailurePolicy, newCachedPod(pod))) == batchv1.PodFailurePolicyActionIgnore
+		return actionOf(matchFailurePolicy(c.job.Spec.PodFailurePolicy, jobpod.Read(pod))) == batchv1.PodFailurePolicyActionIgnore
 	}
 	// A plain object tracker: the default one keeps managedFields, which
 	// costs milliseconds a write and nothing here reads.
@@ -146,11 +145,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		WithStatusSubresource(&ibjv1.IndexedBatchJob{}).
 		Build()
 	// The pod cache is never started: every sync fills it.
-	cache, err := newPodSource(&rest.Config{Host: "http://api.invalid"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cache = cache
+	c.cache = newFixedPods()
 	c.r = c.newReconciler()
 	if err := c.api.Create(context.Background(), job.DeepCopy()); err != nil {
 		t.Fatal(err)
@@ -183,7 +178,7 @@ func (c *cluster) dump() string {
 	b.WriteString("\n")
 	for _, p := range c.pods {
 		fmt.Fprintf(&b, "  pod %s uid=%s phase=%s deleted=%v finalizer=%v discarded=%v failures=%s\n", p.Name, p.UID, p.Status.Phase,
-			p.DeletionTimestamp != nil, hasTrackingFinalizer(newCachedPod(p)), isDiscarded(newCachedPod(p)), p.Annotations[ibjv1.IndexFailureCountAnnotation])
+			p.DeletionTimestamp != nil, jobpod.Read(p).Tracked, jobpod.Read(p).Discarded, p.Annotations[ibjv1.IndexFailureCountAnnotation])
 	}
 	return b.String()
 }
@@ -272,7 +267,7 @@ func (c *cluster) pick(ix int32, n int, f func(*corev1.Pod) bool) *corev1.Pod {
 // observe notes a pod's end the controller must count: it still holds the
 // finalizer and was not discarded.
 func (c *cluster) observe(p *corev1.Pod) {
-	if !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)) {
+	if !jobpod.Read(p).Tracked || jobpod.Read(p).Discarded {
 		return
 	}
 	switch {
@@ -318,7 +313,7 @@ func (c *cluster) unfinished(p *corev1.Pod) *corev1.Pod {
 	if p == nil {
 		return nil
 	}
-	if live := c.pod(p.UID); live != nil && !isFinished(newCachedPod(live)) {
+	if live := c.pod(p.UID); live != nil && !jobpod.Read(live).Finished() {
 		return live
 	}
 	return nil
@@ -333,7 +328,7 @@ func (c *cluster) end(p *corev1.Pod, phase corev1.PodPhase, code int32, disrupti
 	}
 	c.update(live, true, func(pod *corev1.Pod) {
 		pod.Status.Phase = phase
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{terminated("main", code, c.now)}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{harness.Terminated("main", code, c.now)}
 		if disruption {
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
 				Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(c.now),
@@ -417,13 +412,7 @@ func (c *cluster) sync() plan {
 		return plan{}
 	}
 	ctx := log.IntoContext(context.Background(), logr.Discard())
-	cached := make([]any, len(c.pods))
-	for i, p := range c.pods {
-		cached[i] = newCachedPod(p)
-	}
-	if err := c.cache.informers[metav1.NamespaceAll].GetIndexer().Replace(cached, ""); err != nil {
-		c.t.Fatal(err)
-	}
+	c.cache.replace(c.pods)
 	c.seen = c.pods
 	c.clock.SetTime(c.now)
 	c.r.backoff = c.backoff
@@ -433,7 +422,7 @@ func (c *cluster) sync() plan {
 		c.t.Fatal(err)
 	}
 	// The cache lists in no order; creation order keeps a run repeatable.
-	slices.SortFunc(pods, func(a, b *cachedPod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
+	slices.SortFunc(pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
 	in := c.r.syncInput(job, pods)
 	in.expectationsSatisfied = in.expectationsSatisfied && !c.lagging
 	fault := c.fault
@@ -497,7 +486,7 @@ func (c *cluster) checkActive() {
 	c.t.Helper()
 	active := 0
 	for _, p := range c.pods {
-		if isActive(newCachedPod(p)) {
+		if jobpod.Read(p).Active() {
 			active++
 		}
 	}
@@ -726,7 +715,7 @@ func (c *cluster) patchPod(ctx context.Context, cl client.WithWatch, obj client.
 	}
 	var step, pos int
 	planned := true
-	switch discard := bytes.Contains(data, []byte(discardedAnnotation)); {
+	switch discard := bytes.Contains(data, []byte(ibjv1.DiscardedAnnotation)); {
 	case discard && a.strips.Has(name):
 		step, pos = stepDelete, a.deletes[name]
 	case discard:
@@ -786,7 +775,7 @@ func (c *cluster) checkRelease(a *applying, before *corev1.Pod, after client.Obj
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, discarded := after.GetAnnotations()[discardedAnnotation]; discarded {
+	if _, discarded := after.GetAnnotations()[ibjv1.DiscardedAnnotation]; discarded {
 		if a.strips.Has(before.Name) {
 			c.stripped.Insert(c.indexOfUID[before.UID])
 		}
@@ -834,7 +823,7 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		}
 		p := inputPod(uid)
 		switch {
-		case p == nil || !hasTrackingFinalizer(newCachedPod(p)) || isDiscarded(newCachedPod(p)):
+		case p == nil || !jobpod.Read(p).Tracked || jobpod.Read(p).Discarded:
 			c.errorf("pod %s recorded as failed, but the sync saw %+v", uid, p)
 		case p.Status.Phase == corev1.PodFailed:
 			if c.ignores(p) {
@@ -871,7 +860,7 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	}
 	for _, p := range c.seen {
 		if ix, ok := jobpod.Index(p); ok && p.Status.Phase == corev1.PodSucceeded && completed.Has(ix) &&
-			hasTrackingFinalizer(newCachedPod(p)) && !isDiscarded(newCachedPod(p)) {
+			jobpod.Read(p).Tracked && !jobpod.Read(p).Discarded {
 			c.recordedSucc.Insert(p.UID)
 		}
 	}
@@ -921,7 +910,7 @@ func (c *cluster) checkAllFinished(typ string) {
 		c.errorf("listing pods: %v", err)
 	}
 	for i := range list.Items {
-		if p := &list.Items[i]; !isFinished(newCachedPod(p)) {
+		if p := &list.Items[i]; !jobpod.Read(p).Finished() {
 			c.errorf("%s while pod %s has not finished (terminating=%v)", typ, p.Name, p.DeletionTimestamp != nil)
 		}
 	}
@@ -976,11 +965,11 @@ func (c *cluster) checkState(p plan) {
 	active, unfinished := 0, 0
 	perIndex := map[int32]int{}
 	for _, p := range c.pods {
-		if isFinished(newCachedPod(p)) {
+		if jobpod.Read(p).Finished() {
 			continue
 		}
 		unfinished++
-		if isActive(newCachedPod(p)) {
+		if jobpod.Read(p).Active() {
 			active++
 		}
 		ix, _ := jobpod.Index(p)
@@ -1012,9 +1001,9 @@ func (c *cluster) settle() {
 	for i := 0; i < 200 && !c.jobDeleted && !IsFinished(c.job); i++ {
 		for _, p := range c.pods {
 			switch {
-			case isActive(newCachedPod(p)):
+			case jobpod.Read(p).Active():
 				c.succeed(p)
-			case isTerminating(newCachedPod(p)):
+			case jobpod.Read(p).Terminating():
 				c.fail(p, 137, false)
 			}
 		}
@@ -1047,7 +1036,7 @@ func (c *cluster) settle() {
 		c.errorf("finished with succeeded=%d failed=%d, completed indexes %d, failures in the ledger %d", st.Succeeded, st.Failed, completed.Len(), c.recordedFail.Len())
 	}
 	for _, p := range c.pods {
-		if hasTrackingFinalizer(newCachedPod(p)) {
+		if jobpod.Read(p).Tracked {
 			c.errorf("finished job still holds pod %s", p.Name)
 		}
 	}
@@ -1159,16 +1148,16 @@ func FuzzSyncInvariants(f *testing.F) {
 			op, arg := data[i], data[i+1]
 			ix := int32(arg) % job.Spec.Completions
 			n := int(arg >> 3)
-			unfinished := func(p *corev1.Pod) bool { return !isFinished(newCachedPod(p)) }
+			unfinished := func(p *corev1.Pod) bool { return !jobpod.Read(p).Finished() }
 			switch op & 0x7f % 11 {
 			case 0:
 				c.succeed(c.pick(ix, n, unfinished))
 			case 1:
 				c.fail(c.pick(ix, n, unfinished), codes[int(arg>>4)%len(codes)], false)
 			case 2:
-				c.remove(c.pick(ix, n, func(p *corev1.Pod) bool { return isActive(newCachedPod(p)) }))
+				c.remove(c.pick(ix, n, func(p *corev1.Pod) bool { return jobpod.Read(p).Active() }))
 			case 3:
-				c.fail(c.pick(ix, n, func(p *corev1.Pod) bool { return isTerminating(newCachedPod(p)) }), 137, false)
+				c.fail(c.pick(ix, n, func(p *corev1.Pod) bool { return jobpod.Read(p).Terminating() }), 137, false)
 			case 4:
 				c.kubelet()
 			case 5:

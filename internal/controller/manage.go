@@ -1,10 +1,9 @@
 package controller
 
 import (
-	"sort"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -61,13 +60,13 @@ func (s *syncState) resume() {
 // finished index or duplicate another pod of their index, then the highest
 // indexes beyond parallelism.
 func (s *syncState) keepOnePodPerIndex() {
-	var keep []*cachedPod
+	var keep []*jobpod.Pod
 	for _, ix := range s.order {
 		st := s.indexes[ix]
 		s.terminating += st.terminating
 		for i, pod := range st.active {
 			switch {
-			case isDiscarded(pod):
+			case pod.Discarded:
 				s.deleteUncounted(pod, "pod was discarded")
 			case s.indexFinished(ix):
 				s.deleteUncounted(pod, "index already finished")
@@ -86,7 +85,7 @@ func (s *syncState) keepOnePodPerIndex() {
 	}
 	s.active = len(keep)
 	for _, pod := range keep {
-		if pod.ready {
+		if pod.Ready {
 			s.ready++
 		}
 	}
@@ -142,8 +141,8 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 		return podToCreate{}, false
 	}
 	next := s.nextAttempt(st.latest)
-	if s.job.Spec.BackoffLimitPerIndex != nil && s.failureOf(st.latest).Failed {
-		if wait := st.latest.finishedAt.Add(s.backoff.Delay(next.failures + next.ignored)).Sub(s.now); wait > 0 {
+	if f := s.failureOf(st.latest); s.job.Spec.BackoffLimitPerIndex != nil && f.Failed {
+		if wait := s.backoff.IndexRetryAt(st.latest, f).Sub(s.now); wait > 0 {
 			s.plan.requeue(wait)
 			return podToCreate{}, false
 		}
@@ -154,49 +153,24 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 // nextAttempt numbers the index's next pod and carries its failure counts
 // forward from the latest pod's annotations, so that they survive restarts
 // the way upstream's job-index-failure-count annotation does.
-func (s *syncState) nextAttempt(last *cachedPod) podToCreate {
-	next := podToCreate{index: last.index, attempt: last.attempt + 1, failures: last.failures, ignored: last.ignored}
-	switch f := s.failureOf(last); {
-	case f.Ignored:
-		next.ignored++
-	case f.Counted:
-		next.failures++
-	}
-	return next
+func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
+	failures, ignored := jobpod.NextCounts(last, s.failureOf(last))
+	return podToCreate{index: last.Index, attempt: last.Attempt + 1, failures: failures, ignored: ignored}
 }
 
 // globalBackoffLeft is the replacement delay of a job without per-index
 // backoff: it grows with the failures since the last success and runs from
 // the latest failure, as upstream's backoff record.
 func (s *syncState) globalBackoffLeft() time.Duration {
-	type end struct {
-		at     time.Time
-		failed bool
-	}
-	var ends []end
+	var ends jobpod.JobEnds
 	for _, st := range s.indexes {
 		for _, pod := range st.pods {
-			switch {
-			case pod.phase == corev1.PodSucceeded:
-				ends = append(ends, end{at: pod.finishedAt})
-			case classifyFailure(s.job, pod).Failed:
-				ends = append(ends, end{at: pod.finishedAt, failed: true})
-			}
+			ends.Add(pod, jobpod.Classify(s.job, pod))
 		}
 	}
-	sort.Slice(ends, func(a, b int) bool { return ends[a].at.Before(ends[b].at) })
-	var failures int32
-	var last time.Time
-	for _, e := range ends {
-		if e.failed {
-			failures++
-			last = e.at
-		} else {
-			failures = 0
-		}
-	}
-	if failures == 0 {
+	at := ends.RetryAt(s.backoff)
+	if at.IsZero() {
 		return 0
 	}
-	return last.Add(s.backoff.Delay(failures)).Sub(s.now)
+	return at.Sub(s.now)
 }

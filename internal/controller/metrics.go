@@ -133,8 +133,9 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	out["job_uids"] = uids
 	out["taken_services"] = r.takenServices.Len()
 	out["finalizer_releases"] = r.later.size()
+	out["paced_events"] = r.events.size()
 	if r.pods != nil {
-		out["cached_pods"] = r.pods.size()
+		out["cached_pods"] = r.pods.Len()
 	}
 	return out
 }

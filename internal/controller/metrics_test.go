@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/prometheus/client_golang/prometheus"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -46,25 +47,26 @@ func TestTrackedEntries(t *testing.T) {
 	r.exp.expectCreate("job-a", "a-1", now)
 	r.exp.expectCreate("job-b", "b-0", now)
 	r.uids.Store(key, k8stypes.UID("job-a"))
-	pod := &cachedPod{tracked: true}
+	pod := &jobpod.Pod{Tracked: true}
 	pod.Name, pod.Namespace, pod.UID = "a-0", "ns", "pod-a-0"
-	r.later.add("job-a", []*cachedPod{pod})
+	r.later.add("job-a", []*jobpod.Pod{pod})
 	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
+	r.events.pacedEvents("job-a", "a", &plan{}, 2, now)
 
 	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
-		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1}
+		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "paced_events": 1}
 	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
 	}
 
-	r.exp.forget("job-a")
-	r.exp.forget("job-b")
+	r.forget("job-a")
+	r.forget("job-b")
 	r.uids.Delete(key)
 	r.later.observed(pod)
 	r.later.drain(context.Background())
 	r.takenServices.Delete(k8stypes.UID("job-b"))
 	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
-		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0}
+		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "paced_events": 0}
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // plan is everything one sync decided. The reconciler applies it in order:
@@ -17,15 +18,15 @@ type plan struct {
 	status          ibjv1.IndexedBatchJobStatus
 	create          []podToCreate
 	delete          []podDeletion
-	removeFinalizer []*cachedPod
+	removeFinalizer []*jobpod.Pod
 	// discard are pods whose finalizer goes without their end being counted.
-	discard []*cachedPod
+	discard []*jobpod.Pod
 	// releaseLater are pods whose finalizer goes off the critical path, once
 	// the status is written: the results they hold are counted already.
-	releaseLater []*cachedPod
+	releaseLater []*jobpod.Pod
 	events       []event
 	// indexFailures say why each index the sync failed for good did; they
-	// are reported as paced IndexFailed events (eventpace.go).
+	// are reported as paced IndexFailed events (event_pace.go).
 	indexFailures []string
 	recorded      []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
@@ -54,7 +55,7 @@ type event struct {
 // finalizer first, so the pod's end is never counted (suspend, excess pods,
 // lingering pods after success, pods with an invalid index).
 type podDeletion struct {
-	pod            *cachedPod
+	pod            *jobpod.Pod
 	stripFinalizer bool
 	reason         string
 	// event, if set, is emitted once the pod is deleted, whatever the rest

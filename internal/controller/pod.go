@@ -98,26 +98,3 @@ func withIndexEnv(env []corev1.EnvVar, index string) []corev1.EnvVar {
 	}
 	return out
 }
-
-func hasTrackingFinalizer(pod *cachedPod) bool { return pod.tracked }
-
-func isFinished(pod *cachedPod) bool {
-	return pod.phase == corev1.PodSucceeded || pod.phase == corev1.PodFailed
-}
-
-func isTerminating(pod *cachedPod) bool {
-	return pod.DeletionTimestamp != nil && !isFinished(pod)
-}
-
-// isActive: pending or running, not terminating.
-func isActive(pod *cachedPod) bool {
-	return pod.DeletionTimestamp == nil && !isFinished(pod)
-}
-
-// discardedAnnotation marks a pod whose tracking finalizer the controller
-// removed without counting its end (suspend, excess, success reached). It is
-// set in the same patch that removes the finalizer, so a later sync never
-// takes the pod's end for a failure of its index.
-const discardedAnnotation = "batch.indexedjob.dev/discarded"
-
-func isDiscarded(pod *cachedPod) bool { return pod.discarded }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -17,9 +18,9 @@ import (
 var testNow = time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 
 // podWrapper builds pods as the controller makes them (newPod), then lets a
-// test play the kubelet and the API server on them.
+// test play the kubelet and the API server on them (harness.PodWrapper).
 type podWrapper struct {
-	pod *corev1.Pod
+	w *harness.PodWrapper
 }
 
 // makePod is the pod the controller creates for an index's first attempt.
@@ -34,131 +35,43 @@ func makePodFor(job *ibjv1.IndexedBatchJob, c podToCreate) *podWrapper {
 	pod.UID = types.UID("uid-" + pod.Name)
 	pod.CreationTimestamp = metav1.NewTime(testNow.Add(-time.Hour))
 	pod.Status.Phase = corev1.PodPending
-	return &podWrapper{pod: pod}
+	return &podWrapper{w: harness.WrapPod(pod)}
 }
 
 // obj is the pod as the controller's cache keeps it.
-func (w *podWrapper) obj() *cachedPod { return newCachedPod(w.pod) }
+func (w *podWrapper) obj() *jobpod.Pod { return jobpod.Read(w.w.Pod) }
 
 // api is the pod as the API server holds it.
-func (w *podWrapper) api() *corev1.Pod { return w.pod }
+func (w *podWrapper) api() *corev1.Pod { return w.w.Pod }
 
-func (w *podWrapper) uid(uid types.UID) *podWrapper {
-	w.pod.UID = uid
-	return w
-}
+// then applies one of harness.PodWrapper's steps and goes on with w.
+func (w *podWrapper) then(*harness.PodWrapper) *podWrapper { return w }
 
-// running: scheduled, its containers started.
-func (w *podWrapper) running() *podWrapper {
-	w.pod.Status.Phase = corev1.PodRunning
-	w.pod.Status.ContainerStatuses = nil
-	for _, c := range w.pod.Spec.Containers {
-		w.pod.Status.ContainerStatuses = append(w.pod.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name:  c.Name,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(testNow.Add(-time.Hour))}},
-		})
-	}
-	return w
-}
-
-func (w *podWrapper) ready() *podWrapper {
-	w.running()
-	return w.condition(corev1.PodReady, corev1.ConditionTrue)
-}
-
-// succeededAt: every container exited 0 at t.
+func (w *podWrapper) uid(uid types.UID) *podWrapper { return w.then(w.w.UID(uid)) }
+func (w *podWrapper) running() *podWrapper          { return w.then(w.w.Running()) }
+func (w *podWrapper) ready() *podWrapper            { return w.then(w.w.Ready()) }
 func (w *podWrapper) succeededAt(t time.Time) *podWrapper {
-	w.pod.Status.Phase = corev1.PodSucceeded
-	w.pod.Status.ContainerStatuses = nil
-	for _, c := range w.pod.Spec.Containers {
-		w.pod.Status.ContainerStatuses = append(w.pod.Status.ContainerStatuses, terminated(c.Name, 0, t))
-	}
-	return w
+	return w.then(w.w.SucceededAt(t))
 }
-
-// failedAt: the first container exited with code at t, the others with 0.
 func (w *podWrapper) failedAt(t time.Time, code int32) *podWrapper {
-	w.pod.Status.Phase = corev1.PodFailed
-	w.pod.Status.ContainerStatuses = nil
-	for i, c := range w.pod.Spec.Containers {
-		exit := int32(0)
-		if i == 0 {
-			exit = code
-		}
-		w.pod.Status.ContainerStatuses = append(w.pod.Status.ContainerStatuses, terminated(c.Name, exit, t))
-	}
-	return w
+	return w.then(w.w.FailedAt(t, code))
 }
-
-// failedWithoutStatus: phase Failed with no container status, as a pod the
-// kubelet rejected or a pod GC'd from a lost node.
-func (w *podWrapper) failedWithoutStatus() *podWrapper {
-	w.pod.Status.Phase = corev1.PodFailed
-	w.pod.Status.ContainerStatuses = nil
-	return w
-}
-
+func (w *podWrapper) failedWithoutStatus() *podWrapper { return w.then(w.w.FailedWithoutStatus()) }
 func (w *podWrapper) initFailedAt(t time.Time, name string, code int32) *podWrapper {
-	w.pod.Status.Phase = corev1.PodFailed
-	w.pod.Status.InitContainerStatuses = append(w.pod.Status.InitContainerStatuses, terminated(name, code, t))
-	return w
+	return w.then(w.w.InitFailedAt(t, name, code))
 }
-
-// containerExit sets (or adds) a terminated status of the named container.
 func (w *podWrapper) containerExit(name string, code int32, t time.Time) *podWrapper {
-	for i := range w.pod.Status.ContainerStatuses {
-		if w.pod.Status.ContainerStatuses[i].Name == name {
-			w.pod.Status.ContainerStatuses[i] = terminated(name, code, t)
-			return w
-		}
-	}
-	w.pod.Status.ContainerStatuses = append(w.pod.Status.ContainerStatuses, terminated(name, code, t))
-	return w
+	return w.then(w.w.ContainerExit(name, code, t))
 }
-
-func (w *podWrapper) deletedAt(t time.Time) *podWrapper {
-	w.pod.DeletionTimestamp = &metav1.Time{Time: t}
-	return w
-}
-
-func (w *podWrapper) withoutFinalizer() *podWrapper {
-	w.pod.Finalizers = nil
-	return w
-}
-
-// discarded is what the reconciler does to a pod it strips: finalizer gone,
-// discarded annotation set, in one patch.
-func (w *podWrapper) discarded() *podWrapper {
-	w.pod.Finalizers = nil
-	w.pod.Annotations[discardedAnnotation] = "true"
-	return w
-}
-
+func (w *podWrapper) deletedAt(t time.Time) *podWrapper { return w.then(w.w.DeletedAt(t)) }
+func (w *podWrapper) withoutFinalizer() *podWrapper     { return w.then(w.w.WithoutFinalizer()) }
+func (w *podWrapper) discarded() *podWrapper            { return w.then(w.w.Discarded()) }
 func (w *podWrapper) condition(typ corev1.PodConditionType, status corev1.ConditionStatus) *podWrapper {
-	w.pod.Status.Conditions = append(w.pod.Status.Conditions, corev1.PodCondition{
-		Type: typ, Status: status, LastTransitionTime: metav1.NewTime(testNow.Add(-time.Hour)),
-	})
-	return w
+	return w.then(w.w.Condition(typ, status))
 }
-
-func (w *podWrapper) label(key, value string) *podWrapper {
-	w.pod.Labels[key] = value
-	return w
-}
-
+func (w *podWrapper) label(key, value string) *podWrapper { return w.then(w.w.Label(key, value)) }
 func (w *podWrapper) annotation(key, value string) *podWrapper {
-	w.pod.Annotations[key] = value
-	return w
-}
-
-func terminated(name string, code int32, t time.Time) corev1.ContainerStatus {
-	return corev1.ContainerStatus{
-		Name: name,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode:   code,
-			FinishedAt: metav1.NewTime(t),
-		}},
-	}
+	return w.then(w.w.Annotation(key, value))
 }
 
 func TestNewPodCarriesIndexIdentity(t *testing.T) {
@@ -197,15 +110,15 @@ func TestNewPodCarriesIndexIdentity(t *testing.T) {
 		ref.APIVersion != ibjv1.GroupVersion.String() || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 		t.Errorf("controller owner reference = %+v, want the job with controller=true", ref)
 	}
-	cached := newCachedPod(pod)
-	if !hasTrackingFinalizer(cached) {
+	cached := jobpod.Read(pod)
+	if !cached.Tracked {
 		t.Errorf("finalizers = %v, want %s", pod.Finalizers, ibjv1.TrackingFinalizer)
 	}
-	if !cached.indexOK || cached.index != 3 {
-		t.Errorf("index = %d, %v; want 3, true", cached.index, cached.indexOK)
+	if !cached.IndexOK || cached.Index != 3 {
+		t.Errorf("index = %d, %v; want 3, true", cached.Index, cached.IndexOK)
 	}
-	if cached.attempt != 2 {
-		t.Errorf("attempt = %d, want 2", cached.attempt)
+	if cached.Attempt != 2 {
+		t.Errorf("attempt = %d, want 2", cached.Attempt)
 	}
 }
 
@@ -271,7 +184,7 @@ func TestPodStateHelpers(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name                          string
-		pod                           *cachedPod
+		pod                           *jobpod.Pod
 		active, terminating, finished bool
 	}{
 		{"pending", makePod(job, 0).obj(), true, false, false},
@@ -282,9 +195,9 @@ func TestPodStateHelpers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if isActive(tc.pod) != tc.active || isTerminating(tc.pod) != tc.terminating || isFinished(tc.pod) != tc.finished {
+			if tc.pod.Active() != tc.active || tc.pod.Terminating() != tc.terminating || tc.pod.Finished() != tc.finished {
 				t.Errorf("active/terminating/finished = %v/%v/%v, want %v/%v/%v",
-					isActive(tc.pod), isTerminating(tc.pod), isFinished(tc.pod), tc.active, tc.terminating, tc.finished)
+					tc.pod.Active(), tc.pod.Terminating(), tc.pod.Finished(), tc.active, tc.terminating, tc.finished)
 			}
 		})
 	}
@@ -295,7 +208,7 @@ func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
 	early, late := testNow.Add(-time.Minute), testNow.Add(-10*time.Second)
 	cases := []struct {
 		name string
-		pod  *cachedPod
+		pod  *jobpod.Pod
 		want time.Time
 	}{
 		{"latest container", makePod(job, 0).failedAt(early, 1).containerExit("sidecar", 0, late).obj(), late},
@@ -307,7 +220,7 @@ func TestFinishTimePrefersLatestContainerTermination(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.pod.finishedAt; !got.Equal(tc.want) {
+			if got := tc.pod.FinishedAt; !got.Equal(tc.want) {
 				t.Errorf("finishTime = %v, want %v", got, tc.want)
 			}
 		})
@@ -318,7 +231,7 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Obj()
 	cases := []struct {
 		name       string
-		pod        *cachedPod
+		pod        *jobpod.Pod
 		onlyFailed bool
 		want       bool
 	}{
@@ -334,7 +247,7 @@ func TestCountsAsFailedFollowsReplacementPolicy(t *testing.T) {
 			if tc.onlyFailed {
 				policy = batchv1.Failed
 			}
-			if got := classifyFailure(harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(policy).Obj(), tc.pod).Failed; got != tc.want {
+			if got := jobpod.Classify(harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(policy).Obj(), tc.pod).Failed; got != tc.want {
 				t.Errorf("failed = %v, want %v", got, tc.want)
 			}
 		})
@@ -359,5 +272,59 @@ func TestReplacementPolicyDefaultsToFailedWithPodFailurePolicy(t *testing.T) {
 				t.Errorf("onlyReplaceFailed = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPodRecordKeepsWhatASyncReads(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
+	job.UID = "job-uid"
+	pod := makePodFor(job, podToCreate{index: 4, attempt: 2, failures: 1, ignored: 1}).
+		failedAt(testNow, 42).condition(corev1.DisruptionTarget, corev1.ConditionTrue).api()
+	pod.Status.ContainerStatuses[0].RestartCount = 3
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: 1,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: metav1.NewTime(testNow.Add(-5 * time.Second))}}}}
+	pod.ResourceVersion = "77"
+
+	got := jobpod.Read(pod)
+	if got.Name != pod.Name || got.Namespace != "ns" || got.UID != pod.UID || got.ResourceVersion != "77" ||
+		!got.CreationTimestamp.Equal(&pod.CreationTimestamp) {
+		t.Errorf("metadata = %+v, want the pod's name, namespace, UID, resourceVersion and creation", got.Meta)
+	}
+	want := jobpod.Pod{JobName: "train", OwnerUID: "job-uid", Index: 4, IndexOK: true, Attempt: 2, Failures: 1, Ignored: 1,
+		Phase: corev1.PodFailed, Tracked: true, Restarts: 4, FinishedAt: testNow}
+	if got.JobName != want.JobName || got.OwnerUID != want.OwnerUID || got.Index != want.Index || !got.IndexOK ||
+		got.Attempt != want.Attempt || got.Failures != want.Failures || got.Ignored != want.Ignored || got.Phase != want.Phase ||
+		!got.Tracked || got.Discarded || got.Ready || got.Restarts != want.Restarts || !got.FinishedAt.Equal(want.FinishedAt) {
+		t.Errorf("cached pod = %+v, want %+v", *got, want)
+	}
+	// The failure policy still sees the exit code and the condition; the
+	// init container that exited 0 is no failure.
+	if len(got.Exits) != 1 || got.Exits[0] != (jobpod.Exit{Container: "main", Code: 42}) {
+		t.Errorf("exits = %+v, want main with 42 only", got.Exits)
+	}
+	rule := harness.OnPodCondition(batchv1.PodFailurePolicyActionFailJob, corev1.DisruptionTarget, corev1.ConditionTrue)
+	if a := actionOf(matchFailurePolicy(policyOf(rule), got)); a != batchv1.PodFailurePolicyActionFailJob {
+		t.Errorf("condition rule on the cached pod = %s, want FailJob", a)
+	}
+
+	// A succeeded pod keeps no failure details: most cached pods are those.
+	ok := jobpod.Read(makePod(job, 0).condition(corev1.PodReady, corev1.ConditionFalse).succeededAt(testNow).api())
+	if ok.Exits != nil || ok.Conditions != nil {
+		t.Errorf("succeeded pod keeps exits %v and conditions %v", ok.Exits, ok.Conditions)
+	}
+	if ready := jobpod.Read(makePod(job, 1).ready().api()); !ready.Ready || ready.Phase != corev1.PodRunning {
+		t.Errorf("ready pod cached as ready=%v phase=%s", ready.Ready, ready.Phase)
+	}
+	if d := jobpod.Read(makePod(job, 1).failedAt(testNow, 1).discarded().withoutFinalizer().api()); !d.Discarded || d.Tracked {
+		t.Errorf("discarded pod without finalizer cached as discarded=%v tracked=%v", d.Discarded, d.Tracked)
+	}
+	bad := makePod(job, 1).label(ibjv1.CompletionIndexLabel, "x").api()
+	if c := jobpod.Read(bad); c.IndexOK || c.BadIndex != "x" {
+		t.Errorf("malformed index cached as ok=%v raw=%q", c.IndexOK, c.BadIndex)
+	}
+	foreign := makePod(job, 1).api()
+	foreign.OwnerReferences = nil
+	if c := jobpod.Read(foreign); c.OwnerUID != "" {
+		t.Errorf("pod without a controller cached with owner %q", c.OwnerUID)
 	}
 }

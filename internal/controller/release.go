@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
 
@@ -65,7 +66,7 @@ func (l *laterReleases) size() int {
 
 // add queues the pods of job whose finalizer this process has not removed
 // already and that are not pending.
-func (l *laterReleases) add(job types.UID, pods []*cachedPod) {
+func (l *laterReleases) add(job types.UID, pods []*jobpod.Pod) {
 	pods = l.r.exp.unpatched(job, pods)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -82,7 +83,7 @@ func (l *laterReleases) add(job types.UID, pods []*cachedPod) {
 // or gone. A pod whose release is done is forgotten; one still queued or
 // in flight is forgotten when its worker gets to it, so that a sync that
 // read its pods before this notice cannot queue it again in between.
-func (l *laterReleases) observed(pod *cachedPod) {
+func (l *laterReleases) observed(pod *jobpod.Pod) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	item := l.pending[pod.UID]
@@ -146,7 +147,7 @@ func (l *laterReleases) drain(ctx context.Context) {
 }
 
 func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterRelease) {
-	pod := &cachedPod{}
+	pod := &jobpod.Pod{}
 	pod.Namespace, pod.Name, pod.UID = item.namespace, item.name, uid
 	if err := l.r.removeFinalizer(throttle.Background(ctx), pod); err != nil {
 		if ctx.Err() == nil {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // The background queue patches each pod once, whatever order the syncs,
@@ -21,11 +22,11 @@ import (
 // about a pod once its release is done and seen.
 func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 	var objs []client.Object
-	pods := map[string]*cachedPod{}
+	pods := map[string]*jobpod.Pod{}
 	for _, name := range []string{"seen-first", "released-first", "in-flight"} {
 		objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: k8stypes.UID("uid-" + name),
 			Finalizers: []string{ibjv1.TrackingFinalizer}}})
-		p := &cachedPod{tracked: true}
+		p := &jobpod.Pod{Tracked: true}
 		p.Name, p.Namespace, p.UID = name, "ns", k8stypes.UID("uid-"+name)
 		pods[name] = p
 	}
@@ -41,7 +42,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 				// The informer's notice arrives before the patch's
 				// response, and a sync that read the pods earlier runs.
 				r.later.observed(pods["in-flight"])
-				r.later.add("job", []*cachedPod{pods["in-flight"]})
+				r.later.add("job", []*jobpod.Pod{pods["in-flight"]})
 			}
 			return nil
 		},
@@ -51,7 +52,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 	l, ctx := r.later, context.Background()
 
 	// Let go by someone else before the worker got to it: no patch.
-	l.add("job", []*cachedPod{pods["seen-first"]})
+	l.add("job", []*jobpod.Pod{pods["seen-first"]})
 	l.observed(pods["seen-first"])
 	l.drain(ctx)
 	if got := patches.Load(); got != 0 {
@@ -60,12 +61,12 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 
 	// Released, then a sync that read the pods earlier queues it again,
 	// before and after the informer's notice: one patch in all.
-	l.add("job", []*cachedPod{pods["released-first"]})
+	l.add("job", []*jobpod.Pod{pods["released-first"]})
 	l.drain(ctx)
-	l.add("job", []*cachedPod{pods["released-first"]})
+	l.add("job", []*jobpod.Pod{pods["released-first"]})
 	l.drain(ctx)
 	l.observed(pods["released-first"])
-	l.add("job", []*cachedPod{pods["released-first"]})
+	l.add("job", []*jobpod.Pod{pods["released-first"]})
 	l.drain(ctx)
 	if got := patches.Load(); got != 1 {
 		t.Errorf("%d patches in all, want 1", got)
@@ -73,7 +74,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 
 	// The notice comes while the patch is in flight, and a stale sync
 	// right after it: still one patch.
-	l.add("job", []*cachedPod{pods["in-flight"]})
+	l.add("job", []*jobpod.Pod{pods["in-flight"]})
 	l.drain(ctx)
 	l.drain(ctx)
 	if got := patches.Load(); got != 2 {

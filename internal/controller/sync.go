@@ -31,7 +31,7 @@ const maxUncountedPods = 500
 // job's headless Service.
 type syncInput struct {
 	job                   *ibjv1.IndexedBatchJob
-	pods                  []*cachedPod
+	pods                  []*jobpod.Pod
 	now                   time.Time
 	backoff               Backoff
 	expectationsSatisfied bool
@@ -82,7 +82,7 @@ type syncState struct {
 	// indexFailures say why each index this sync failed for good did.
 	indexFailures []string
 	// ignoredFailures are failed pods an Ignore rule matched.
-	ignoredFailures []*cachedPod
+	ignoredFailures []*jobpod.Pod
 	// target is the FailureTarget or SuccessCriteriaMet condition, once set.
 	target                     *metav1.Condition
 	active, ready, terminating int
@@ -90,12 +90,12 @@ type syncState struct {
 
 // indexState is what the pods say about one completion index.
 type indexState struct {
-	pods        []*cachedPod // sorted by attempt
-	active      []*cachedPod
+	pods        []*jobpod.Pod // sorted by attempt
+	active      []*jobpod.Pod
 	terminating int
 	// latest is the pod with the highest attempt; the next pod's attempt
 	// number and failure counts follow from it.
-	latest *cachedPod
+	latest *jobpod.Pod
 }
 
 // syncJob is the pure decision core: from the job, its pods and the time it
@@ -202,13 +202,13 @@ func (s *syncState) readRecordedResults() {
 // the pod with it) into status.failed. The cache never forgets a pod it saw except
 // through its deletion, so "absent" means deleted, never "not seen yet".
 func (s *syncState) countReleasedPods() {
-	byUID := make(map[types.UID]*cachedPod, len(s.pods))
+	byUID := make(map[types.UID]*jobpod.Pod, len(s.pods))
 	for _, pod := range s.pods {
 		byUID[pod.UID] = pod
 	}
 	released := func(uid types.UID) bool {
 		pod := byUID[uid]
-		return pod == nil || !hasTrackingFinalizer(pod)
+		return pod == nil || !pod.Tracked
 	}
 	for _, uid := range sets.List(s.uncountedFailed) {
 		if released(uid) {
@@ -224,55 +224,55 @@ func (s *syncState) countReleasedPods() {
 func (s *syncState) groupPodsByIndex() {
 	s.indexes = map[int32]*indexState{}
 	for _, pod := range s.pods {
-		if !pod.indexOK || !s.wanted.Has(pod.index) {
+		if !pod.IndexOK || !s.wanted.Has(pod.Index) {
 			s.removeUnwantedPod(pod)
 			continue
 		}
-		st := s.indexes[pod.index]
+		st := s.indexes[pod.Index]
 		if st == nil {
 			st = &indexState{}
-			s.indexes[pod.index] = st
+			s.indexes[pod.Index] = st
 		}
 		st.pods = append(st.pods, pod)
-		if st.latest == nil || pod.attempt > st.latest.attempt {
+		if st.latest == nil || pod.Attempt > st.latest.Attempt {
 			st.latest = pod
 		}
 		switch {
-		case isActive(pod):
+		case pod.Active():
 			st.active = append(st.active, pod)
-		case isTerminating(pod):
+		case pod.Terminating():
 			st.terminating++
 		}
 	}
 	s.order = make([]int32, 0, len(s.indexes))
 	for ix, st := range s.indexes {
 		s.order = append(s.order, ix)
-		sort.Slice(st.pods, func(a, b int) bool { return st.pods[a].attempt < st.pods[b].attempt })
+		sort.Slice(st.pods, func(a, b int) bool { return st.pods[a].Attempt < st.pods[b].Attempt })
 	}
 	sort.Slice(s.order, func(a, b int) bool { return s.order[a] < s.order[b] })
 }
 
 // removeUnwantedPod deletes, uncounted, a pod whose index is malformed or
 // not among the job's indexes. Until it is gone it counts as terminating.
-func (s *syncState) removeUnwantedPod(pod *cachedPod) {
+func (s *syncState) removeUnwantedPod(pod *jobpod.Pod) {
 	reason := "invalid completion index"
-	if pod.indexOK {
+	if pod.IndexOK {
 		reason = "index removed"
 	}
-	if pod.DeletionTimestamp == nil || hasTrackingFinalizer(pod) {
+	if pod.DeletionTimestamp == nil || pod.Tracked {
 		d := podDeletion{pod: pod, stripFinalizer: true, reason: reason}
 		switch {
 		case pod.DeletionTimestamp != nil:
-		case !pod.indexOK:
+		case !pod.IndexOK:
 			d.event = ptr.To(warningEvent("InvalidPodIndex", "Deleted pod %s without counting it: its completion index %q is not in 0..%d",
-				pod.Name, pod.badIndex, s.job.Spec.Completions-1))
+				pod.Name, pod.BadIndex, s.job.Spec.Completions-1))
 		default:
 			d.event = ptr.To(normalEvent("IndexRemoved", "Deleted pod %s without counting it: index %d is not among the job's indexes (completions %d)",
-				pod.Name, pod.index, s.job.Spec.Completions))
+				pod.Name, pod.Index, s.job.Spec.Completions))
 		}
 		s.plan.delete = append(s.plan.delete, d)
 	}
-	if !isFinished(pod) {
+	if !pod.Finished() {
 		s.unwantedPods++
 	}
 }
@@ -291,7 +291,7 @@ func (s *syncState) rebuildUnreadableIndexSets() {
 		return
 	}
 	for ix, st := range s.indexes {
-		if !s.completed.Has(ix) && classifyFailure(s.job, st.latest).FailsIndex {
+		if !s.completed.Has(ix) && jobpod.Classify(s.job, st.latest).FailsIndex {
 			s.failedIndexes = s.failedIndexes.Add(ix)
 		}
 	}
@@ -299,7 +299,7 @@ func (s *syncState) rebuildUnreadableIndexSets() {
 
 func hasSucceededPod(st *indexState) bool {
 	for _, pod := range st.pods {
-		if pod.phase == corev1.PodSucceeded {
+		if pod.Phase == corev1.PodSucceeded {
 			return true
 		}
 	}
@@ -313,10 +313,10 @@ func hasSucceededPod(st *indexState) bool {
 func (s *syncState) recordFinishedPods() {
 	for _, ix := range s.order {
 		for _, pod := range s.indexes[ix].pods {
-			if !hasTrackingFinalizer(pod) || s.uncountedFailed.Has(pod.UID) {
+			if !pod.Tracked || s.uncountedFailed.Has(pod.UID) {
 				continue
 			}
-			if pod.phase == corev1.PodSucceeded {
+			if pod.Phase == corev1.PodSucceeded {
 				if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 					s.completed = s.completed.Add(ix)
 					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix, succeeded: true})
@@ -326,7 +326,7 @@ func (s *syncState) recordFinishedPods() {
 			if s.uncountedFailed.Len() >= maxUncountedPods {
 				continue
 			}
-			f := classifyFailure(s.job, pod)
+			f := jobpod.Classify(s.job, pod)
 			switch {
 			case !f.Failed:
 				continue
@@ -341,21 +341,21 @@ func (s *syncState) recordFinishedPods() {
 			}
 			if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 				s.failedIndexes = s.failedIndexes.Add(ix)
-				s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.attempt+1), whyFailed(pod, f)))
+				s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(pod, f)))
 			}
 		}
 	}
 }
 
-// failureOf is classifyFailure for a pod of this sync. A pod recorded as
+// failureOf is jobpod.Classify for a pod of this sync. A pod recorded as
 // failed stays a counted failure of its index even if it then succeeded: a
 // pod deleted under TerminatingOrFailed is recorded at once and may still
 // exit 0 afterwards; its index has lost that attempt all the same.
-func (s *syncState) failureOf(pod *cachedPod) jobpod.Failure {
+func (s *syncState) failureOf(pod *jobpod.Pod) jobpod.Failure {
 	if s.uncountedFailed.Has(pod.UID) {
 		return jobpod.Failure{Failed: true, Counted: true}
 	}
-	return classifyFailure(s.job, pod)
+	return jobpod.Classify(s.job, pod)
 }
 
 // decideTarget sets FailureTarget or SuccessCriteriaMet once the job reached
@@ -424,7 +424,7 @@ func (s *syncState) exceedsBackoffLimit() bool {
 	var restarts int32
 	for _, st := range s.indexes {
 		for _, pod := range st.active {
-			restarts += pod.restarts
+			restarts += pod.Restarts
 		}
 	}
 	if limit == 0 {
@@ -458,12 +458,12 @@ func (s *syncState) stopPods() {
 		st := s.indexes[ix]
 		s.terminating += st.terminating
 		for _, pod := range st.pods {
-			if isFinished(pod) {
+			if pod.Finished() {
 				continue // recorded, or ignored
 			}
 			switch {
 			case failing:
-				if hasTrackingFinalizer(pod) && !s.uncountedFailed.Has(pod.UID) && s.uncountedFailed.Len() < maxUncountedPods {
+				if pod.Tracked && !s.uncountedFailed.Has(pod.UID) && s.uncountedFailed.Len() < maxUncountedPods {
 					s.uncountedFailed.Insert(pod.UID)
 					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
 				}
@@ -473,7 +473,7 @@ func (s *syncState) stopPods() {
 				}
 			case pod.DeletionTimestamp == nil:
 				s.deleteUncounted(pod, s.target.Reason)
-			case hasTrackingFinalizer(pod):
+			case pod.Tracked:
 				s.plan.discard = append(s.plan.discard, pod)
 			}
 		}
@@ -482,7 +482,7 @@ func (s *syncState) stopPods() {
 
 // deleteUncounted deletes a pod whose end must not count: its finalizer
 // goes first.
-func (s *syncState) deleteUncounted(pod *cachedPod, reason string) {
+func (s *syncState) deleteUncounted(pod *jobpod.Pod, reason string) {
 	s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: reason})
 	s.terminating++
 }
@@ -497,16 +497,16 @@ func (s *syncState) deleteUncounted(pod *cachedPod, reason string) {
 func (s *syncState) releaseFinalizers() {
 	held := s.heldForRetry()
 	for _, pod := range s.pods {
-		if !hasTrackingFinalizer(pod) || held.Has(pod.UID) {
+		if !pod.Tracked || held.Has(pod.UID) {
 			continue
 		}
 		switch {
 		case s.uncountedFailed.Has(pod.UID):
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
-		case pod.phase != corev1.PodSucceeded || !pod.indexOK || !s.wanted.Has(pod.index):
-		case s.completed.Has(pod.index):
+		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
+		case s.completed.Has(pod.Index):
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
-		case s.failedIndexes.Has(pod.index):
+		case s.failedIndexes.Has(pod.Index):
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}
 	}
@@ -574,10 +574,10 @@ func (s *syncState) computeStatus() {
 func (s *syncState) releaseFinishedJob() {
 	for _, pod := range s.pods {
 		switch {
-		case isActive(pod):
+		case pod.Active():
 			s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "job finished"})
-		case !hasTrackingFinalizer(pod):
-		case isFinished(pod):
+		case !pod.Tracked:
+		case pod.Finished():
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
 		default: // terminating: its finalizer is all that keeps it
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)

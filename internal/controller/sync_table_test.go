@@ -14,6 +14,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -100,7 +101,7 @@ func TestSyncJob(t *testing.T) {
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
-		pods func(*ibjv1.IndexedBatchJob) []*cachedPod
+		pods func(*ibjv1.IndexedBatchJob) []*jobpod.Pod
 		want decision
 	}{
 		{
@@ -114,7 +115,7 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "active and completed indexes are skipped",
 			job:  completed1,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 0).ready().obj()} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 0).ready().obj()} },
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](1), Terminating: ptr.To[int32](0), Active: 3, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
@@ -123,8 +124,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "a FailJob match fails the job naming the pod, and the running pod counts as failed",
 			job:  failJob,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).failedAt(testNow, 42).obj(), makePod(j, 2).succeededAt(testNow).obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).running().obj(), makePod(j, 1).failedAt(testNow, 42).obj(), makePod(j, 2).succeededAt(testNow).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -143,8 +144,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "a FailIndex match fails only its index; an ordinary failure is retried",
 			job:  failIndex,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{
 					makePod(j, 0).failedAt(testNow.Add(-time.Hour), 43).obj(),
 					makePod(j, 1).running().obj(),
 					makePod(j, 2).failedAt(testNow.Add(-time.Hour), 1).obj(),
@@ -167,8 +168,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "past the deadline the job fails and its running pods go",
 			job:  deadline,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).succeededAt(testNow).obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).running().obj(), makePod(j, 1).succeededAt(testNow).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -184,8 +185,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "suspend deletes active pods without counting them and clears startTime, which stops the deadline",
 			job:  suspended,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).running().obj(), makePod(j, 1).obj(), makePod(j, 2).succeededAt(testNow).obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).running().obj(), makePod(j, 1).obj(), makePod(j, 2).succeededAt(testNow).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -213,8 +214,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "index sets are written as compressed intervals",
 			job:  perIndex,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				var pods []*cachedPod
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				var pods []*jobpod.Pod
 				for _, ix := range []int32{7, 0, 4, 3, 6, 5} {
 					pods = append(pods, makePod(j, ix).succeededAt(testNow).obj())
 				}
@@ -240,8 +241,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "more failed indexes than maxFailedIndexes fail the job at once",
 			job:  maxFailed,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{
 					makePod(j, 0).failedAt(testNow, 1).obj(), makePod(j, 1).failedAt(testNow, 1).obj(),
 					makePod(j, 2).running().obj(), makePod(j, 3).obj(),
 				}
@@ -264,8 +265,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "an unreadable completedIndexes is rebuilt from the pods, with a warning",
 			job:  unreadable,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
@@ -276,8 +277,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "an elastic job scaled down removes the pods of the indexes gone, uncounted, and trims its index sets",
 			job:  scaledDown,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{
 					makePod(j, 0).succeededAt(testNow).withoutFinalizer().obj(),
 					makePod(j, 1).running().obj(),
 					makePod(j, 2).running().obj(),
@@ -299,8 +300,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "an elastic job scaled up starts the new indexes",
 			job:  scaledUp,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).succeededAt(testNow).withoutFinalizer().obj(), makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).succeededAt(testNow).withoutFinalizer().obj(), makePod(j, 1).succeededAt(testNow).withoutFinalizer().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "0,1", Succeeded: 2, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
@@ -310,7 +311,7 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "a job with spec.indexes runs only those, each under its own number",
 			job:  subset,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 4).running().obj()} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 4).running().obj()} },
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](1), Active: 3, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-1-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0", "a-6-0 failures=0 ignored=0"},
@@ -336,8 +337,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "a job with retryBackoff 0 replaces a failed pod at once",
 			job:  base.Clone().Completions(1).BackoffLimit(3).RetryBackoff(0, 0).Obj(),
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).failedAt(testNow, 1).withoutFinalizer().obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow, 1).withoutFinalizer().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
@@ -347,8 +348,8 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "a job's retryBackoff replaces the operator's delay",
 			job:  base.Clone().Completions(1).BackoffLimit(3).RetryBackoff(30, 60).Obj(),
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 0).failedAt(testNow.Add(-20*time.Second), 1).withoutFinalizer().obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow.Add(-20*time.Second), 1).withoutFinalizer().obj()}
 			},
 			want: decision{
 				Status:       ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseRunning},
@@ -358,7 +359,7 @@ func TestSyncJob(t *testing.T) {
 		{
 			name: "an unreadable spec.indexes starts nothing, removes nothing and says why",
 			job:  unreadableSubset,
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 1).running().obj()} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 1).running().obj()} },
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
 				Events: []string{`Warning InvalidIndexes: Started no pod: spec.indexes "2-1" cannot be read: ` + parseError("2-1", 3)},
@@ -367,7 +368,7 @@ func TestSyncJob(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var pods []*cachedPod
+			var pods []*jobpod.Pod
 			if tc.pods != nil {
 				pods = tc.pods(tc.job)
 			}

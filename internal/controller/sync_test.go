@@ -15,11 +15,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // syncOnce runs the core at testNow with a cache that is current.
-func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*cachedPod) plan {
+func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*jobpod.Pod) plan {
 	return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true})
 }
 
@@ -41,7 +42,7 @@ func deletions(p plan) map[string]bool {
 	return out
 }
 
-func names(pods []*cachedPod) []string {
+func names(pods []*jobpod.Pod) []string {
 	out := []string{}
 	for _, p := range pods {
 		out = append(out, p.Name)
@@ -85,7 +86,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 		name       string
 		job        *ibjv1.IndexedBatchJob
 		completed  string
-		pods       func(*ibjv1.IndexedBatchJob) []*cachedPod
+		pods       func(*ibjv1.IndexedBatchJob) []*jobpod.Pod
 		want       []int32
 		wantActive int32
 	}{
@@ -95,13 +96,13 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 		{name: "parallelism 0", job: base.Clone().Parallelism(0).Obj(), want: []int32{}, wantActive: 0},
 		{
 			name: "skips active and completed indexes", job: base.Clone().Parallelism(3).Obj(), completed: "1",
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod { return []*cachedPod{makePod(j, 0).running().obj()} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 0).running().obj()} },
 			want: []int32{2, 3}, wantActive: 3,
 		},
 		{
 			name: "full", job: base.Clone().Parallelism(2).Obj(),
-			pods: func(j *ibjv1.IndexedBatchJob) []*cachedPod {
-				return []*cachedPod{makePod(j, 5).running().obj(), makePod(j, 6).obj()}
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 5).running().obj(), makePod(j, 6).obj()}
 			},
 			want: []int32{}, wantActive: 2,
 		},
@@ -109,7 +110,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.job.Status.CompletedIndexes = tc.completed
-			var pods []*cachedPod
+			var pods []*jobpod.Pod
 			if tc.pods != nil {
 				pods = tc.pods(tc.job)
 			}
@@ -135,7 +136,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 func TestNoCreateWhileExpectationsUnsatisfied(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
 	pod := makePod(job, 0).running().obj()
-	p := syncJob(syncInput{job: job, pods: []*cachedPod{pod}, now: testNow, backoff: DefaultBackoff})
+	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{pod}, now: testNow, backoff: DefaultBackoff})
 	if len(p.create) != 0 {
 		t.Errorf("created %v from a cache that may not show this controller's own creates", createdIndexes(p))
 	}
@@ -189,7 +190,7 @@ func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
 	}
 	// After it, and however often the controller looks again: counted once.
 	gone := *done
-	gone.tracked = false
+	gone.Tracked = false
 	for range 2 {
 		job.Status = p.status
 		p = syncOnce(job, makePod(job, 0).running().obj(), &gone, makePod(job, 2).running().obj())
@@ -226,7 +227,7 @@ func TestCountsAreExactAcrossRestartsAndRepeatedSyncs(t *testing.T) {
 			c.advance(time.Minute)
 			c.sync()
 			for ix := range int32(3) {
-				if p := c.podsOfIndex(ix); !isFinished(newCachedPod(p[len(p)-1])) {
+				if p := c.podsOfIndex(ix); !jobpod.Read(p[len(p)-1]).Finished() {
 					c.succeed(p[len(p)-1])
 				}
 			}
@@ -282,7 +283,7 @@ func TestBackoffLimitExceededFailsJobOnlyOnceEverythingIsAccounted(t *testing.T)
 func TestBackoffLimitCountsFailuresAcrossIndexes(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimit(2).Obj()
 	job.Status.Failed = 1
-	pods := []*cachedPod{makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).running().obj()}
+	pods := []*jobpod.Pod{makePod(job, 0).failedAt(testNow, 1).obj(), makePod(job, 1).running().obj()}
 	if p := syncOnce(job, pods...); currentTarget(&p.status) != nil {
 		t.Errorf("target set at 2 failures with backoffLimit 2")
 	}
@@ -332,7 +333,7 @@ func TestIndexPastBackoffLimitPerIndexIsFailedAndNeverRetried(t *testing.T) {
 
 func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(10).BackoffLimitPerIndex(5).Obj()
-	var pods []*cachedPod
+	var pods []*jobpod.Pod
 	for ix := range int32(10) {
 		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
 	}
@@ -343,7 +344,7 @@ func TestBackoffLimitPerIndexMakesBackoffLimitUnlimitedByDefault(t *testing.T) {
 
 func TestMaxFailedIndexesExceededFailsJobAndDeletesActivePods(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
-	pods := []*cachedPod{
+	pods := []*jobpod.Pod{
 		makePod(job, 0).failedAt(testNow, 1).obj(),
 		makePod(job, 1).running().obj(),
 		makePod(job, 2).running().obj(),
@@ -435,7 +436,7 @@ func TestIgnoredFailureWithoutPerIndexBackoffReleasesThePodAtOnce(t *testing.T) 
 func TestFailedReplacementWaitsForTermination(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
 	terminating := makePod(job, 0).running().deletedAt(testNow.Add(-time.Minute)).obj()
-	pods := []*cachedPod{terminating, makePod(job, 1).running().obj()}
+	pods := []*jobpod.Pod{terminating, makePod(job, 1).running().obj()}
 
 	p := syncOnce(job, pods...)
 	if len(p.create) != 0 {
@@ -558,7 +559,7 @@ func TestCompleteWaitsForExpectations(t *testing.T) {
 
 func TestDeadlineExceededFailsJobAndDeletesPods(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).ActiveDeadlineSeconds(60).Obj()
-	pods := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).succeededAt(testNow).obj()}
+	pods := []*jobpod.Pod{makePod(job, 0).running().obj(), makePod(job, 1).succeededAt(testNow).obj()}
 
 	job.Status.StartTime = &metav1.Time{Time: testNow.Add(-40 * time.Second)}
 	p := syncOnce(job, pods...)
@@ -647,24 +648,24 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 
 func TestGlobalBackoffDelaysReplacement(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(2).Obj()
-	counted := func(w *podWrapper) *cachedPod { return w.withoutFinalizer().obj() }
+	counted := func(w *podWrapper) *jobpod.Pod { return w.withoutFinalizer().obj() }
 	cases := []struct {
 		name        string
-		pods        []*cachedPod
+		pods        []*jobpod.Pod
 		wantCreates []int32
 		wantRequeue time.Duration
 	}{
-		{"one failure 5s ago", []*cachedPod{counted(makePod(job, 0).failedAt(testNow.Add(-5*time.Second), 1))}, []int32{}, 5 * time.Second},
-		{"two failures: 20s from the latest", []*cachedPod{
+		{"one failure 5s ago", []*jobpod.Pod{counted(makePod(job, 0).failedAt(testNow.Add(-5*time.Second), 1))}, []int32{}, 5 * time.Second},
+		{"two failures: 20s from the latest", []*jobpod.Pod{
 			counted(makePod(job, 0).failedAt(testNow.Add(-time.Minute), 1)),
 			counted(makePod(job, 1).failedAt(testNow.Add(-5*time.Second), 1)),
 		}, []int32{}, 15 * time.Second},
-		{"a success resets the count", []*cachedPod{
+		{"a success resets the count", []*jobpod.Pod{
 			counted(makePod(job, 0).failedAt(testNow.Add(-time.Minute), 1)),
 			counted(makePod(job, 1).succeededAt(testNow.Add(-30 * time.Second))),
 			counted(makePod(job, 2).failedAt(testNow.Add(-5*time.Second), 1)),
 		}, []int32{}, 5 * time.Second},
-		{"backoff passed", []*cachedPod{counted(makePod(job, 0).failedAt(testNow.Add(-11*time.Second), 1))}, []int32{0, 1}, 0},
+		{"backoff passed", []*jobpod.Pod{counted(makePod(job, 0).failedAt(testNow.Add(-11*time.Second), 1))}, []int32{0, 1}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -746,10 +747,10 @@ func TestFinishedJobReleasesStrayPods(t *testing.T) {
 	if got := deletions(p); len(got) != 1 || !got[running.Name] {
 		t.Errorf("deletions = %v, want the running pod deleted with its finalizer stripped", got)
 	}
-	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*cachedPod{terminating})) {
+	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*jobpod.Pod{terminating})) {
 		t.Errorf("removeFinalizer = %v, want the terminating pod let go at once", got)
 	}
-	if got := names(p.releaseLater); !slices.Equal(got, names([]*cachedPod{stuck})) {
+	if got := names(p.releaseLater); !slices.Equal(got, names([]*jobpod.Pod{stuck})) {
 		t.Errorf("releaseLater = %v, want the finished pod let go when the client has time", got)
 	}
 	if len(p.create) != 0 || p.status.Succeeded != before.Succeeded || p.status.Failed != before.Failed || p.status.CompletedIndexes != before.CompletedIndexes {
@@ -927,7 +928,7 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 			p0.Status.ContainerStatuses[0].RestartCount = tc.restarts / 2
 			p1 := makePod(job, 1).running().api()
 			p1.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: tc.restarts - tc.restarts/2}}
-			p := syncOnce(job, newCachedPod(p0), newCachedPod(p1))
+			p := syncOnce(job, jobpod.Read(p0), jobpod.Read(p1))
 			if got := currentTarget(&p.status) != nil; got != tc.wantFail {
 				t.Errorf("job failing = %v, want %v", got, tc.wantFail)
 			}
@@ -939,10 +940,10 @@ func TestOnFailureContainerRestartsCountAgainstBackoffLimit(t *testing.T) {
 }
 
 // A sync reports each index it failed for good, with the reason; how the
-// reports become events is eventpace.go's.
+// reports become events is event_pace.go's.
 func TestSyncReportsEachIndexFailedForGood(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(8).Parallelism(8).BackoffLimitPerIndex(0).Obj()
-	var pods []*cachedPod
+	var pods []*jobpod.Pod
 	for ix := range int32(7) {
 		pods = append(pods, makePod(job, ix).failedAt(testNow, 1).obj())
 	}
@@ -961,26 +962,26 @@ func TestSyncReportsEachIndexFailedForGood(t *testing.T) {
 // waits on is written at once.
 func TestCounterOnlyStatusWaitsForTheNextWrite(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
-	running := []*cachedPod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj(), makePod(job, 2).running().obj()}
+	running := []*jobpod.Pod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj(), makePod(job, 2).running().obj()}
 	job.Status = syncOnce(job, running...).status // as written by the sync that started them
 	succeeded := makePod(job, 0).succeededAt(testNow).obj()
 	failed := makePod(job, 1).failedAt(testNow, 1).obj()
-	sync := func(lastWrite time.Time, pods ...*cachedPod) plan {
+	sync := func(lastWrite time.Time, pods ...*jobpod.Pod) plan {
 		return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff,
 			expectationsSatisfied: true, lastStatusWrite: lastWrite})
 	}
 	for _, tc := range []struct {
 		name      string
 		lastWrite time.Time
-		pods      []*cachedPod
+		pods      []*jobpod.Pod
 		want      time.Duration
 	}{
-		{"a success 200 ms after the last write", testNow.Add(-200 * time.Millisecond), []*cachedPod{succeeded, running[1], running[2]}, 800 * time.Millisecond},
-		{"a success 2 s after the last write", testNow.Add(-2 * time.Second), []*cachedPod{succeeded, running[1], running[2]}, 0},
-		{"a success with no write by this process", time.Time{}, []*cachedPod{succeeded, running[1], running[2]}, 0},
-		{"a failure: recorded at once", testNow.Add(-200 * time.Millisecond), []*cachedPod{running[0], failed, running[2]}, 0},
+		{"a success 200 ms after the last write", testNow.Add(-200 * time.Millisecond), []*jobpod.Pod{succeeded, running[1], running[2]}, 800 * time.Millisecond},
+		{"a success 2 s after the last write", testNow.Add(-2 * time.Second), []*jobpod.Pod{succeeded, running[1], running[2]}, 0},
+		{"a success with no write by this process", time.Time{}, []*jobpod.Pod{succeeded, running[1], running[2]}, 0},
+		{"a failure: recorded at once", testNow.Add(-200 * time.Millisecond), []*jobpod.Pod{running[0], failed, running[2]}, 0},
 		{"nothing moved", testNow.Add(-200 * time.Millisecond), running, 0},
-		{"the last index done: Complete at once", testNow.Add(-200 * time.Millisecond), []*cachedPod{
+		{"the last index done: Complete at once", testNow.Add(-200 * time.Millisecond), []*jobpod.Pod{
 			succeeded, makePod(job, 1).succeededAt(testNow).obj(), makePod(job, 2).succeededAt(testNow).obj()}, 0},
 	} {
 		p := sync(tc.lastWrite, tc.pods...)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -81,6 +82,82 @@ func TestBackoffOfAJobTakesItsRetryBackoffOverTheDefaults(t *testing.T) {
 				if d := got.Delay(int32(i + 1)); d != want {
 					t.Errorf("Delay(%d) = %v, want %v", i+1, d, want)
 				}
+			}
+		})
+	}
+}
+
+// The next attempt of an index carries its latest pod's counts, plus that
+// pod's own failure where it counted or an Ignore rule matched it; the
+// per-index retry waits the backoff of all of them from the pod's end.
+func TestIndexRetryAtCountsTheLatestFailure(t *testing.T) {
+	end := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	pod := &Pod{Failures: 2, Ignored: 1, FinishedAt: end}
+	cases := []struct {
+		name                      string
+		failure                   Failure
+		wantFailures, wantIgnored int32
+		wantAt                    time.Time
+	}{
+		{"counted", Failure{Failed: true, Counted: true}, 3, 1, end.Add(80 * time.Second)},
+		{"ignored", Failure{Failed: true, Ignored: true}, 2, 2, end.Add(80 * time.Second)},
+		{"not a failure", Failure{}, 2, 1, end.Add(40 * time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			failures, ignored := NextCounts(pod, tc.failure)
+			if failures != tc.wantFailures || ignored != tc.wantIgnored {
+				t.Errorf("NextCounts = %d, %d; want %d, %d", failures, ignored, tc.wantFailures, tc.wantIgnored)
+			}
+			if at := DefaultBackoff.IndexRetryAt(pod, tc.failure); !at.Equal(tc.wantAt) {
+				t.Errorf("IndexRetryAt = %s, want %s", at, tc.wantAt)
+			}
+		})
+	}
+}
+
+// The job-wide backoff grows with the failures that ended after the last
+// success and runs from the latest of them.
+func TestJobEndsRetryAtCountsFailuresSinceTheLastSuccess(t *testing.T) {
+	t0 := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	failed := Failure{Failed: true, Counted: true}
+	ended := func(phase corev1.PodPhase, at time.Duration) *Pod {
+		return &Pod{Phase: phase, FinishedAt: t0.Add(at)}
+	}
+	type end struct {
+		pod     *Pod
+		failure Failure
+	}
+	cases := []struct {
+		name string
+		ends []end
+		want time.Time
+	}{
+		{"nothing ended", nil, time.Time{}},
+		{"only successes", []end{{ended(corev1.PodSucceeded, 0), Failure{}}}, time.Time{}},
+		{"one failure", []end{{ended(corev1.PodFailed, 0), failed}}, t0.Add(10 * time.Second)},
+		{"two failures, from the latest", []end{
+			{ended(corev1.PodFailed, 5*time.Second), failed}, {ended(corev1.PodFailed, 0), failed},
+		}, t0.Add(25 * time.Second)},
+		{"a success in between resets the count", []end{
+			{ended(corev1.PodFailed, 0), failed}, {ended(corev1.PodSucceeded, time.Second), Failure{}},
+			{ended(corev1.PodFailed, 2*time.Second), failed},
+		}, t0.Add(12 * time.Second)},
+		{"failures before the last success wait for nothing", []end{
+			{ended(corev1.PodFailed, 0), failed}, {ended(corev1.PodSucceeded, time.Second), Failure{}},
+		}, time.Time{}},
+		{"a pod that failed without counting still ends a retry", []end{
+			{ended(corev1.PodFailed, 0), Failure{Failed: true, Ignored: true}},
+		}, t0.Add(10 * time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ends JobEnds
+			for _, e := range tc.ends {
+				ends.Add(e.pod, e.failure)
+			}
+			if got := ends.RetryAt(DefaultBackoff); !got.Equal(tc.want) {
+				t.Errorf("RetryAt = %s, want %s", got, tc.want)
 			}
 		})
 	}

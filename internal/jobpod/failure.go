@@ -64,21 +64,6 @@ type Match struct {
 	Message string
 }
 
-// Ended is what the failure of a pod is decided from.
-type Ended struct {
-	Namespace, Name string
-	Phase           corev1.PodPhase
-	// Deleting: the pod has a deletion timestamp.
-	Deleting bool
-	// Discarded: the operator let go of the pod without counting its end.
-	Discarded bool
-	// Failures is the pod's index-failure-count annotation: the earlier
-	// failures of its index that counted.
-	Failures   int32
-	Exits      []Exit
-	Conditions []Condition
-}
-
 // Failure is how one pod's end counts.
 type Failure struct {
 	// Failed: the pod ended in failure (phase Failed, or deleted before it
@@ -110,7 +95,7 @@ func (f Failure) FailsJob() string {
 // Ignore rule matches counts against the job and its index, whatever other
 // rule matched (a FailJob match fails the index too once it is over its
 // limit), and a FailIndex match fails its index at once.
-func Classify(job *ibjv1.IndexedBatchJob, p Ended) Failure {
+func Classify(job *ibjv1.IndexedBatchJob, p *Pod) Failure {
 	if !countsAsFailed(p, OnlyReplaceFailed(job)) {
 		return Failure{}
 	}
@@ -138,21 +123,21 @@ func OnlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool {
 // terminating pods are replaced at once, a pod deleted before it succeeded
 // (it may never get the chance to reach phase Failed). A pod the operator
 // discarded never counts.
-func countsAsFailed(p Ended, onlyFailed bool) bool {
+func countsAsFailed(p *Pod, onlyFailed bool) bool {
 	if p.Discarded {
 		return false
 	}
 	if p.Phase == corev1.PodFailed {
 		return true
 	}
-	return !onlyFailed && p.Deleting && p.Phase != corev1.PodSucceeded
+	return !onlyFailed && p.DeletionTimestamp != nil && p.Phase != corev1.PodSucceeded
 }
 
 // MatchPolicy applies the rules in order, first match wins, as upstream's
 // matchPodFailurePolicy; nil without a policy or when no rule matches (the
 // failure is then counted). A rule with an action from a newer API is
 // passed over, as upstream does.
-func MatchPolicy(policy *batchv1.PodFailurePolicy, p Ended) *Match {
+func MatchPolicy(policy *batchv1.PodFailurePolicy, p *Pod) *Match {
 	if policy == nil {
 		return nil
 	}

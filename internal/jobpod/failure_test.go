@@ -53,7 +53,7 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got string
-			ended := Ended{Namespace: pod.Namespace, Name: pod.Name, Phase: pod.Status.Phase, Exits: Exits(pod), Conditions: Conditions(pod)}
+			ended := Read(pod)
 			if m := MatchPolicy(&batchv1.PodFailurePolicy{Rules: tc.rules}, ended); m != nil {
 				got = m.Message
 			}

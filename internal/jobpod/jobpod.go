@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -71,8 +72,13 @@ func FinishTime(pod *corev1.Pod) time.Time {
 	if pod.DeletionTimestamp != nil {
 		// A graceful deletion stamps the end of the grace period, not the
 		// moment of deletion; count from the latter, as upstream does.
-		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
-		return pod.DeletionTimestamp.Add(-grace)
+		return deletionRequested(pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds)
 	}
 	return pod.CreationTimestamp.Time
+}
+
+// deletionRequested is when a deletion was asked for: the deletion
+// timestamp less the grace period, which a graceful deletion adds to it.
+func deletionRequested(deletion *metav1.Time, graceSeconds *int64) time.Time {
+	return deletion.Add(-time.Duration(ptr.Deref(graceSeconds, 0)) * time.Second)
 }

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -12,25 +11,12 @@ import (
 
 // podFacts is what the plugin keeps of one pod of the job: only the latest
 // pod of each index is kept, so that a job of 100,000 indexes is read a
-// page of pods at a time without holding the pods.
+// page of pods at a time without holding the pods. Its jobpod.Pod is what
+// the operator reads of the pod, read by the same code; the rest is what
+// only the plugin shows.
 type podFacts struct {
-	name    string
-	index   int32
-	attempt int32
-	// failures and ignored are the index-failure-count annotations: the
-	// earlier pods of the index whose failure counted, or an Ignore rule
-	// matched.
-	failures, ignored int32
-	created           time.Time
-	phase             corev1.PodPhase
-	deleting          bool
-	// deletedAt is when the deletion was asked for (the deletion timestamp
-	// less the grace period).
-	deletedAt time.Time
-	// discarded: the operator let go of the pod without counting its end
-	// (suspend, or the job's success).
-	discarded bool
-	node      string
+	*jobpod.Pod
+	node string
 	// started is status.startTime; finished, for a pod that reached
 	// Succeeded or Failed, is when it ended as the operator reckons it
 	// (jobpod.FinishTime: its backoff runs from there). Zero when unknown.
@@ -59,31 +45,18 @@ type containerEnd struct {
 // newPodFacts reads a pod of the job; ok is false for a pod without a
 // readable completion index.
 func newPodFacts(job *ibjv1.IndexedBatchJob, pod *corev1.Pod) (f *podFacts, ok bool) {
-	index, ok := jobpod.Index(pod)
-	if !ok {
+	p := jobpod.Read(pod)
+	if !p.IndexOK {
 		return nil, false
 	}
 	f = &podFacts{
-		name:     pod.Name,
-		index:    index,
-		attempt:  jobpod.Count(pod.Annotations, ibjv1.AttemptAnnotation),
-		failures: jobpod.Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
-		ignored:  jobpod.Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
-		created:  pod.CreationTimestamp.Time,
-		phase:    pod.Status.Phase,
-		node:     pod.Spec.NodeName,
-
+		Pod:       p,
+		node:      pod.Spec.NodeName,
 		podReason: pod.Status.Reason,
 		message:   pod.Status.Message,
 	}
-	if f.isFinished() {
-		f.finished = jobpod.FinishTime(pod)
-	}
-	_, f.discarded = pod.Annotations[discardedAnnotation]
-	if pod.DeletionTimestamp != nil {
-		f.deleting = true
-		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second
-		f.deletedAt = pod.DeletionTimestamp.Add(-grace)
+	if p.Finished() {
+		f.finished = p.FinishedAt
 	}
 	if pod.Status.StartTime != nil {
 		f.started = pod.Status.StartTime.Time
@@ -96,12 +69,9 @@ func newPodFacts(job *ibjv1.IndexedBatchJob, pod *corev1.Pod) (f *podFacts, ok b
 			f.waiting = c.Reason
 		}
 	}
-	f.failure = jobpod.Classify(job, jobpod.Ended{
-		Namespace: pod.Namespace, Name: pod.Name, Phase: f.phase, Deleting: f.deleting, Discarded: f.discarded,
-		Failures: f.failures, Exits: jobpod.Exits(pod), Conditions: jobpod.Conditions(pod),
-	})
+	f.failure = jobpod.Classify(job, p)
 	f.exit = shownExit(f, containerEnds(pod))
-	if f.waiting == "" && f.phase == corev1.PodPending {
+	if f.waiting == "" && f.Phase == corev1.PodPending {
 		f.waiting = waitingReason(pod)
 	}
 	return f, true
@@ -136,7 +106,7 @@ func shownExit(f *podFacts, ends []containerEnd) *containerEnd {
 			return &ends[i]
 		}
 	}
-	if len(ends) > 0 && f.phase == corev1.PodSucceeded {
+	if len(ends) > 0 && f.Phase == corev1.PodSucceeded {
 		return &ends[len(ends)-1]
 	}
 	return nil
@@ -155,22 +125,15 @@ func waitingReason(pod *corev1.Pod) string {
 	return ""
 }
 
-// discardedAnnotation marks a pod the operator let go of without counting
-// its end. The operator writes it (internal/controller's
-// discardedAnnotation); the plugin only reads it.
-const discardedAnnotation = "batch.indexedjob.dev/discarded"
-
-// isFinished: the pod reached Succeeded or Failed.
-func (f *podFacts) isFinished() bool {
-	return f.phase == corev1.PodSucceeded || f.phase == corev1.PodFailed
-}
+// deleting: the pod has a deletion timestamp.
+func (f *podFacts) deleting() bool { return f.DeletionTimestamp != nil }
 
 // newer tells whether f is a later pod of its index than g: a higher
 // attempt, or the same attempt created later (a name reused once every pod
 // of the index was gone).
 func (f *podFacts) newer(g *podFacts) bool {
-	if f.attempt != g.attempt {
-		return f.attempt > g.attempt
+	if f.Attempt != g.Attempt {
+		return f.Attempt > g.Attempt
 	}
-	return f.created.After(g.created)
+	return f.CreationTimestamp.After(g.CreationTimestamp.Time)
 }

@@ -22,10 +22,9 @@ type podScan struct {
 	job    *ibjv1.IndexedBatchJob
 	latest map[int32]*podFacts
 	seen   map[int32]int32
-	// lastSuccess and failureEnds feed the job-wide backoff of a job
-	// without backoffLimitPerIndex: failures since the last success.
-	lastSuccess time.Time
-	failureEnds []time.Time
+	// ends feed the job-wide backoff of a job without
+	// backoffLimitPerIndex: failures since the last success.
+	ends jobpod.JobEnds
 	// unindexed counts pods without a readable completion index.
 	unindexed int
 }
@@ -41,18 +40,11 @@ func (s *podScan) add(pod *corev1.Pod) {
 		s.unindexed++
 		return
 	}
-	s.seen[f.index]++
-	if old := s.latest[f.index]; old == nil || f.newer(old) {
-		s.latest[f.index] = f
+	s.seen[f.Index]++
+	if old := s.latest[f.Index]; old == nil || f.newer(old) {
+		s.latest[f.Index] = f
 	}
-	switch {
-	case f.phase == corev1.PodSucceeded:
-		if f.finished.After(s.lastSuccess) {
-			s.lastSuccess = f.finished
-		}
-	case f.failure.Failed:
-		s.failureEnds = append(s.failureEnds, f.finished)
-	}
+	s.ends.Add(f.Pod, f.failure)
 }
 
 // jobView is one job with its scanned pods at one moment: everything the
@@ -81,17 +73,7 @@ func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backof
 	v.completed, _ = indexset.Parse(job.Status.CompletedIndexes, 0)
 	v.failed, _ = indexset.Parse(ptr.Deref(job.Status.FailedIndexes, ""), 0)
 	v.end, v.failing = jobEnd(job)
-	var failures int32
-	var last time.Time
-	for _, t := range scan.failureEnds {
-		if t.After(scan.lastSuccess) {
-			failures++
-			last = latest(last, t)
-		}
-	}
-	if failures > 0 && !last.IsZero() {
-		v.globalRetryAt = last.Add(v.backoff.Delay(failures))
-	}
+	v.globalRetryAt = scan.ends.RetryAt(v.backoff)
 	return v
 }
 
@@ -128,13 +110,6 @@ func jobEnd(job *ibjv1.IndexedBatchJob) (*metav1.Condition, bool) {
 	return nil, false
 }
 
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // status is what is known of one index.
 func (v *jobView) status(ix int32) IndexStatus {
 	s := IndexStatus{Index: ix}
@@ -143,7 +118,7 @@ func (v *jobView) status(ix int32) IndexStatus {
 		v.fillPod(&s, f)
 	}
 	switch {
-	case v.completed.Has(ix) || (f != nil && f.phase == corev1.PodSucceeded):
+	case v.completed.Has(ix) || (f != nil && f.Phase == corev1.PodSucceeded):
 		s.State = StateSucceeded
 		if f == nil {
 			s.Reason = "pods gone; from status.completedIndexes"
@@ -163,16 +138,16 @@ func (v *jobView) status(ix int32) IndexStatus {
 			s.State = StateFailed
 		}
 		s.Reason = v.failureReason(f)
-	case !f.isFinished() && f.deleting:
+	case !f.Finished() && f.deleting():
 		s.State = StateTerminating
 		s.Reason = v.failureReason(f)
-	case !f.isFinished():
+	case !f.Finished():
 		s.State = StatePending
-		if f.phase == corev1.PodRunning {
+		if f.Phase == corev1.PodRunning {
 			s.State = StateRunning
 		}
 		s.Reason = f.waiting
-	case f.discarded:
+	case f.Discarded:
 		s.State = StatePending
 		s.Reason = "stopped without counting (suspend); runs again when the job does"
 	default:
@@ -199,10 +174,10 @@ func (v *jobView) noPod(s *IndexStatus) {
 // stoppedByEnd: the pod was still running when the job's end was decided,
 // and is stopped because of it.
 func (v *jobView) stoppedByEnd(f *podFacts) bool {
-	if !f.isFinished() {
+	if !f.Finished() {
 		return true
 	}
-	return f.deleting && !f.deletedAt.Before(v.end.LastTransitionTime.Time)
+	return f.deleting() && !f.DeletionRequested().Before(v.end.LastTransitionTime.Time)
 }
 
 // afterFailure is an index whose latest pod failed: failed for good, or
@@ -216,10 +191,7 @@ func (v *jobView) afterFailure(s *IndexStatus, f *podFacts) {
 	s.State = StateRetrying
 	at := v.globalRetryAt
 	if v.job.Spec.BackoffLimitPerIndex != nil {
-		at = time.Time{}
-		if !f.finished.IsZero() {
-			at = f.finished.Add(v.backoff.Delay(f.failures + f.ignored + 1))
-		}
+		at = v.backoff.IndexRetryAt(f.Pod, f.failure)
 	}
 	if !at.IsZero() {
 		s.RetryAt = &metav1.Time{Time: at}
@@ -228,8 +200,8 @@ func (v *jobView) afterFailure(s *IndexStatus, f *podFacts) {
 
 // fillPod copies the latest pod's facts into the row.
 func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
-	s.Attempts = ptr.To(max(f.attempt+1, v.scan.seen[f.index]))
-	s.Pod = f.name
+	s.Attempts = ptr.To(max(f.Attempt+1, v.scan.seen[f.Index]))
+	s.Pod = f.Name
 	s.Node = f.node
 	if !f.started.IsZero() {
 		s.StartTime = &metav1.Time{Time: f.started}
@@ -248,7 +220,7 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 		s.Message = m.Message
 	}
 	if limit := v.job.Spec.BackoffLimitPerIndex; limit != nil {
-		used := f.failures
+		used := f.Failures
 		if f.failure.Counted {
 			used++
 		}
@@ -266,7 +238,7 @@ func (v *jobView) failureReason(f *podFacts) string {
 		parts = append(parts, "disruption ("+f.disruption+")")
 	case v.end != nil && v.stoppedByEnd(f):
 		parts = append(parts, v.end.Reason)
-	case f.deleting:
+	case f.deleting():
 		parts = append(parts, "deletion")
 	case f.podReason != "":
 		parts = append(parts, f.podReason)

@@ -184,7 +184,7 @@ func TestIndexState(t *testing.T) {
 	}, {
 		name: "a pod discarded on suspend waits for the resume",
 		job:  testJob(func(j *ibjv1.IndexedBatchJob) { j.Spec.Suspend = ptr.To(true) }),
-		pods: []*corev1.Pod{testPod(exited(137, 0), func(p *corev1.Pod) { p.Annotations[discardedAnnotation] = "true" })},
+		pods: []*corev1.Pod{testPod(exited(137, 0), func(p *corev1.Pod) { p.Annotations[ibjv1.DiscardedAnnotation] = "true" })},
 		want: indexState{State: StatePending, Reason: "stopped without counting (suspend); runs again when the job does"},
 	}, {
 		name: "the job's own retryBackoff",

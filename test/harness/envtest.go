@@ -169,3 +169,16 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// StartAPIServer starts env for the test and stops it after, or skips the
+// test when there is no kube-apiserver to start.
+func StartAPIServer(t *testing.T, env *envtest.Environment) *rest.Config {
+	t.Helper()
+	SkipWithoutAPIServer(t)
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return cfg
+}

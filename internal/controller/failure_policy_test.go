@@ -24,11 +24,11 @@ func TestFailurePolicyMatching(t *testing.T) {
 		in        = batchv1.PodFailurePolicyOnExitCodesOpIn
 		notIn     = batchv1.PodFailurePolicyOnExitCodesOpNotIn
 	)
-	exit := func(code int32) *cachedPod { return makePod(job, 0).failedAt(testNow, code).obj() }
+	exit := func(code int32) *jobpod.Pod { return makePod(job, 0).failedAt(testNow, code).obj() }
 	cases := []struct {
 		name   string
 		policy *batchv1.PodFailurePolicy
-		pod    *cachedPod
+		pod    *jobpod.Pod
 		want   batchv1.PodFailurePolicyAction
 	}{
 		{"no policy counts", nil, exit(3), count},
@@ -114,8 +114,8 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 }
 
 // matchFailurePolicy is the rule that matches a cached pod, nil for none.
-func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *cachedPod) *jobpod.Match {
-	return jobpod.MatchPolicy(policy, endOf(pod))
+func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *jobpod.Pod) *jobpod.Match {
+	return jobpod.MatchPolicy(policy, pod)
 }
 
 // actionOf is the action taken on a failure: Count where no rule matched.
@@ -148,14 +148,14 @@ func TestClassifyFailure(t *testing.T) {
 	}
 	perIndex := harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodFailurePolicy(policy...).Obj()
 	global := harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()
-	failed := func(job *ibjv1.IndexedBatchJob, earlierFailures, code int32) *cachedPod {
+	failed := func(job *ibjv1.IndexedBatchJob, earlierFailures, code int32) *jobpod.Pod {
 		return makePodFor(job, podToCreate{attempt: earlierFailures, failures: earlierFailures}).failedAt(testNow, code).obj()
 	}
 	failJobMessage := "Container main for pod ns/a-0-1 failed with exit code 42 matching FailJob rule at index 0"
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
-		pod  *cachedPod
+		pod  *jobpod.Pod
 		want verdict
 	}{
 		{"running", perIndex, makePod(perIndex, 0).running().obj(), verdict{}},
@@ -173,7 +173,7 @@ func TestClassifyFailure(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, verdictOf(classifyFailure(tc.job, tc.pod)), cmp.AllowUnexported(verdict{})); diff != "" {
+			if diff := cmp.Diff(tc.want, verdictOf(jobpod.Classify(tc.job, tc.pod)), cmp.AllowUnexported(verdict{})); diff != "" {
 				t.Errorf("classifyFailure (-want +got):\n%s", diff)
 			}
 		})
@@ -232,7 +232,7 @@ func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 	overLimit := podToCreate{attempt: 1, failures: 1}
 	cases := []struct {
 		name string
-		pod  *cachedPod
+		pod  *jobpod.Pod
 		want string
 	}{
 		{"an exit code rule", makePod(job, 0).failedAt(testNow, 43).obj(), "exit code 43 of container main matched rule 0 (FailIndex)"},
@@ -245,7 +245,7 @@ func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := classifyFailure(job, tc.pod)
+			f := jobpod.Classify(job, tc.pod)
 			if !f.FailsIndex {
 				t.Fatalf("classifyFailure = %+v, want the index failed", f)
 			}

@@ -1,8 +1,9 @@
-package controller
+package podcache
 
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -21,17 +23,17 @@ func wirePodCases() map[string]*corev1.Pod {
 	job := harness.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
 	job.UID = "job-uid"
 	cases := map[string]*corev1.Pod{
-		"pending":          makePod(job, 0).api(),
-		"ready":            makePod(job, 1).ready().api(),
-		"succeeded":        makePod(job, 2).succeededAt(testNow).api(),
-		"failed, retried":  makePodFor(job, podToCreate{index: 3, attempt: 2, failures: 1, ignored: 1}).failedAt(testNow, 42).condition(corev1.DisruptionTarget, corev1.ConditionTrue).api(),
-		"init failed":      makePod(job, 4).initFailedAt(testNow, "setup", 3).api(),
-		"deleted":          makePod(job, 5).running().deletedAt(testNow).api(),
-		"discarded, freed": makePod(job, 6).failedAt(testNow, 1).discarded().withoutFinalizer().api(),
-		"bad index":        makePod(job, 7).label(ibjv1.CompletionIndexLabel, "x").api(),
-		"no status":        makePod(job, 8).failedWithoutStatus().api(),
+		"pending":          harness.MakePod(job, 0, 0, created).Obj(),
+		"ready":            harness.MakePod(job, 1, 0, created).Ready().Obj(),
+		"succeeded":        harness.MakePod(job, 2, 0, created).SucceededAt(testNow).Obj(),
+		"failed, retried":  harness.MakePod(job, 3, 2, created).Annotation(ibjv1.IndexFailureCountAnnotation, "1").Annotation(ibjv1.IndexIgnoredFailureCountAnnotation, "1").FailedAt(testNow, 42).Condition(corev1.DisruptionTarget, corev1.ConditionTrue).Obj(),
+		"init failed":      harness.MakePod(job, 4, 0, created).InitFailedAt(testNow, "setup", 3).Obj(),
+		"deleted":          harness.MakePod(job, 5, 0, created).Running().DeletedAt(testNow).Obj(),
+		"discarded, freed": harness.MakePod(job, 6, 0, created).FailedAt(testNow, 1).Discarded().WithoutFinalizer().Obj(),
+		"bad index":        harness.MakePod(job, 7, 0, created).Label(ibjv1.CompletionIndexLabel, "x").Obj(),
+		"no status":        harness.MakePod(job, 8, 0, created).FailedWithoutStatus().Obj(),
 	}
-	foreign := makePod(job, 9).api()
+	foreign := harness.MakePod(job, 9, 0, created).Obj()
 	foreign.OwnerReferences = nil
 	cases["no owner"] = foreign
 	for _, pod := range cases {
@@ -47,7 +49,7 @@ func wirePodCases() map[string]*corev1.Pod {
 	return cases
 }
 
-var cachedPodCmp = cmp.AllowUnexported(cachedPod{})
+var cachedPodCmp = cmp.AllowUnexported(jobpod.Pod{})
 
 // What the pod informer caches of a pod read as a wirePod is what it
 // caches of the whole pod; the spec and the managed fields are not read.
@@ -62,7 +64,7 @@ func TestWirePodIsCachedAsThePod(t *testing.T) {
 			if err := wp.Unmarshal(data); err != nil {
 				t.Fatalf("Unmarshal: %v", err)
 			}
-			if diff := cmp.Diff(newCachedPod(pod), newCachedPod(&wp.Pod), cachedPodCmp); diff != "" {
+			if diff := cmp.Diff(jobpod.Read(pod), jobpod.Read(&wp.Pod), cachedPodCmp); diff != "" {
 				t.Errorf("cached pod (-whole pod +wirePod):\n%s", diff)
 			}
 			if wp.ManagedFields != nil || wp.Generation != 0 || wp.GenerateName != "" || len(wp.Spec.Containers) != 0 || wp.Spec.NodeName != "" {
@@ -103,7 +105,7 @@ func TestWireCodecsDecodeTheServersPods(t *testing.T) {
 		t.Fatalf("list metadata %+v with %d items, want resourceVersion 99, continue next, %d items", got.ListMeta, len(got.Items), len(list.Items))
 	}
 	for i := range list.Items {
-		if diff := cmp.Diff(newCachedPod(&list.Items[i]), newCachedPod(&got.Items[i].Pod), cachedPodCmp); diff != "" {
+		if diff := cmp.Diff(jobpod.Read(&list.Items[i]), jobpod.Read(&got.Items[i].Pod), cachedPodCmp); diff != "" {
 			t.Errorf("item %d (-pod +decoded):\n%s", i, diff)
 		}
 	}
@@ -123,11 +125,11 @@ func TestWireCodecsDecodeTheServersPods(t *testing.T) {
 	if !ok {
 		t.Fatalf("decoded a %T, want a *wirePod", obj)
 	}
-	if diff := cmp.Diff(newCachedPod(cases["ready"]), newCachedPod(&pod.Pod), cachedPodCmp); diff != "" {
+	if diff := cmp.Diff(jobpod.Read(cases["ready"]), jobpod.Read(&pod.Pod), cachedPodCmp); diff != "" {
 		t.Errorf("pod (-pod +decoded):\n%s", diff)
 	}
-	if out, err := compactPod(pod); err != nil || !cmp.Equal(out, newCachedPod(cases["ready"]), cachedPodCmp) {
-		t.Errorf("compactPod(wirePod) = %v, %v; want the pod's cachedPod", out, err)
+	if out, err := compactPod(pod); err != nil || !cmp.Equal(out, jobpod.Read(cases["ready"]), cachedPodCmp) {
+		t.Errorf("compactPod(wirePod) = %v, %v; want the pod's jobpod.Pod", out, err)
 	}
 }
 
@@ -170,8 +172,15 @@ func FuzzWirePod(f *testing.F) {
 		if err := wp.Unmarshal(encoded); err != nil {
 			t.Fatalf("wirePod fails on an encoded pod: %v", err)
 		}
-		if diff := cmp.Diff(newCachedPod(&whole), newCachedPod(&wp.Pod), cachedPodCmp); diff != "" {
+		if diff := cmp.Diff(jobpod.Read(&whole), jobpod.Read(&wp.Pod), cachedPodCmp); diff != "" {
 			t.Fatalf("cached pod (-whole pod +wirePod):\n%s", diff)
 		}
 	})
 }
+
+// testNow is the fixed "now" of the tests; created is when their pods were
+// created, an hour before.
+var (
+	testNow = time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	created = testNow.Add(-time.Hour)
+)

@@ -40,7 +40,7 @@ func rendered(evs []event) []string {
 // is held goes once its interval is over, or when the job finishes, before
 // the job's own events.
 func TestPacedEvents(t *testing.T) {
-	e := newExpectations()
+	e := newEventPacer()
 	t0 := testNow
 	more := func(n int, what string) string {
 		return fmt.Sprintf("Warning IndexFailed: %d more %s failed for good; `kubectl ibj indexes a --failed` lists them with the reasons", n, what)

@@ -1,4 +1,4 @@
-package controller
+package podcache
 
 import (
 	"context"
@@ -9,10 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// podWrites sends the two writes a pod costs, its create and its
+// Writer sends the two writes a pod costs, its create and its
 // finalizer patch, straight through a core/v1 REST client in protobuf. The
 // API server answers each with the pod; a client.Client would read that
 // answer whole and decode it into a Pod (a create) or its metadata (a
@@ -20,9 +19,8 @@ import (
 // the writes ask for the metadata only (a far shorter answer than the whole
 // pod), and read it through a shared buffer without keeping or decoding it.
 // An error answer is decoded as usual, so apierrors still tell an
-// AlreadyExists or a NotFound. Tests without an API server leave it nil and
-// write through the Reconciler's client.
-type podWrites struct {
+// AlreadyExists or a NotFound.
+type Writer struct {
 	rest rest.Interface
 }
 
@@ -31,18 +29,18 @@ type podWrites struct {
 const metadataOnly = runtime.ContentTypeProtobuf + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1," +
 	runtime.ContentTypeJSON + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
-// newPodWrites makes a podWrites on cfg, whose rate limiter it shares.
-func newPodWrites(cfg *rest.Config) (*podWrites, error) {
+// NewWriter makes a Writer on cfg, whose rate limiter it shares.
+func NewWriter(cfg *rest.Config) (*Writer, error) {
 	c, err := coreV1ProtobufClient(cfg, clientgoscheme.Codecs.WithoutConversion())
 	if err != nil {
 		return nil, err
 	}
-	return &podWrites{rest: c}, nil
+	return &Writer{rest: c}, nil
 }
 
 // coreV1ProtobufClient is a REST client for core/v1 on a copy of cfg
 // (whose rate limiter and transport it shares) that speaks protobuf and
-// decodes with codecs: the pod informer's (wireCodecs) and podWrites'.
+// decodes with codecs: the pod informer's (wireCodecs) and the Writer's.
 func coreV1ProtobufClient(cfg *rest.Config, codecs runtime.NegotiatedSerializer) (*rest.RESTClient, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = runtime.ContentTypeProtobuf
@@ -56,13 +54,13 @@ func coreV1ProtobufClient(cfg *rest.Config, codecs runtime.NegotiatedSerializer)
 	return rest.RESTClientFor(cfg)
 }
 
-// create creates the pod.
-func (w *podWrites) create(ctx context.Context, pod *corev1.Pod) error {
+// Create creates the pod.
+func (w *Writer) Create(ctx context.Context, pod *corev1.Pod) error {
 	return send(ctx, w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod))
 }
 
-// patch applies a strategic merge patch to the named pod.
-func (w *podWrites) patch(ctx context.Context, namespace, name string, patch []byte) error {
+// Patch applies a strategic merge patch to the named pod.
+func (w *Writer) Patch(ctx context.Context, namespace, name string, patch []byte) error {
 	return send(ctx, w.rest.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).Body(patch))
 }
 
@@ -79,22 +77,4 @@ func send(ctx context.Context, req *rest.Request) error {
 		err = cerr
 	}
 	return err
-}
-
-// createPod creates the pod through podWrites, or through the client when
-// there is none.
-func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
-	if r.podWrites == nil {
-		return r.client.Create(ctx, pod)
-	}
-	return r.podWrites.create(ctx, pod)
-}
-
-// patchPod applies a strategic merge patch to the pod through podWrites,
-// or through the client when there is none.
-func (r *Reconciler) patchPod(ctx context.Context, pod *cachedPod, patch []byte) error {
-	if r.podWrites == nil {
-		return r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
-	}
-	return r.podWrites.patch(ctx, pod.Namespace, pod.Name, patch)
 }

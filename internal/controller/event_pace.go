@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -20,6 +21,30 @@ const (
 	namedIndexFailures   = 5
 	moreFailuresInterval = time.Minute
 )
+
+// eventPacer keeps, per job, what its paced events hold back. It is a
+// store of its own beside the expectations: it paces what a sync reports,
+// not what the cache has yet to show.
+type eventPacer struct {
+	mu   sync.Mutex
+	jobs map[types.UID]*eventPace
+}
+
+func newEventPacer() *eventPacer { return &eventPacer{jobs: map[types.UID]*eventPace{}} }
+
+// forget drops what a job that is gone held back.
+func (e *eventPacer) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.jobs, uid)
+}
+
+// size is how many jobs have paced events, for trackedEntries.
+func (e *eventPacer) size() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.jobs)
+}
 
 // eventPace is what a job's paced events hold back.
 type eventPace struct {
@@ -53,10 +78,14 @@ func (c *heldCount) add(n int, now time.Time, interval time.Duration, flush bool
 // and its indexes failed for good, paced by the job's eventPace, then the
 // plan's other events. wait is when the sync should come back to report
 // what was held (zero: nothing held).
-func (e *expectations) pacedEvents(job types.UID, jobName string, p *plan, created int, now time.Time) (out []event, wait time.Duration) {
+func (e *eventPacer) pacedEvents(job types.UID, jobName string, p *plan, created int, now time.Time) (out []event, wait time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	pace := &e.get(job).events
+	pace := e.jobs[job]
+	if pace == nil {
+		pace = &eventPace{}
+		e.jobs[job] = pace
+	}
 	flush := p.newlyFinished != nil
 	held := func(w time.Duration) {
 		if w > 0 && (wait == 0 || w < wait) {

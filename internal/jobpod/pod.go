@@ -1,0 +1,135 @@
+package jobpod
+
+import (
+	"time"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// Pod is what the controller keeps of one of its pods, and what the kubectl
+// plugin reads of one: the few facts a sync reads, taken from the pod when
+// its watch event arrives. A decoded
+// Pod is large even without its spec (the Pod struct itself, and a map for
+// each of its labels and annotations); this is a small fraction of it, and
+// the pod cache is most of the operator's memory for a large job
+// (docs/bench has the measured figures).
+type Pod struct {
+	// Meta holds the name, namespace, UID, resourceVersion, creation
+	// and deletion timestamps and the deletion grace period, nothing more.
+	Meta
+
+	JobName  string    // the job-name label, "" when missing
+	OwnerUID types.UID // UID of the controlling owner, "" without one
+	// Index is the completion Index from the label (else the annotation);
+	// badIndex, when the Index is missing or malformed, is the label as
+	// written, for the event that reports it.
+	Index    int32
+	IndexOK  bool
+	BadIndex string
+	Attempt  int32
+	Failures int32 // the index-failure-count annotation
+	Ignored  int32 // the index-ignored-failure-count annotation
+
+	Phase     corev1.PodPhase
+	Tracked   bool // carries the tracking finalizer
+	Discarded bool // its finalizer was removed without counting its end
+	Ready     bool
+	Restarts  int32 // container restarts, init containers included
+	// FinishedAt is when the pod finished, for backoff (see FinishTime).
+	FinishedAt time.Time
+	// Exits are the terminated containers with a non-zero exit code, init
+	// containers first, and conditions the pod's conditions: what a
+	// podFailurePolicy rule matches. Kept only for pods not Succeeded.
+	Exits      []Exit
+	Conditions []Condition
+}
+
+// Read takes the facts of a pod. The pods of a job share one copy of the
+// strings they have in common (namespace, job name, owner UID, phase).
+func Read(pod *corev1.Pod) *Pod {
+	c := &Pod{
+		Meta: Meta{
+			Name:                       pod.Name,
+			Namespace:                  intern(pod.Namespace),
+			UID:                        pod.UID,
+			ResourceVersion:            pod.ResourceVersion,
+			CreationTimestamp:          pod.CreationTimestamp,
+			DeletionTimestamp:          pod.DeletionTimestamp,
+			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
+		},
+		JobName:  intern(pod.Labels[ibjv1.JobNameLabel]),
+		Attempt:  Count(pod.Annotations, ibjv1.AttemptAnnotation),
+		Failures: Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
+		Ignored:  Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
+		Phase:    internPhase(pod.Status.Phase),
+	}
+	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {
+		c.Discarded = true
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		c.OwnerUID = types.UID(intern(string(ref.UID)))
+	}
+	c.Index, c.IndexOK = Index(pod)
+	if !c.IndexOK {
+		c.BadIndex = pod.Labels[ibjv1.CompletionIndexLabel]
+	}
+	for _, f := range pod.Finalizers {
+		if f == ibjv1.TrackingFinalizer {
+			c.Tracked = true
+		}
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			c.Ready = cond.Status == corev1.ConditionTrue
+			break
+		}
+	}
+	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range lists {
+			c.Restarts += cs.RestartCount
+		}
+	}
+	if c.Phase != corev1.PodSucceeded {
+		c.Exits = Exits(pod)
+		c.Conditions = Conditions(pod)
+	}
+	c.FinishedAt = FinishTime(pod)
+	return c
+}
+
+// intern returns the canonical copy of s, so that the pods of one job
+// (thousands of them) share one string for what they have in common (their
+// namespace, job name and owner) instead of each keeping its decoder's copy.
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internPhase returns the package constant for a known phase, so that
+// thousands of cached pods share one string instead of each keeping the
+// copy its decoder made.
+func internPhase(p corev1.PodPhase) corev1.PodPhase {
+	for _, known := range []corev1.PodPhase{corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown} {
+		if p == known {
+			return known
+		}
+	}
+	return p
+}
+
+// Finished: the pod reached Succeeded or Failed.
+func (p *Pod) Finished() bool {
+	return p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed
+}
+
+// Terminating: deleted, and not finished yet.
+func (p *Pod) Terminating() bool {
+	return p.DeletionTimestamp != nil && !p.Finished()
+}
+
+// Active: pending or running, not terminating.
+func (p *Pod) Active() bool {
+	return p.DeletionTimestamp == nil && !p.Finished()
+}

@@ -1,0 +1,225 @@
+// Package podcache is the operator's view of its pods: informers that keep
+// a compact record of each (jobpod.Pod), read from the API server's
+// protobuf in place and without the parts no sync reads, indexed by job;
+// and the writes a pod costs (its create and its finalizer patch), sent
+// without decoding the answer. The controller decides; this package only
+// reads and writes pods for it.
+package podcache
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+)
+
+// compactPod is the pod informer's transform. Anything that is not a Pod
+// (an object already compacted, on a resync) passes unchanged.
+func compactPod(obj any) (any, error) {
+	switch pod := obj.(type) {
+	case *wirePod:
+		return jobpod.Read(&pod.Pod), nil
+	case *corev1.Pod:
+		return jobpod.Read(pod), nil
+	}
+	return obj, nil
+}
+
+// jobNameIndex indexes the cached pods by their job-name label, so that a
+// sync lists its job's pods without a scan of every cached pod.
+const jobNameIndex = "batch.indexedjob.dev/job-name"
+
+// podJobKey is the key of jobNameIndex: namespace/job-name.
+func podJobKey(obj any) ([]string, error) {
+	if pod, ok := obj.(*jobpod.Pod); ok && pod.JobName != "" {
+		return []string{pod.Namespace + "/" + pod.JobName}, nil
+	}
+	return nil, nil
+}
+
+// Source watches the operator's pods (those with the controller-uid
+// label) with informers of its own: one for all namespaces, or one per
+// namespace under --namespaces. It keeps jobpod.Pods, indexed by job, and
+// queues the job named in a pod's job-name label on every event, so that
+// pods left by a deleted job still reach a sync that releases them. The
+// informers start with the controller, so a standby replica caches no pods.
+type Source struct {
+	informers map[string]toolscache.SharedIndexInformer // by namespace; "" is all
+	// finalizerGone, if not nil, hears of every pod the cache shows losing its
+	// tracking finalizer or gone.
+	finalizerGone func(*jobpod.Pod)
+	// cached counts the pods the informers hold, kept by the event handler
+	// (every pod the cache takes in is an add, every one it drops a
+	// delete), so that a metrics scrape does not list every key.
+	cached atomic.Int64
+}
+
+// New makes the Source of the pods in namespaces (all when empty) on cfg,
+// whose rate limiter it shares. finalizerGone, if not nil, hears of every
+// pod the cache shows losing its tracking finalizer or gone.
+func New(cfg *rest.Config, namespaces []string, finalizerGone func(*jobpod.Pod)) (*Source, error) {
+	// Pods are read in protobuf as wirePods (wire_pod.go): without the spec
+	// and the managed fields, which no sync reads, and from a watch event's
+	// bytes in place (watch_decode.go).
+	pods, err := coreV1ProtobufClient(cfg, wireSerializer)
+	if err != nil {
+		return nil, err
+	}
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: finalizerGone}
+	for _, ns := range namespaces {
+		lw := toolscache.NewFilteredListWatchFromClient(pods, "pods", ns, func(o *metav1.ListOptions) {
+			o.LabelSelector = ibjv1.ControllerUIDLabel
+		})
+		inf := toolscache.NewSharedIndexInformerWithOptions(lw, &wirePod{}, toolscache.SharedIndexInformerOptions{
+			Indexers:          toolscache.Indexers{jobNameIndex: podJobKey},
+			ObjectDescription: "pods of IndexedBatchJobs",
+		})
+		if err := inf.SetTransform(compactPod); err != nil {
+			return nil, err
+		}
+		s.informers[ns] = inf
+	}
+	return s, nil
+}
+
+// podEventPriority is the queue priority of a sync that a pod event asks
+// for: above the default of a job's own events (a new job), so that jobs
+// whose pods are running or have just finished are synced before new jobs
+// start, and a fleet of jobs created together finishes in order rather
+// than all at the end.
+const podEventPriority = 1
+
+// Start registers the event handler and runs the informers until ctx ends.
+func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	handler := s.handler(podEventAdder(queue))
+	for _, inf := range s.informers {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+		go inf.RunWithContext(ctx)
+	}
+	return nil
+}
+
+// handler queues the job named by a pod's job-name label on the pod's
+// events, except a succeeded pod's release (releasedAfterSuccess), and
+// tells finalizerGone of each pod the cache shows let go or gone.
+func (s *Source) handler(add func(reconcile.Request)) toolscache.ResourceEventHandlerFuncs {
+	enqueue := func(pod *jobpod.Pod) {
+		if pod.JobName != "" {
+			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.JobName}})
+		}
+	}
+	letGo := func(pod *jobpod.Pod) {
+		if s.finalizerGone != nil {
+			s.finalizerGone(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*jobpod.Pod); ok {
+				s.cached.Add(1)
+				enqueue(pod)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, ok1 := oldObj.(*jobpod.Pod)
+			pod, ok2 := obj.(*jobpod.Pod)
+			if !ok1 || !ok2 {
+				return
+			}
+			if old.Tracked && !pod.Tracked {
+				letGo(pod)
+			}
+			if !releasedAfterSuccess(old, pod) {
+				enqueue(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*jobpod.Pod); ok {
+				s.cached.Add(-1)
+				letGo(pod)
+				enqueue(pod)
+			}
+		},
+	}
+}
+
+// releasedAfterSuccess reports whether a pod update only took the tracking
+// finalizer off a pod that had succeeded already. Such a pod is counted by
+// its index, which the written status holds before its finalizer goes, so
+// its release changes nothing a sync decides: it queues no sync, and the
+// thousands of releases that end a large job do not each cost one.
+func releasedAfterSuccess(old, pod *jobpod.Pod) bool {
+	return old.Phase == corev1.PodSucceeded && pod.Phase == corev1.PodSucceeded &&
+		old.Tracked && !pod.Tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
+}
+
+// podEventAdder queues a sync at podEventPriority when the controller's
+// queue has priorities (controller-runtime's default), else plainly.
+func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request]) func(reconcile.Request) {
+	pq, ok := queue.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok {
+		return queue.Add
+	}
+	return func(req reconcile.Request) {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(podEventPriority)}, req)
+	}
+}
+
+// WaitForSync returns once every informer has listed its pods.
+func (s *Source) WaitForSync(ctx context.Context) error {
+	synced := make([]toolscache.InformerSynced, 0, len(s.informers))
+	for _, inf := range s.informers {
+		synced = append(synced, inf.HasSynced)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("timed out waiting for the pod informers to sync")
+	}
+	return nil
+}
+
+// Len is how many pods the informers cache.
+func (s *Source) Len() int { return int(s.cached.Load()) }
+
+func (s *Source) String() string { return "pods of IndexedBatchJobs" }
+
+// List returns the cached pods labelled with the job's name. They are the
+// cache's own objects: read them, never write to them.
+func (s *Source) List(namespace, name string) ([]*jobpod.Pod, error) {
+	inf := s.informers[metav1.NamespaceAll]
+	if inf == nil {
+		if inf = s.informers[namespace]; inf == nil {
+			return nil, nil
+		}
+	}
+	objs, err := inf.GetIndexer().ByIndex(jobNameIndex, namespace+"/"+name)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*jobpod.Pod, 0, len(objs))
+	for _, o := range objs {
+		if pod, ok := o.(*jobpod.Pod); ok {
+			pods = append(pods, pod)
+		}
+	}
+	return pods, nil
+}
