@@ -16,4 +16,3 @@ func TestPodIsSmall(t *testing.T) {
 		t.Errorf("Pod is %d bytes, want at most 35%% of a Pod's %d", got, pod)
 	}
 }
-
