@@ -40,6 +40,20 @@ const (
 	ControllerName = "batch.indexedjob.dev/indexedbatchjob-controller"
 )
 
+// ReservedPodLabels are the labels the operator writes on every pod it
+// creates. A pod template may not set them: the admission webhook refuses
+// it, and the controller overwrites or drops them when the webhook is off.
+var ReservedPodLabels = []string{CompletionIndexLabel, JobNameLabel, ControllerUIDLabel}
+
+// ReservedPodAnnotations are the annotations the operator writes on the
+// pods it creates, or reads from them as its own record (attempts, failure
+// counts, a pod let go without counting). A pod template may not set them,
+// as ReservedPodLabels.
+var ReservedPodAnnotations = []string{
+	CompletionIndexLabel, AttemptAnnotation, IndexFailureCountAnnotation,
+	IndexIgnoredFailureCountAnnotation, DiscardedAnnotation,
+}
+
 // Condition types. They are those of batch/v1 Job.
 const (
 	// ConditionSuspended is True while the job is suspended.

@@ -98,42 +98,115 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	})
 }
 
-// createPods creates the pods and returns how many the API server took,
-// and the error of each create (nil where it succeeded), in the order of
-// creates. A pod that exists already was created by an earlier sync whose
-// create the cache has not shown yet: its deterministic name kept it from
-// doubling.
+// slowStartInitialBatch is the size of a sync's first batch of creates;
+// each batch that all goes through doubles the next, as upstream's
+// slowStartBatch.
+const slowStartInitialBatch = 1
+
+// createPods creates the pods in batches of 1, 2, 4, ... (upstream's slow
+// start) and stops at the first batch with a refusal: a job whose creates
+// are refused (a full quota, a policy) sends a handful of them per sync,
+// not all of its parallelism. It returns how many the API server took and
+// the error of each create (nil where it succeeded or was never sent), in
+// the order of creates. A pod that exists already is this job's only if it
+// is controlled by it (createdOrTaken).
 func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (int, []error) {
-	logger := log.FromContext(ctx)
 	errs := make([]error, len(creates))
-	_ = parallel(ctx, len(creates), func(i int) error {
-		c := creates[i]
-		pod := newPod(job, c)
-		r.exp.expectCreate(job.UID, pod.Name, r.clock.Now())
-		reason := "new"
-		if c.attempt > 0 {
-			reason = "retry"
+	created := 0
+	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, 2*batch {
+		end := min(start+batch, len(creates))
+		took := make([]bool, end-start)
+		_ = parallel(ctx, end-start, func(i int) error {
+			took[i], errs[start+i] = r.createOne(ctx, job, creates[start+i])
+			return nil
+		})
+		refused := 0
+		for i, ok := range took {
+			if ok {
+				created++
+			} else if errs[start+i] != nil {
+				refused++
+			}
 		}
-		switch err := r.createPod(ctx, pod); {
-		case err == nil:
-			podsCreated.WithLabelValues(reason, "succeeded").Inc()
-			logger.V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
-		case apierrors.IsAlreadyExists(err):
-		default:
-			r.exp.createFailed(job.UID, pod.Name)
-			podsCreated.WithLabelValues(reason, "failed").Inc()
-			r.emit(job, warningEvent("FailedCreate", "Error creating pod %s: %v", pod.Name, err))
-			errs[i] = fmt.Errorf("creating pod %s: %w", pod.Name, err)
-		}
-		return nil
-	})
-	created := len(creates)
-	for _, err := range errs {
-		if err != nil {
-			created--
+		if refused > 0 {
+			skipped := len(creates) - end
+			r.emit(job, warningEvent("FailedCreate", "%s%s", refusedBatch(errs[start:end], refused), skippedCreates(skipped)))
+			break
 		}
 	}
 	return created, errs
+}
+
+// refusedBatch says what a batch's refusals were: the first one's error and
+// how many more there were.
+func refusedBatch(errs []error, refused int) string {
+	msg := "Error " + firstError(errs).Error()
+	if refused > 1 {
+		msg += fmt.Sprintf(" (and %d more creates refused in the same batch)", refused-1)
+	}
+	return msg
+}
+
+// skippedCreates says how many creates a refusal held back to a later sync.
+func skippedCreates(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d more held back until a later sync", n)
+}
+
+// createOne creates one pod. took is whether the job now has the pod: it
+// was created, or an earlier sync of this process created it and the
+// cache has not shown it yet (its deterministic name kept it from
+// doubling). err is nil when the pod was not created for a reason that is
+// no refusal: its name is taken by a pod the job does not control.
+func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate) (took bool, err error) {
+	pod := newPod(job, c)
+	r.exp.expectCreate(job.UID, pod.Name, r.clock.Now())
+	reason := "new"
+	if c.attempt > 0 {
+		reason = "retry"
+	}
+	switch err = r.createPod(ctx, pod); {
+	case err == nil:
+		podsCreated.WithLabelValues(reason, "succeeded").Inc()
+		log.FromContext(ctx).V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		if took, err = r.nameTakenByJob(ctx, job, c, pod); took {
+			return true, nil
+		}
+	default:
+		podsCreated.WithLabelValues(reason, "failed").Inc()
+		err = fmt.Errorf("creating pod %s: %w", pod.Name, err)
+	}
+	r.exp.createFailed(job.UID, pod.Name)
+	return false, err
+}
+
+// nameTakenByJob is called when the create of pod found its name taken. The
+// pod is the job's (took) when the pod of that name is controlled by the
+// job. Otherwise the name belongs to another pod (one left by a deleted job
+// of the same name, or anyone's): the job never counts it, the index's
+// next attempt is numbered past it (takenNames), and an event PodNameTaken
+// says so. err is the error of reading the pod, nil otherwise.
+func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate, pod *corev1.Pod) (took bool, err error) {
+	holder := &metav1.PartialObjectMetadata{}
+	holder.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), holder); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone since: the next sync creates it.
+			return false, nil
+		}
+		return false, fmt.Errorf("reading pod %s, whose name is taken: %w", pod.Name, err)
+	}
+	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID {
+		return true, nil
+	}
+	r.takenNames.take(job.UID, c.index, c.attempt)
+	r.emit(job, warningEvent("PodNameTaken", "Pod %s exists and is not controlled by this job: not counted; index %d starts under a new name",
+		pod.Name, c.index))
+	return false, nil
 }
 
 // firstError is the first non-nil error, nil if there is none.
@@ -347,4 +420,5 @@ func (r *Reconciler) patchPod(ctx context.Context, pod *jobpod.Pod, patch []byte
 func (r *Reconciler) forget(uid types.UID) {
 	r.exp.forget(uid)
 	r.events.forget(uid)
+	r.takenNames.forget(uid)
 }

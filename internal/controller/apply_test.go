@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +100,96 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 	}
 	if writes != 1 || r.later.size() != 1 {
 		t.Errorf("not only counters: %d status writes, %d pods queued for release; want 1 and 1", writes, r.later.size())
+	}
+}
+
+// drainEvents closes the fake recorder and returns what it recorded.
+func drainEvents(recorder *events.FakeRecorder) []string {
+	close(recorder.Events)
+	var got []string
+	for e := range recorder.Events {
+		got = append(got, e)
+	}
+	return got
+}
+
+// Creates go in batches of 1, 2, 4, ... and stop at the first batch with a
+// refusal (upstream's slow start): a job whose quota is full sends a
+// handful of creates per sync, not its whole parallelism, and says so in
+// one event for the refused batch.
+func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(100).Parallelism(100).Obj()
+	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
+	const quota = 5 // pods the quota admits
+	var sent, admitted atomic.Int32
+	c := interceptor.NewClient(api, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			sent.Add(1)
+			if admitted.Add(1) > quota {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, obj.GetName(), errors.New("exceeded quota: compute"))
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	recorder := events.NewFakeRecorder(100)
+	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
+	creates := make([]podToCreate, 100)
+	for i := range creates {
+		creates[i] = podToCreate{index: int32(i)}
+	}
+	created, errs := r.createPods(context.Background(), job, creates)
+	// Batches of 1, 2 and 4: the third has two refusals, and nothing more
+	// is sent.
+	if got := sent.Load(); got != 7 {
+		t.Errorf("%d creates sent, want 7 (batches of 1, 2 and 4)", got)
+	}
+	if created != quota {
+		t.Errorf("%d pods created, want %d", created, quota)
+	}
+	refused := 0
+	for _, err := range errs {
+		if err != nil {
+			refused++
+		}
+	}
+	if refused != 2 || !apierrors.IsForbidden(firstError(errs)) {
+		t.Errorf("%d creates failed (first %v), want the 2 the quota refused", refused, firstError(errs))
+	}
+	got := drainEvents(recorder)
+	if len(got) != 1 || !strings.Contains(got[0], "FailedCreate") || !strings.Contains(got[0], "and 1 more creates refused") ||
+		!strings.Contains(got[0], "93 more held back") {
+		t.Errorf("events %q, want one FailedCreate for the refused batch, counting the creates held back", got)
+	}
+}
+
+// A create whose name is taken by a pod the job does not control (left by
+// a deleted job of the same name) is not counted as the job's pod: an
+// event says so and the index's next attempt is named past it. A pod of the
+// same name that the job controls is its own.
+func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
+	old := newPod(harness.MakeIndexedBatchJob("a", "ns").UID("old-uid").Completions(2).Obj(), podToCreate{index: 0})
+	mine := newPod(job, podToCreate{index: 1})
+	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, old, mine).WithStatusSubresource(job).Build()
+	recorder := events.NewFakeRecorder(10)
+	r := NewReconciler(api, recorder, clock.RealClock{}, DefaultBackoff)
+
+	created, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	if created != 1 || firstError(errs) != nil {
+		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
+	}
+	if floors := r.takenNames.floors(job.UID, nil); floors[0] != 1 || len(floors) != 1 {
+		t.Errorf("taken names %v, want index 0 past attempt 0", floors)
+	}
+	got := drainEvents(recorder)
+	if len(got) != 1 || !strings.Contains(got[0], "PodNameTaken") || !strings.Contains(got[0], "a-0-0") {
+		t.Errorf("events %q, want one PodNameTaken for a-0-0", got)
+	}
+	// The next sync names index 0's first pod past the taken name.
+	in := r.syncInput(job, nil, nil)
+	in.expectationsSatisfied = true
+	p := syncJob(in)
+	if len(p.create) == 0 || p.create[0] != (podToCreate{index: 0, attempt: 1}) {
+		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)
 	}
 }

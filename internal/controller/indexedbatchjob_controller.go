@@ -49,6 +49,9 @@ type Reconciler struct {
 	exp *expectations
 	// events paces a job's repeated events (event_pace.go).
 	events *eventPacer
+	// takenNames remembers the pod names found taken by pods a job does
+	// not control (taken_names.go).
+	takenNames *takenNames
 	// later removes, in the background, the finalizers of pods whose result
 	// is counted already (release.go).
 	later *laterReleases
@@ -80,7 +83,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
 		taken = utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), takenServices: taken}
 	r.later = newLaterReleases(r)
 	return r
 }
@@ -118,11 +121,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// A Service the API server refuses is reported in the status; the pods
 	// run all the same, and the error brings a retry.
 	svc, svcErr := r.ensureService(ctx, job)
-	pods, err := r.ownPods(ctx, job)
+	pods, floors, err := r.ownPods(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, errors.Join(svcErr, err)
 	}
-	in := r.syncInput(job, pods)
+	in := r.syncInput(job, pods, floors)
 	in.service = svc
 	result, err := r.apply(ctx, job, syncJob(in))
 	if err = errors.Join(svcErr, err); err != nil {
@@ -158,22 +161,31 @@ func isManagedElsewhere(job *ibjv1.IndexedBatchJob) bool {
 	return job.Spec.ManagedBy != nil && *job.Spec.ManagedBy != ibjv1.ControllerName
 }
 
-// ownPods returns the cached pods the job controls. Foreign pods (labelled
-// with the job's name but not controlled by it) lose their tracking
-// finalizer, with an event.
-func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*jobpod.Pod, error) {
+// ownPods returns the cached pods the job controls, and the attempts past
+// the names the others hold (nameFloors). Foreign pods (labelled with the
+// job's name but not controlled by it) lose their tracking finalizer, with
+// an event.
+func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*jobpod.Pod, map[int32]int32, error) {
 	listed, err := r.pods.List(job.Namespace, job.Name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	own, foreign := splitByOwner(listed, job.UID)
 	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, pod := range foreign {
 		r.emit(job, warningEvent("ForeignPod", "Released pod %s without counting it: it carries this job's labels but is not controlled by it", pod.Name))
 	}
-	return own, nil
+	var others []*jobpod.Pod
+	if len(own) < len(listed) {
+		for _, pod := range listed {
+			if pod.OwnerUID != job.UID {
+				others = append(others, pod)
+			}
+		}
+	}
+	return own, nameFloors(others), nil
 }
 
 // splitByOwner divides the pods labelled with a job's name into those the
@@ -205,9 +217,10 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 	return forEachPod(ctx, foreign, r.removeFinalizer)
 }
 
-// syncInput is what syncJob decides from: the job, its pods, the time, and
-// whether the cache shows every pod this process created for it.
-func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) syncInput {
+// syncInput is what syncJob decides from: the job, its pods, the time,
+// whether the cache shows every pod this process created for it, and the
+// pod names others hold (floors, from the cache, and takenNames).
+func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32) syncInput {
 	now := r.clock.Now()
 	r.exp.observeFinalizers(job.UID, pods, now)
 	return syncInput{
@@ -217,6 +230,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) s
 		backoff:               r.backoff,
 		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
 		lastStatusWrite:       r.exp.lastStatusWrite(job.UID),
+		nameFloors:            r.takenNames.floors(job.UID, floors),
 	}
 }
 
@@ -239,13 +253,20 @@ func syncRetryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	)
 }
 
+// podEventBatchPeriod is how long a pod event waits for the job's sync, so
+// that the pod events that land together (two failures, the pods of a lost
+// node) are decided together, as upstream's pod update batch period: a
+// failure a moment after another never starts a pod that the job's end
+// then stops.
+const podEventBatchPeriod = time.Second
+
 // SetupWithManager registers the controller: jobs and their headless
 // Services, from the manager's cache (which holds only the operator's
 // Services, see CacheOptions), so that a deleted Service is created again;
 // and their pods, from a podcache.Source of its own over the given
 // namespaces (all when empty).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
-	pods, err := podcache.New(mgr.GetConfig(), namespaces, r.later.observed)
+	pods, err := podcache.New(mgr.GetConfig(), namespaces, podcache.Options{FinalizerGone: r.later.observed, BatchPeriod: podEventBatchPeriod})
 	if err != nil {
 		return err
 	}

@@ -417,13 +417,13 @@ func (c *cluster) sync() plan {
 	c.clock.SetTime(c.now)
 	c.r.backoff = c.backoff
 	job := c.job.DeepCopy()
-	pods, err := c.r.ownPods(ctx, job)
+	pods, floors, err := c.r.ownPods(ctx, job)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	// The cache lists in no order; creation order keeps a run repeatable.
 	slices.SortFunc(pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
-	in := c.r.syncInput(job, pods)
+	in := c.r.syncInput(job, pods, floors)
 	in.expectationsSatisfied = in.expectationsSatisfied && !c.lagging
 	fault := c.fault
 	if c.crashAt > 0 {

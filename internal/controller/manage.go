@@ -96,6 +96,12 @@ func (s *syncState) indexFinished(ix int32) bool {
 	return s.completed.Has(ix) || s.failedIndexes.Has(ix)
 }
 
+// maxCreatesPerSync bounds the pods one sync creates, as upstream's
+// maxPodCreateDeletePerSync: a job with thousands of pods to start takes
+// its turn with the others, and a small job created after it starts while
+// it still has pods to create.
+const maxCreatesPerSync = 500
+
 // startPods creates pods for the lowest unfinished wanted indexes without
 // one, within parallelism. Under podReplacementPolicy Failed terminating pods
 // still take their slot.
@@ -109,6 +115,11 @@ func (s *syncState) startPods() {
 	}
 	if slots <= 0 {
 		return
+	}
+	if slots > maxCreatesPerSync {
+		// The rest go in the next syncs, after other jobs' turns.
+		slots = maxCreatesPerSync
+		s.plan.requeue(time.Second)
 	}
 	if s.job.Spec.BackoffLimitPerIndex == nil {
 		if wait := s.globalBackoffLeft(); wait > 0 {
@@ -135,7 +146,7 @@ func (s *syncState) startPods() {
 func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 	st := s.indexes[ix]
 	if st == nil {
-		return podToCreate{index: ix}, true
+		return podToCreate{index: ix, attempt: s.nameFloors[ix]}, true
 	}
 	if len(st.active) > 0 || (onlyReplaceFailed(s.job) && st.terminating > 0) {
 		return podToCreate{}, false
@@ -155,7 +166,8 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 // the way upstream's job-index-failure-count annotation does.
 func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
 	failures, ignored := jobpod.NextCounts(last, s.failureOf(last))
-	return podToCreate{index: last.Index, attempt: last.Attempt + 1, failures: failures, ignored: ignored}
+	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
+	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored}
 }
 
 // globalBackoffLeft is the replacement delay of a job without per-index

@@ -134,6 +134,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	out["taken_services"] = r.takenServices.Len()
 	out["finalizer_releases"] = r.later.size()
 	out["paced_events"] = r.events.size()
+	out["taken_pod_names"] = r.takenNames.size()
 	if r.pods != nil {
 		out["cached_pods"] = r.pods.Len()
 	}

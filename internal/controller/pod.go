@@ -52,6 +52,16 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
+	// What the operator writes and reads as its own record never comes
+	// from the template (the webhook refuses it there; without the webhook
+	// it is dropped): a template's discarded annotation would have every pod
+	// let go as it starts, and replaced without end.
+	for _, key := range ibjv1.ReservedPodLabels {
+		delete(pod.Labels, key)
+	}
+	for _, key := range ibjv1.ReservedPodAnnotations {
+		delete(pod.Annotations, key)
+	}
 	pod.Labels[ibjv1.JobNameLabel] = job.Name
 	pod.Labels[ibjv1.ControllerUIDLabel] = string(job.UID)
 	pod.Labels[ibjv1.CompletionIndexLabel] = index

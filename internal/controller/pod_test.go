@@ -328,3 +328,52 @@ func TestPodRecordKeepsWhatASyncReads(t *testing.T) {
 		t.Errorf("pod without a controller cached with owner %q", c.OwnerUID)
 	}
 }
+
+// Every key the operator writes on its pods is its own: a template that
+// sets one (admitted while the webhook was off) gets the operator's value,
+// or none where the operator writes none. A template's discarded
+// annotation would otherwise have every pod let go as it starts.
+func TestNewPodIgnoresReservedKeysOfTheTemplate(t *testing.T) {
+	cases := []struct {
+		key        string
+		annotation bool
+		want       string // the pod's value; "" for none
+	}{
+		{ibjv1.CompletionIndexLabel, false, "3"},
+		{ibjv1.JobNameLabel, false, "train"},
+		{ibjv1.ControllerUIDLabel, false, "job-uid"},
+		{ibjv1.CompletionIndexLabel, true, "3"},
+		{ibjv1.AttemptAnnotation, true, "0"},
+		{ibjv1.IndexFailureCountAnnotation, true, ""},
+		{ibjv1.IndexIgnoredFailureCountAnnotation, true, ""},
+		{ibjv1.DiscardedAnnotation, true, ""},
+	}
+	if want := len(ibjv1.ReservedPodLabels) + len(ibjv1.ReservedPodAnnotations); len(cases) != want {
+		t.Fatalf("%d cases for %d reserved keys: a reserved key has no row", len(cases), want)
+	}
+	for _, tc := range cases {
+		kind := "label"
+		if tc.annotation {
+			kind = "annotation"
+		}
+		t.Run(kind+" "+tc.key, func(t *testing.T) {
+			b := harness.MakeIndexedBatchJob("train", "ns").UID("job-uid").Completions(8)
+			if tc.annotation {
+				b = b.PodAnnotation(tc.key, "from-template")
+			} else {
+				b = b.PodLabel(tc.key, "from-template")
+			}
+			pod := newPod(b.Obj(), podToCreate{index: 3})
+			got, ok := pod.Labels[tc.key]
+			if tc.annotation {
+				got, ok = pod.Annotations[tc.key]
+			}
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("%s %s = %q (set: %v), want %q", kind, tc.key, got, ok, tc.want)
+			}
+			if rec := jobpod.Read(pod); rec.Discarded || rec.Index != 3 || rec.Attempt != 0 || rec.Failures != 0 {
+				t.Errorf("the pod reads as %+v, want index 3, attempt 0, not discarded, no failures", rec)
+			}
+		})
+	}
+}

@@ -41,6 +41,9 @@ type syncInput struct {
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
+	// nameFloors are, by index, the lowest attempt whose pod name no pod
+	// the job does not control holds (taken_names.go); nil when none.
+	nameFloors map[int32]int32
 }
 
 // syncState is one sync's view of its job: what the last status recorded,

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,16 +61,30 @@ type Source struct {
 	// finalizerGone, if not nil, hears of every pod the cache shows losing its
 	// tracking finalizer or gone.
 	finalizerGone func(*jobpod.Pod)
+	// batchPeriod is how long a pod event waits to be synced (Options).
+	batchPeriod time.Duration
 	// cached counts the pods the informers hold, kept by the event handler
 	// (every pod the cache takes in is an add, every one it drops a
 	// delete), so that a metrics scrape does not list every key.
 	cached atomic.Int64
 }
 
+// Options are a Source's settings.
+type Options struct {
+	// FinalizerGone, if not nil, hears of every pod the cache shows losing
+	// its tracking finalizer or gone.
+	FinalizerGone func(*jobpod.Pod)
+	// BatchPeriod is how long the sync a pod event asks for waits, so that
+	// the events that land together (two failures, a node's pods) are
+	// decided in one sync, as upstream's pod update batch period (1 s).
+	// Later events of the same job within it join the same sync; zero
+	// syncs at once.
+	BatchPeriod time.Duration
+}
+
 // New makes the Source of the pods in namespaces (all when empty) on cfg,
-// whose rate limiter it shares. finalizerGone, if not nil, hears of every
-// pod the cache shows losing its tracking finalizer or gone.
-func New(cfg *rest.Config, namespaces []string, finalizerGone func(*jobpod.Pod)) (*Source, error) {
+// whose rate limiter it shares.
+func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 	// Pods are read in protobuf as wirePods (wire_pod.go): without the spec
 	// and the managed fields, which no sync reads, and from a watch event's
 	// bytes in place (watch_decode.go).
@@ -80,7 +95,7 @@ func New(cfg *rest.Config, namespaces []string, finalizerGone func(*jobpod.Pod))
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: finalizerGone}
+	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: opts.FinalizerGone, batchPeriod: opts.BatchPeriod}
 	for _, ns := range namespaces {
 		lw := toolscache.NewFilteredListWatchFromClient(pods, "pods", ns, func(o *metav1.ListOptions) {
 			o.LabelSelector = ibjv1.ControllerUIDLabel
@@ -106,7 +121,7 @@ const podEventPriority = 1
 
 // Start registers the event handler and runs the informers until ctx ends.
 func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	handler := s.handler(podEventAdder(queue))
+	handler := s.handler(podEventAdder(queue, s.batchPeriod))
 	for _, inf := range s.informers {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
@@ -173,15 +188,17 @@ func releasedAfterSuccess(old, pod *jobpod.Pod) bool {
 		old.Tracked && !pod.Tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 
-// podEventAdder queues a sync at podEventPriority when the controller's
-// queue has priorities (controller-runtime's default), else plainly.
-func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request]) func(reconcile.Request) {
+// podEventAdder queues a sync batch after a pod event, at podEventPriority
+// when the controller's queue has priorities (controller-runtime's
+// default). A job already waiting keeps its earlier time, so a stream of
+// events is synced once per batch, not postponed by each.
+func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request], batch time.Duration) func(reconcile.Request) {
 	pq, ok := queue.(priorityqueue.PriorityQueue[reconcile.Request])
 	if !ok {
-		return queue.Add
+		return func(req reconcile.Request) { queue.AddAfter(req, batch) }
 	}
 	return func(req reconcile.Request) {
-		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(podEventPriority)}, req)
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(podEventPriority), After: batch}, req)
 	}
 }
 

@@ -3,11 +3,13 @@ package podcache
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -47,7 +49,7 @@ func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
 	newJob := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "new"}}
 	running := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "running"}}
 	queue.Add(newJob)
-	podEventAdder(queue)(running)
+	podEventAdder(queue, 0)(running)
 	var got []string
 	for range 2 {
 		item, _ := queue.Get()
@@ -56,6 +58,61 @@ func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"running", "new"}) {
 		t.Errorf("synced %v, want the job with a pod event first", got)
+	}
+}
+
+// recordingQueue records how pod events are queued: with priorities (as
+// controller-runtime's default queue) or without.
+type recordingQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	opts []priorityqueue.AddOpts
+}
+
+func (q *recordingQueue) AddWithOpts(o priorityqueue.AddOpts, _ ...reconcile.Request) {
+	q.opts = append(q.opts, o)
+}
+
+type plainRecordingQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	after []time.Duration
+}
+
+func (q *plainRecordingQueue) AddAfter(_ reconcile.Request, d time.Duration) { q.after = append(q.after, d) }
+
+// A pod event asks for a sync one batch period later, so that the events
+// that land together are decided together, with the pod events' priority;
+// a queue without priorities gets the same delay.
+func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}
+	pq := &recordingQueue{}
+	podEventAdder(pq, time.Second)(req)
+	if len(pq.opts) != 1 || pq.opts[0].After != time.Second || pq.opts[0].Priority == nil || *pq.opts[0].Priority != podEventPriority {
+		t.Errorf("queued with %+v, want after 1s at priority %d", pq.opts, podEventPriority)
+	}
+	plain := &plainRecordingQueue{}
+	podEventAdder(plain, time.Second)(req)
+	if !slices.Equal(plain.after, []time.Duration{time.Second}) {
+		t.Errorf("queued after %v, want [1s]", plain.after)
+	}
+}
+
+// Two events of one job within the batch period make one sync, at the time
+// the first asked for: a later event does not postpone it.
+func TestPodEventsInOneBatchAreSyncedOnce(t *testing.T) {
+	queue := priorityqueue.New[reconcile.Request]("test")
+	defer queue.ShutDown()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}
+	add := podEventAdder(queue, 50*time.Millisecond)
+	add(req)
+	add(req)
+	item, _ := queue.Get()
+	queue.Done(item)
+	if item != req {
+		t.Errorf("synced %v, want %v", item, req)
+	}
+	time.Sleep(100 * time.Millisecond) // past both events' batch periods
+	if n := queue.Len(); n != 0 {
+		t.Errorf("%d more syncs queued, want one sync for both events", n)
 	}
 }
 

@@ -58,7 +58,15 @@ var _ admission.Validator[*ibjv1.IndexedBatchJob] = (*Validator)(nil)
 
 // ValidateCreate judges the new job's pod template.
 func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	if errs := specErrors(job); len(errs) > 0 {
+		return nil, invalid(job, errs)
+	}
 	return v.judgePods(ctx, job)
+}
+
+// invalid is the refusal of the job for errs.
+func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
+	return apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
 }
 
 // ValidateUpdate judges the template only when the update changes it (what
@@ -68,11 +76,20 @@ func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJ
 // suspend and resume of a queueing system, or the labels of a job admitted
 // before the webhook was installed, and cost a dry run per update.
 func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
-	if job.DeletionTimestamp != nil || equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
+	if job.DeletionTimestamp != nil {
 		return nil, nil
 	}
-	if errs := containersChangedBeyondResources(old, job); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
+	if !equality.Semantic.DeepEqual(old.Spec.SuccessPolicy, job.Spec.SuccessPolicy) {
+		if errs := successPolicyErrors(job); len(errs) > 0 {
+			return nil, invalid(job, errs)
+		}
+	}
+	if equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
+		return nil, nil
+	}
+	errs := append(containersChangedBeyondResources(old, job), reservedKeyErrors(job)...)
+	if len(errs) > 0 {
+		return nil, invalid(job, errs)
 	}
 	return v.judgePods(ctx, job)
 }

@@ -215,6 +215,31 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	})
 })
 
+var _ = Describe("What the CRD's schema cannot state", func() {
+	It("refuses a pod template that sets a key the operator reserves on its pods, naming the field", func() {
+		ns := newNamespace(nil)
+		job := harness.MakeIndexedBatchJob("reserved", ns).PodAnnotation(ibjv1.DiscardedAnnotation, "true").
+			PodLabel(ibjv1.JobNameLabel, "someone-else").Obj()
+		err := k8sClient.Create(ctx, job)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err).To(MatchError(ContainSubstring(
+			`spec.template.metadata.annotations[batch.indexedjob.dev/discarded]: Forbidden: is reserved: the operator sets it`)))
+		Expect(causeFields(err)).To(ConsistOf(
+			"spec.template.metadata.labels[batch.indexedjob.dev/job-name]",
+			"spec.template.metadata.annotations[batch.indexedjob.dev/discarded]"))
+	})
+
+	It("refuses a success policy rule whose succeededCount exceeds its succeededIndexes, with upstream's message", func() {
+		ns := newNamespace(nil)
+		job := harness.MakeIndexedBatchJob("unmeetable", ns).Completions(10).
+			SuccessPolicy(batchv1.SuccessPolicyRule{SucceededIndexes: ptr.To("0,5"), SucceededCount: ptr.To[int32](3)}).Obj()
+		err := k8sClient.Create(ctx, job)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err).To(MatchError(ContainSubstring(`spec.successPolicy.rules[0].succeededCount: Invalid value: 3: ` +
+			`must be less than or equal to 2 (the number of indexes in the specified succeededIndexes field)`)))
+	})
+})
+
 var _ = Describe("Defaults", func() {
 	It("writes backoffLimit and podReplacementPolicy into a new job, as batch/v1 does", func() {
 		ns := newNamespace(nil)
