@@ -77,7 +77,9 @@ type plainRecordingQueue struct {
 	after []time.Duration
 }
 
-func (q *plainRecordingQueue) AddAfter(_ reconcile.Request, d time.Duration) { q.after = append(q.after, d) }
+func (q *plainRecordingQueue) AddAfter(_ reconcile.Request, d time.Duration) {
+	q.after = append(q.after, d)
+}
 
 // A pod event asks for a sync one batch period later, so that the events
 // that land together are decided together, with the pod events' priority;

@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,6 +92,55 @@ var _ = Describe("Hostile and odd pods", func() {
 			return p.Finalizers
 		}, 20*time.Second).Should(BeEmpty())
 		Expect(eventReasons(ctx, ns, job.Name)).To(ContainElement("ForeignPod"))
+	})
+
+	It("starts its own pods at once when re-created under the name of a job whose pods are still there", func() {
+		job := harness.MakeIndexedBatchJob("again", ns).Completions(2).Parallelism(2).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		stay := true
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
+		defer k.Stop()
+		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
+		old := getJob(ctx, ns, job.Name)
+		// envtest runs no garbage collector: the old job's pods stay, as
+		// they do for a while on a cluster, holding the names again-0-0 and
+		// again-1-0.
+		Expect(k8sClient.Delete(ctx, old)).To(Succeed())
+		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(old), &ibjv1.IndexedBatchJob{}) }, timeout).
+			Should(Satisfy(apierrors.IsNotFound))
+
+		again := harness.MakeIndexedBatchJob("again", ns).Completions(2).Parallelism(2).Obj()
+		Expect(k8sClient.Create(ctx, again)).To(Succeed())
+		again = getJob(ctx, ns, again.Name)
+		Eventually(func(g Gomega) {
+			var own []string
+			for _, p := range jobPods(ctx, ns, again.Name) {
+				if ref := metav1.GetControllerOf(&p); ref != nil && ref.UID == again.UID {
+					own = append(own, p.Name)
+				}
+			}
+			g.Expect(own).To(ConsistOf("again-0-1", "again-1-1"), "the new job's own pods, named past the old ones")
+			g.Expect(getJob(ctx, ns, again.Name).Status.Active).To(Equal(int32(2)))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		stay = false
+		finishedExactly(again, 2)
+	})
+
+	It("does not count a pod that holds its pod's name without being its own, and names the index's pod past it", func() {
+		job := harness.MakeIndexedBatchJob("taken", ns).Completions(1).Obj()
+		squatter := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "taken-0-0", Namespace: ns},
+			Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		}
+		Expect(k8sClient.Create(ctx, squatter)).To(Succeed())
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, succeedAll)
+		defer k.Stop()
+
+		finishedExactly(job, 1)
+		Expect(eventReasons(ctx, ns, job.Name)).To(ContainElement("PodNameTaken"))
+		Expect(jobPods(ctx, ns, job.Name)).To(ContainElement(HaveField("Name", "taken-0-1")))
+		Expect(k.RunsOf(0)).To(Equal(1), "only the job's own pod of index 0 ran")
 	})
 
 	It("keeps one pod per index when someone adds a second pod for an index", func() {

@@ -118,4 +118,35 @@ var _ = Describe("Pod creates the API server refuses", func() {
 			g.Expect(apimeta.FindStatusCondition(j.Status.Conditions, ibjv1.ConditionPodCreationFailed)).To(BeNil())
 		}, 2*timeout, 100*time.Millisecond).Should(Succeed())
 	})
+
+	It("sends tens of refused creates for a job of parallelism 5000 against a full quota, not thousands", func() {
+		// The quota admission plugin counts each pod it admits into the
+		// quota's usage, as the quota controller would find it.
+		Expect(k8sClient.Create(ctx, &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Name: "compute", Namespace: ns},
+			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")}},
+		})).To(Succeed())
+		setQuota(20, 0)
+		failed := func() float64 {
+			return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		}
+		before := failed()
+		job := harness.MakeIndexedBatchJob("wide", ns).Completions(5000).Parallelism(5000).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
+		defer k.Stop()
+
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseQuotaExceeded))
+			g.Expect(j.Status.Active).To(Equal(int32(20)))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		time.Sleep(10 * time.Second)
+		// Slow start: the first sync's batches of 1, 2, 4, 8 and 16 stop at
+		// the first refusal, and every retry sends one create that the
+		// quota refuses. Sending the whole parallelism would refuse
+		// hundreds a try.
+		Expect(failed()-before).To(BeNumerically("<", 60), "creates refused in the job's first 10 s and more")
+		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(20))
+	})
 })
