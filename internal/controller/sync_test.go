@@ -1020,3 +1020,24 @@ func TestOnlyCountersMoved(t *testing.T) {
 		}
 	}
 }
+
+// A job with thousands of pods to start creates at most maxCreatesPerSync
+// of them in one sync and comes back for the rest, so that the workers and
+// the client's budget go round the jobs instead of staying with the big one.
+func TestSyncCreatesAtMostMaxCreatesPerSync(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("big", "ns").Completions(3000).Parallelism(2000).Obj()
+	p := syncOnce(job)
+	if len(p.create) != maxCreatesPerSync || p.status.Active != maxCreatesPerSync {
+		t.Errorf("%d creates, active %d; want %d of each", len(p.create), p.status.Active, maxCreatesPerSync)
+	}
+	if p.create[0].index != 0 || p.create[len(p.create)-1].index != maxCreatesPerSync-1 {
+		t.Errorf("created indexes %d to %d, want the lowest", p.create[0].index, p.create[len(p.create)-1].index)
+	}
+	if p.requeueAfter != time.Second {
+		t.Errorf("requeue after %v, want 1s for the rest", p.requeueAfter)
+	}
+	small := harness.MakeIndexedBatchJob("small", "ns").Completions(10).Parallelism(10).Obj()
+	if p := syncOnce(small); len(p.create) != 10 || p.requeueAfter != 0 {
+		t.Errorf("a small job: %d creates, requeue after %v; want 10 and none", len(p.create), p.requeueAfter)
+	}
+}
