@@ -52,9 +52,10 @@ func TestTrackedEntries(t *testing.T) {
 	r.later.add("job-a", []*jobpod.Pod{pod})
 	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
 	r.events.pacedEvents("job-a", "a", &plan{}, 2, now)
+	r.takenNames.take("job-b", 0, 0)
 
 	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
-		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "paced_events": 1}
+		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "paced_events": 1, "taken_pod_names": 1}
 	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
 	}
@@ -66,7 +67,7 @@ func TestTrackedEntries(t *testing.T) {
 	r.later.drain(context.Background())
 	r.takenServices.Delete(k8stypes.UID("job-b"))
 	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
-		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "paced_events": 0}
+		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "paced_events": 0, "taken_pod_names": 0}
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}
