@@ -32,6 +32,13 @@ type authenticator struct {
 	// cache maps tokenKey(token) to a *tokenAnswer. It never holds a token:
 	// a heap dump shows keyed hashes that cannot be turned back into one.
 	cache *cache.LRUExpireCache
+	// rejected holds, under the same keys, the tokens the API server
+	// rejected with an error, for rejectTTL: apart from cache, so that a
+	// flood of bad tokens evicts no accepted one.
+	rejected  *cache.LRUExpireCache
+	rejectTTL time.Duration
+	// lane bounds the reviews in flight, with the authorizer's.
+	lane chan struct{}
 	// hashKey is a random key for the token hashes, new in every process,
 	// so a hash cannot even be checked against a guessed token.
 	hashKey []byte
@@ -53,12 +60,15 @@ func newAuthenticator(cfg *rest.Config, httpClient *http.Client, o options) (*au
 		return nil, err
 	}
 	return &authenticator{
-		client:  c,
-		backoff: o.backoff,
-		timeout: o.tokenReviewTimeout,
-		ttl:     o.tokenTTL,
-		cache:   cache.NewLRUExpireCacheWithClock(o.cacheSize, o.clock),
-		hashKey: hashKey,
+		client:    c,
+		backoff:   o.backoff,
+		timeout:   o.tokenReviewTimeout,
+		ttl:       o.tokenTTL,
+		cache:     cache.NewLRUExpireCacheWithClock(o.cacheSize, o.clock),
+		rejected:  cache.NewLRUExpireCacheWithClock(o.cacheSize, o.clock),
+		rejectTTL: o.rejectTTL,
+		lane:      o.lane,
+		hashKey:   hashKey,
 	}, nil
 }
 
@@ -73,6 +83,9 @@ func (a *authenticator) authenticate(req *http.Request) (*authenticationv1.UserI
 		return nil, nil
 	}
 	key := a.tokenKey(token)
+	if _, rejected := a.rejected.Get(key); rejected {
+		return nil, nil
+	}
 	var answer *tokenAnswer
 	if cached, ok := a.cache.Get(key); ok {
 		answer = cached.(*tokenAnswer)
@@ -84,8 +97,11 @@ func (a *authenticator) authenticate(req *http.Request) (*authenticationv1.UserI
 		if answer, cacheable, err = a.review(req.Context(), token); err != nil {
 			return nil, err
 		}
-		if cacheable {
+		switch {
+		case cacheable:
 			a.cache.Add(key, answer, a.ttl)
+		case answer.user == nil:
+			a.rejected.Add(key, struct{}{}, a.rejectTTL)
 		}
 	}
 	if answer.user == nil {
@@ -103,9 +119,15 @@ func (a *authenticator) authenticate(req *http.Request) (*authenticationv1.UserI
 // which is what the API server says of a malformed, unknown or expired token
 // and also of one it failed to check. Upstream's cache keeps no answer with
 // an error either (it does not cache errors), so a token that failed for a
-// passing reason is not shut out for a minute, and a flood of random tokens
-// neither fills the cache nor evicts the legitimate callers' entries.
+// passing reason is not shut out for a minute; such a rejection is kept
+// apart, for rejectTTL only (authenticate), so that a flood of random
+// tokens neither fills the cache nor evicts the legitimate callers' entries.
 func (a *authenticator) review(ctx context.Context, token string) (answer *tokenAnswer, cacheable bool, err error) {
+	leave, err := enter(a.lane)
+	if err != nil {
+		return nil, false, err
+	}
+	defer leave()
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}

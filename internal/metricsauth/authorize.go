@@ -24,6 +24,8 @@ type authorizer struct {
 	// SubjectAccessReviewStatus. Upstream keys on the spec's JSON itself;
 	// the hash keeps every key 32 bytes however many groups a user has.
 	cache *cache.LRUExpireCache
+	// lane bounds the reviews in flight, with the authenticator's.
+	lane chan struct{}
 }
 
 func newAuthorizer(cfg *rest.Config, httpClient *http.Client, o options) (*authorizer, error) {
@@ -37,6 +39,7 @@ func newAuthorizer(cfg *rest.Config, httpClient *http.Client, o options) (*autho
 		allowTTL: o.allowTTL,
 		denyTTL:  o.denyTTL,
 		cache:    cache.NewLRUExpireCacheWithClock(o.cacheSize, o.clock),
+		lane:     o.lane,
 	}, nil
 }
 
@@ -61,9 +64,15 @@ func (a *authorizer) authorize(ctx context.Context, user *authenticationv1.UserI
 	if cached, ok := a.cache.Get(key); ok {
 		status = cached.(authorizationv1.SubjectAccessReviewStatus)
 	} else {
+		leave, err := enter(a.lane)
+		if err != nil {
+			return false, "", err
+		}
 		result := &authorizationv1.SubjectAccessReview{}
-		if err := create(ctx, a.client, a.backoff, "subjectaccessreviews",
-			&authorizationv1.SubjectAccessReview{Spec: spec}, result); err != nil {
+		err = create(ctx, a.client, a.backoff, "subjectaccessreviews",
+			&authorizationv1.SubjectAccessReview{Spec: spec}, result)
+		leave()
+		if err != nil {
 			return false, "", err
 		}
 		status = result.Status

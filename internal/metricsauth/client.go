@@ -27,8 +27,8 @@ var codecs = func() serializer.CodecFactory {
 }()
 
 // restClientFor is a REST client for one API group version, as the typed
-// clientset builds it, from a copy of cfg: the copy keeps cfg's rate
-// limiter, so the reviews count against the process's one budget.
+// clientset builds it, from a copy of cfg (whose rate limiter, the
+// reviews' own, it keeps).
 func restClientFor(cfg *rest.Config, httpClient *http.Client, gv schema.GroupVersion) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &gv

@@ -2,6 +2,7 @@ package metricsauth
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // The answers no healthy kube-apiserver gives on cue, from an httptest
@@ -25,6 +27,10 @@ import (
 type fakeAPI struct {
 	tokenStatus     authenticationv1.TokenReviewStatus
 	tokenReviewCode int
+	// tokenStatusFor, if set, answers for each token instead of
+	// tokenStatus; held, if set, holds every TokenReview until it closes.
+	tokenStatusFor func(token string) authenticationv1.TokenReviewStatus
+	held           chan struct{}
 	accessStatus    authorizationv1.SubjectAccessReviewStatus
 
 	mu            sync.Mutex
@@ -43,7 +49,16 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(authenticationv1.TokenReview{Status: f.tokenStatus})
+		if f.held != nil {
+			<-f.held
+		}
+		status := f.tokenStatus
+		if f.tokenStatusFor != nil {
+			var tr authenticationv1.TokenReview
+			_ = json.NewDecoder(req.Body).Decode(&tr)
+			status = f.tokenStatusFor(tr.Spec.Token)
+		}
+		_ = json.NewEncoder(w).Encode(authenticationv1.TokenReview{Status: status})
 	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 		var sar authorizationv1.SubjectAccessReview
 		_ = json.NewDecoder(req.Body).Decode(&sar)
@@ -177,4 +192,79 @@ func jsonEqual(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// A flood of distinct bad tokens is kept apart from the accepted ones: the
+// scraper whose token was accepted is still served from the cache after it.
+func TestBadTokensEvictNoAcceptedOne(t *testing.T) {
+	api := &fakeAPI{
+		tokenStatusFor: func(token string) authenticationv1.TokenReviewStatus {
+			if token == "good" {
+				return authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "prometheus"}}
+			}
+			return authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
+		},
+		accessStatus: authorizationv1.SubjectAccessReviewStatus{Allowed: true},
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	o := defaultOptions()
+	o.cacheSize = 8
+	g := newGuarded(t, &rest.Config{Host: srv.URL}, o)
+	g.expect(g.get("good"), http.StatusOK, 1, 1)
+	for i := range 3 * o.cacheSize {
+		g.expect(g.get(fmt.Sprintf("bad-%d", i)), http.StatusUnauthorized, 2+i, 1)
+	}
+	g.expect(g.get("good"), http.StatusOK, 1+3*o.cacheSize, 1)
+}
+
+// At most maxReviewsInFlight reviews are in flight: a request that would
+// need one more is answered 429 with Retry-After at once, so that callers
+// with unknown tokens cannot queue up work without bound.
+func TestReviewsInFlightAreBounded(t *testing.T) {
+	api := &fakeAPI{held: make(chan struct{}), tokenStatus: authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	o := defaultOptions()
+	o.maxReviewsInFlight = 2
+	g := newGuarded(t, &rest.Config{Host: srv.URL}, o)
+	codes := make(chan int, 2)
+	for i := range 2 {
+		go func() { codes <- g.get(fmt.Sprintf("slow-%d", i)) }()
+	}
+	// Both places taken: wait until the fake API holds both reviews.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if tr, _ := g.api.reviews(); tr == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two reviews never reached the API")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Authorization", "Bearer one-more")
+	rec := httptest.NewRecorder()
+	g.handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("the third review: HTTP %d, Retry-After %q; want 429 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	close(api.held)
+	for range 2 {
+		if code := <-codes; code != http.StatusUnauthorized {
+			t.Errorf("a held review: HTTP %d, want 401", code)
+		}
+	}
+}
+
+// The reviews have a rate limiter of their own: one the manager's config
+// carries, however full, holds none of them back.
+func TestReviewsDoNotWaitOnTheManagersRateLimiter(t *testing.T) {
+	api := &fakeAPI{tokenStatus: authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "prometheus"}},
+		accessStatus: authorizationv1.SubjectAccessReviewStatus{Allowed: true}}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	full := &rest.Config{Host: srv.URL, RateLimiter: flowcontrol.NewFakeNeverRateLimiter()}
+	g := newGuarded(t, full, defaultOptions())
+	g.expect(g.get("tok"), http.StatusOK, 1, 1)
 }

@@ -15,6 +15,7 @@
 package metricsauth
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -39,6 +41,24 @@ const (
 	denyTTL  = 30 * time.Second
 	// tokenReviewTimeout bounds one token check, retries included.
 	tokenReviewTimeout = 10 * time.Second
+	// rejectTTL is how long a token the API server rejected with an error
+	// (malformed, unknown, expired) is refused without asking again: a
+	// scraper stuck on an expired token costs a review every 10 s, not one
+	// a scrape. A separate cache holds these, so a flood of distinct bad
+	// tokens evicts none of the accepted ones.
+	rejectTTL = 10 * time.Second
+)
+
+// The reviews' own lane to the API server: a rate limiter of their own (so
+// that neither a flood of scrapes takes the budget of the operator's pod
+// writes, nor those writes hold back a scrape), and a bound on the reviews
+// in flight, past which a request is answered 429 at once instead of
+// waiting: what an unauthenticated caller can queue is bounded.
+const (
+	reviewQPS          = 10
+	reviewBurst        = 20
+	maxReviewsInFlight = 4
+	busyRetryAfterSecs = "1"
 )
 
 // cacheSize bounds each of the two caches. Upstream's authorizer keeps 8192
@@ -55,9 +75,13 @@ var retryBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, J
 type options struct {
 	tokenTTL, allowTTL, denyTTL time.Duration
 	tokenReviewTimeout          time.Duration
+	rejectTTL                   time.Duration
 	cacheSize                   int
+	maxReviewsInFlight          int
 	backoff                     wait.Backoff
 	clock                       clock.PassiveClock
+	// lane bounds the reviews in flight (set by newFilter).
+	lane chan struct{}
 }
 
 func defaultOptions() options {
@@ -66,7 +90,9 @@ func defaultOptions() options {
 		allowTTL:           allowTTL,
 		denyTTL:            denyTTL,
 		tokenReviewTimeout: tokenReviewTimeout,
+		rejectTTL:          rejectTTL,
 		cacheSize:          cacheSize,
+		maxReviewsInFlight: maxReviewsInFlight,
 		backoff:            retryBackoff,
 		clock:              clock.RealClock{},
 	}
@@ -77,7 +103,9 @@ func defaultOptions() options {
 // TokenReview accepts (else 401) and whose user a SubjectAccessReview allows
 // the request's verb on its path (else 403); failing to ask the API server is
 // logged and answered 500. The reviews are sent with the manager's REST
-// config and HTTP client, so they share its connections and rate limiter.
+// config and HTTP client, so they share its connections, but on a rate
+// limiter of their own, at most maxReviewsInFlight at once: a request that
+// would need a review beyond that is answered 429 with Retry-After.
 //
 // It answers as controller-runtime's filter does, with one exception: a
 // token the API server rejects gets 401, where controller-runtime answers
@@ -104,6 +132,10 @@ type filter struct {
 }
 
 func newFilter(cfg *rest.Config, httpClient *http.Client, o options) (*filter, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(reviewQPS, reviewBurst)
+	lane := make(chan struct{}, o.maxReviewsInFlight)
+	o.lane = lane
 	authn, err := newAuthenticator(cfg, httpClient, o)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create authenticator: %w", err)
@@ -120,6 +152,10 @@ func newFilter(cfg *rest.Config, httpClient *http.Client, o options) (*filter, e
 func (f *filter) wrap(log logr.Logger, handler http.Handler) (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		user, err := f.authn.authenticate(req)
+		if errors.Is(err, errBusy) {
+			busy(w)
+			return
+		}
 		if err != nil {
 			log.Error(err, "Authentication failed")
 			http.Error(w, "Authentication failed", http.StatusInternalServerError)
@@ -134,6 +170,10 @@ func (f *filter) wrap(log logr.Logger, handler http.Handler) (http.Handler, erro
 		// The verb of a non-resource request, as the API server derives it.
 		verb := strings.ToLower(req.Method)
 		allowed, reason, err := f.authz.authorize(req.Context(), user, req.URL.Path, verb)
+		if errors.Is(err, errBusy) {
+			busy(w)
+			return
+		}
 		if err != nil {
 			msg := fmt.Sprintf("Authorization for user %s failed", user.Username)
 			log.Error(err, msg)
@@ -149,4 +189,25 @@ func (f *filter) wrap(log logr.Logger, handler http.Handler) (http.Handler, erro
 
 		handler.ServeHTTP(w, req)
 	}), nil
+}
+
+// errBusy is the error of a review that found maxReviewsInFlight reviews in
+// flight.
+var errBusy = errors.New("too many reviews in flight")
+
+// busy answers a request that found the review lane full.
+func busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", busyRetryAfterSecs)
+	http.Error(w, "Too many requests being authenticated; retry later", http.StatusTooManyRequests)
+}
+
+// enter takes a place in the review lane, or reports errBusy when every
+// place is taken; the caller calls the returned func when its review ends.
+func enter(lane chan struct{}) (leave func(), err error) {
+	select {
+	case lane <- struct{}{}:
+		return func() { <-lane }, nil
+	default:
+		return nil, errBusy
+	}
 }

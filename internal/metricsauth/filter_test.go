@@ -223,13 +223,21 @@ func TestRequestWithoutBearerTokenIsUnauthorizedWithoutAskingTheAPIServer(t *tes
 	}
 }
 
-func TestUnknownTokenIsUnauthorizedAndNotCached(t *testing.T) {
+// A token the API server rejects with an error (unknown, expired) is not
+// kept with the accepted ones, as upstream, but refused without asking
+// again for rejectTTL: a scraper stuck on a bad token costs a review every
+// 10 s, not one a scrape.
+func TestUnknownTokenIsRefusedWithoutAReviewForTenSeconds(t *testing.T) {
 	g := newGuarded(t, adminCfg, defaultOptions())
 	g.expect(g.get("not-a-token"), http.StatusUnauthorized, 1, 0)
-	// The API server rejects it with an error: not cached, as upstream.
+	g.expect(g.get("not-a-token"), http.StatusUnauthorized, 1, 0)
+	g.clock.Step(rejectTTL + time.Second)
 	g.expect(g.get("not-a-token"), http.StatusUnauthorized, 2, 0)
 	if g.ran.Load() != 0 {
 		t.Error("the metrics handler ran for an unknown token")
+	}
+	if keys := g.filter.authn.cache.Keys(); len(keys) != 0 {
+		t.Errorf("the accepted tokens' cache holds %d entries, want none", len(keys))
 	}
 }
 
