@@ -31,7 +31,7 @@ type fakeAPI struct {
 	// tokenStatus; held, if set, holds every TokenReview until it closes.
 	tokenStatusFor func(token string) authenticationv1.TokenReviewStatus
 	held           chan struct{}
-	accessStatus    authorizationv1.SubjectAccessReviewStatus
+	accessStatus   authorizationv1.SubjectAccessReviewStatus
 
 	mu            sync.Mutex
 	accessReviews []authorizationv1.SubjectAccessReviewSpec
