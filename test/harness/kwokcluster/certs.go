@@ -1,19 +1,16 @@
 package kwokcluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"k8s.io/client-go/util/keyutil"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // pki is what the API server needs to serve TLS, sign service account
@@ -33,79 +30,34 @@ func newPKI(dir string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serving, err := harness.NewServingCert("localhost",
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc"})
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "kwok-cluster-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	saKey, err := keyutil.MakeEllipticPrivateKeyPEM()
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-
-	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	servingTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(7 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
-	}
-	servingDER, err := x509.CreateCertificate(rand.Reader, servingTmpl, caCert, &servingKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-
-	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-
 	token := make([]byte, 16)
 	if _, err := rand.Read(token); err != nil {
 		return nil, err
 	}
 
 	p := &pki{
-		caCert:     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		caCert:     serving.CA,
 		certFile:   filepath.Join(dir, "apiserver.crt"),
 		keyFile:    filepath.Join(dir, "apiserver.key"),
 		saKeyFile:  filepath.Join(dir, "sa.key"),
 		tokenFile:  filepath.Join(dir, "tokens.csv"),
 		adminToken: hex.EncodeToString(token),
 	}
-	servingKeyPEM, err := ecKeyPEM(servingKey)
-	if err != nil {
-		return nil, err
-	}
-	saKeyPEM, err := ecKeyPEM(saKey)
-	if err != nil {
-		return nil, err
-	}
 	files := map[string][]byte{
 		filepath.Join(dir, "ca.crt"): p.caCert,
-		p.certFile:                   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: servingDER}),
-		p.keyFile:                    servingKeyPEM,
-		p.saKeyFile:                  saKeyPEM,
+		p.certFile:                   serving.Cert,
+		p.keyFile:                    serving.Key,
+		p.saKeyFile:                  saKey,
 		// token,user,uid,"group1,group2"
 		p.tokenFile: fmt.Appendf(nil, "%s,kwok-admin,kwok-admin,\"system:masters\"\n", p.adminToken),
 	}
@@ -115,12 +67,4 @@ func newPKI(dir string) (*pki, error) {
 		}
 	}
 	return p, nil
-}
-
-func ecKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
