@@ -2,10 +2,6 @@ package main
 
 import (
 	"fmt"
-	"image"
-	"image/color"
-	"image/draw"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,79 +196,4 @@ func writeReport(dir string, ws []workload, rs []result) error {
 		return err
 	}
 	return drawChart(filepath.Join(dir, "results.png"), ratios)
-}
-
-// drawChart draws, per workload, the operator's median over the built-in
-// controller's for time, CPU, RSS and requests, with each metric's target.
-func drawChart(path string, rs []ratio) error {
-	const W, H, left, right, top, bottom = 1100, 620, 70, 20, 80, 90
-	img := image.NewRGBA(image.Rect(0, 0, W, H))
-	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
-	black := color.RGBA{0, 0, 0, 255}
-	grey := color.RGBA{180, 180, 180, 255}
-	red := color.RGBA{200, 30, 30, 255}
-	cols := []color.RGBA{{66, 133, 244, 255}, {52, 168, 83, 255}, {251, 188, 5, 255}, {150, 150, 150, 255}}
-	names := []string{"TIME TO TERMINAL", "CPU", "PEAK RSS", "API REQUESTS"}
-	title := "INDEXED-BATCH-JOB / BUILT-IN JOB CONTROLLER (MEDIANS, LOWER IS BETTER, RED = TARGET)"
-	drawText(img, (W-textWidth(title, 2))/2, 20, 2, title, black)
-	maxV := 1.5
-	for _, r := range rs {
-		for _, v := range []float64{r.time, r.cpu, r.rss, r.req} {
-			maxV = max(maxV, v*1.1)
-		}
-	}
-	plotH := H - top - bottom
-	y := func(v float64) int { return top + plotH - int(v/maxV*float64(plotH)) }
-	fill := func(x0, y0, x1, y1 int, c color.Color) {
-		draw.Draw(img, image.Rect(x0, y0, x1, y1), image.NewUniform(c), image.Point{}, draw.Src)
-	}
-	// Axis with gridlines every 0.25.
-	for v := 0.0; v <= maxV; v += 0.25 {
-		c := color.RGBA{235, 235, 235, 255}
-		if v == 1 {
-			c = grey
-		}
-		fill(left, y(v), W-right, y(v)+1, c)
-		l := fmt.Sprintf("%.2f", v)
-		drawText(img, left-8-textWidth(l, 1), y(v)-3, 1, l, black)
-	}
-	fill(left, top, left+1, top+plotH, black)
-	fill(left, top+plotH, W-right, top+plotH+1, black)
-	if len(rs) > 0 {
-		gw := (W - left - right) / len(rs)
-		bw := gw / 6
-		for i, r := range rs {
-			x0 := left + i*gw + bw
-			for j, v := range []float64{r.time, r.cpu, r.rss, r.req} {
-				bx := x0 + j*bw
-				fill(bx, y(v), bx+bw-4, top+plotH, cols[j])
-				l := fmt.Sprintf("%.2f", v)
-				drawText(img, bx+(bw-4-textWidth(l, 1))/2, y(v)-10, 1, l, black)
-				if t := []float64{r.targets.Time, r.targets.CPU, r.targets.RSS, r.targets.Requests}[j]; t > 0 {
-					fill(bx-2, y(t)-1, bx+bw-2, y(t)+2, red)
-				}
-			}
-			name := strings.ReplaceAll(r.workload, "backoffLimitPerIndex", "BLPI")
-			lines := []string{name}
-			if len(name) > gw/12 {
-				if k := strings.Index(name, " "); k > 0 {
-					lines = []string{name[:k], name[k+1:]}
-				}
-			}
-			for k, l := range lines {
-				drawText(img, left+i*gw+(gw-textWidth(l, 1))/2, top+plotH+12+k*12, 1, l, black)
-			}
-		}
-	}
-	lx := left + 10
-	for j, n := range names {
-		fill(lx, H-30, lx+14, H-16, cols[j])
-		lx += 20 + drawText(img, lx+20, H-27, 1, n, black) + 30
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return png.Encode(f, img)
 }
