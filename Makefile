@@ -278,7 +278,7 @@ e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: co
 	go build -tags nokueue -o $(LOCALBIN)/manager ./cmd
 	go build -o $(LOCALBIN)/manager-kueue ./cmd
 	go build -o $(LOCALBIN)/kubectl-ibj ./cmd/kubectl-ibj
-	go build -o $(LOCALBIN)/kwok-cluster ./hack/kwok/cluster
+	go build -o $(LOCALBIN)/kwok-cluster ./test/harness/cmd/kwok-cluster
 
 .PHONY: demo
 demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
@@ -286,7 +286,7 @@ demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live
 
 .PHONY: demo-kueue
 demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway kwok cluster; KEEP=1 leaves it running.
-	go build -o $(LOCALBIN)/kueue-demo ./hack/kueue
+	go build -o $(LOCALBIN)/kueue-demo ./test/harness/cmd/kueue-demo
 	DEMO_KUEUE=1 KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
 .PHONY: test-e2e
@@ -315,12 +315,12 @@ test-compat: kwok ## Run the CRD validation suite and the e2e seed example again
 
 # BENCH_QUICK=1: only the 1,000-index workload, once, into bin/bench-quick
 # (a smoke test that leaves docs/bench alone). BENCH_ARGS passes flags to
-# hack/bench (for example -repeats 1 -skip-big -big-upstream).
+# test/bench (for example -repeats 1 -skip-big -big-upstream).
 BENCH_OUT ?= $(if $(BENCH_QUICK),$(LOCALBIN)/bench-quick,docs/bench)
 
 .PHONY: bench
 bench: ## Benchmark the operator against the built-in Job controller side by side; writes docs/bench/ (BENCH_QUICK=1: smoke test).
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kube-controller-manager; fi
 	CGO_ENABLED=0 go build -tags nokueue -trimpath -ldflags="-s -w" -o $(LOCALBIN)/bench-manager ./cmd
-	go build -o $(LOCALBIN)/bench ./hack/bench
+	go build -o $(LOCALBIN)/bench ./test/bench
 	$(LOCALBIN)/bench -out $(BENCH_OUT) -manager $(LOCALBIN)/bench-manager -assets $(KUBEBUILDER_ASSETS) $(if $(BENCH_QUICK),-quick) $(BENCH_ARGS)

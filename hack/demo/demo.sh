@@ -16,11 +16,11 @@
 # With DEMO_KUEUE=1 (`make demo-kueue`) it shows the Kueue integration instead:
 # it installs Kueue's CRDs from the Go module cache (the version go.mod pins)
 # before the operator starts, runs Kueue itself (bin/kueue-demo, Kueue's
-# controllers and scheduler in one process: hack/kueue), creates the queues of
-# config/samples/kueue/queues.yaml and the jobs of config/samples/kueue/
-# train-a.yaml and train-b.yaml, one after the other, and shows the first
-# admitted, the second suspended and waiting for quota until the first gives
-# some back, then both finishing.
+# controllers and scheduler in one process: test/harness/cmd/kueue-demo),
+# creates the queues of config/samples/kueue/queues.yaml and the jobs of
+# config/samples/kueue/train-a.yaml and train-b.yaml, one after the other,
+# and shows the first admitted, the second suspended and waiting for quota
+# until the first gives some back, then both finishing.
 #
 # Environment: KEEP=1, DEMO_KUEUE=1, DEMO_DIR (state and logs; default a new temp dir),
 # DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION, LOCALBIN

@@ -35,6 +35,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // cluster plays the API server (a controller-runtime fake client) and the
@@ -319,31 +320,23 @@ func (c *cluster) unfinished(p *corev1.Pod) *corev1.Pod {
 	return nil
 }
 
-// end lets the kubelet end the pod, its containers terminated now.
-func (c *cluster) end(p *corev1.Pod, phase corev1.PodPhase, code int32, disruption bool) {
+// end lets the kubelet end the pod, its containers terminated now with
+// code (phase Succeeded for 0, Failed otherwise), as the tests' one pod
+// simulator writes it.
+func (c *cluster) end(p *corev1.Pod, code int32, disruption bool) {
 	c.t.Helper()
 	live := c.unfinished(p)
 	if live == nil {
 		return
 	}
-	c.update(live, true, func(pod *corev1.Pod) {
-		pod.Status.Phase = phase
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{harness.Terminated("main", code, c.now)}
-		if disruption {
-			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
-				Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(c.now),
-			})
-		}
-	})
+	c.update(live, true, func(pod *corev1.Pod) { podsim.MarkTerminated(pod, code, disruption, c.now) })
 	c.reload(live.Name)
 	c.observe(c.pod(live.UID))
 }
 
-func (c *cluster) succeed(p *corev1.Pod) { c.end(p, corev1.PodSucceeded, 0, false) }
+func (c *cluster) succeed(p *corev1.Pod) { c.end(p, 0, false) }
 
-func (c *cluster) fail(p *corev1.Pod, code int32, disruption bool) {
-	c.end(p, corev1.PodFailed, code, disruption)
-}
+func (c *cluster) fail(p *corev1.Pod, code int32, disruption bool) { c.end(p, code, disruption) }
 
 // remove is a delete call: the pod gets its deletion timestamp.
 func (c *cluster) remove(p *corev1.Pod) {

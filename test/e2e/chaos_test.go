@@ -94,10 +94,11 @@ func startChaosRun(ctx context.Context, ns, name string, cfg chaosConfig) *chaos
 		LabelSelector: ibjv1.JobNameLabel + "=" + name,
 		IndexLabels:   []string{ibjv1.CompletionIndexLabel},
 		Script: func(*corev1.Pod, int) podsim.Plan {
-			return podsim.Plan{
-				Run:  300*time.Millisecond + time.Duration(outcomes.Int64N(int64(2200*time.Millisecond))),
-				Fail: outcomes.Float64() < cfg.failRate,
+			plan := podsim.Plan{Run: 300*time.Millisecond + time.Duration(outcomes.Int64N(int64(2200*time.Millisecond)))}
+			if outcomes.Float64() < cfg.failRate {
+				plan.ExitCode = podsim.ExitFailed
 			}
+			return plan
 		},
 		Shutdown: 300 * time.Millisecond,
 		Workers:  16,

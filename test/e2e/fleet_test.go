@@ -290,10 +290,12 @@ func startFleet(ctx context.Context, ns string, cfg fleetConfig) *fleet {
 			plan := podsim.Plan{Run: time.Second + time.Duration(outcomes.Int64N(int64(3*time.Second)))}
 			switch fleetKind(pod.Labels[ibjv1.JobNameLabel]) {
 			case fleetPerIndex:
-				plan.Fail = outcomes.Float64() < fleetFailureRate
+				if outcomes.Float64() < fleetFailureRate {
+					plan.ExitCode = podsim.ExitFailed
+				}
 			case fleetFailJob:
 				if index == fleetFailJobIndex {
-					plan.Fail, plan.ExitCode = true, fleetFailJobExit
+					plan.ExitCode = fleetFailJobExit
 				}
 			}
 			return plan

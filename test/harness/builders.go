@@ -1,7 +1,13 @@
-// Package utils holds test helpers shared by the unit, integration and e2e
-// tests, chiefly builders that let a test read as its scenario:
+// Package harness holds the test support shared by the unit, integration
+// and e2e tests and the benchmark: builders that let a test read as its
+// scenario,
 //
 //	MakeIndexedBatchJob("a", ns).Completions(8).Parallelism(2).Obj()
+//
+// an integration suite's control plane (StartEnvtest), throwaway serving
+// certificates, and a watch of a job's pods. Its subpackages are the pod
+// simulator that plays the kubelet (podsim) and the kwok cluster of the e2e
+// suite and the demo (kwokcluster).
 package harness
 
 import (

@@ -13,6 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,11 +47,13 @@ type EnvtestOptions struct {
 }
 
 // Envtest is an integration suite's control plane, started by
-// StartEnvtest: envtest's etcd and kube-apiserver, and a client of it.
+// StartEnvtest: envtest's etcd and kube-apiserver, and clients of it (a
+// typed clientset for podsim and event recorders).
 type Envtest struct {
-	Env    *envtest.Environment
-	Config *rest.Config
-	Client client.Client
+	Env       *envtest.Environment
+	Config    *rest.Config
+	Client    client.Client
+	Clientset kubernetes.Interface
 }
 
 // StartEnvtest starts the control plane of KUBEBUILDER_ASSETS (the pinned
@@ -91,7 +94,11 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 	if err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
-	return &Envtest{Env: env, Config: cfg, Client: c}, nil
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	return &Envtest{Env: env, Config: cfg, Client: c, Clientset: cs}, nil
 }
 
 // RunWithAPIServer runs a package's tests, m, beside a kube-apiserver of

@@ -13,6 +13,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 var _ = Describe("Hostile and odd pods", func() {
@@ -98,7 +99,7 @@ var _ = Describe("Hostile and odd pods", func() {
 		job := harness.MakeIndexedBatchJob("again", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: stay} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 		old := getJob(ctx, ns, job.Name)
@@ -147,7 +148,7 @@ var _ = Describe("Hostile and odd pods", func() {
 		job := harness.MakeIndexedBatchJob("dup", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: stay} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(2)))
 		dup := strayPod(getJob(ctx, ns, job.Name), "dup-0-9", "0", true)
@@ -162,15 +163,15 @@ var _ = Describe("Hostile and odd pods", func() {
 		job := harness.MakeIndexedBatchJob("tampered", ns).Completions(3).Parallelism(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		release := make(chan struct{})
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix == 2 {
 				select {
 				case <-release:
 				default:
-					return harness.PodOutcome{StayRunning: true}
+					return podsim.Plan{Hold: true}
 				}
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func() string { return getJob(ctx, ns, job.Name).Status.CompletedIndexes }, timeout).Should(Equal("0,1"))

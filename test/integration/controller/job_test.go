@@ -15,11 +15,12 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 const timeout = 60 * time.Second
 
-func succeedAll(int, int) harness.PodOutcome { return harness.PodOutcome{} }
+func succeedAll(int, int) podsim.Plan { return podsim.Plan{} }
 
 // expectCompleted waits until the job is Complete with exactly succeeded
 // pods counted and completedIndexes as given.
@@ -104,7 +105,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("fails with BackoffLimitExceeded, replacing failed pods only after the backoff delay", func() {
 		job := harness.MakeIndexedBatchJob("backoff", ns).Completions(1).BackoffLimit(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{ExitCode: 3} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{ExitCode: 3} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
@@ -130,7 +131,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("fails with DeadlineExceeded and terminates its pods", func() {
 		job := harness.MakeIndexedBatchJob("deadline", ns).Completions(3).Parallelism(3).ActiveDeadlineSeconds(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: true} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
@@ -148,7 +149,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		job := harness.MakeIndexedBatchJob("suspend", ns).Completions(2).Parallelism(2).Suspend(true).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		stay := true
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: stay} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: stay} })
 		defer k.Stop()
 
 		By("creating no pod while suspended")
@@ -216,7 +217,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("leaves no tracking finalizer behind when the job is deleted mid-run", func() {
 		job := harness.MakeIndexedBatchJob("deleted", ns).Completions(3).Parallelism(3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: true} })
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Active }, timeout).Should(Equal(int32(3)))
 		Expect(k8sClient.Delete(ctx, getJob(ctx, ns, job.Name))).To(Succeed())
@@ -270,11 +271,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	It("keeps counts exact across an operator restart mid-run", func() {
 		job := harness.MakeIndexedBatchJob("restart", ns).Completions(20).Parallelism(4).BackoffLimitPerIndex(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix%5 == 0 {
-				return harness.PodOutcome{ExitCode: 2}
+				return podsim.Plan{ExitCode: 2}
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func() int32 { return getJob(ctx, ns, job.Name).Status.Succeeded }, timeout, 50*time.Millisecond).
@@ -326,11 +327,11 @@ var _ = Describe("IndexedBatchJob controller", func() {
 		defer second.stop()
 		job := harness.MakeIndexedBatchJob("two-operators", ns).Completions(30).Parallelism(10).BackoffLimitPerIndex(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
 			if ix%3 == 0 && attempt == 0 {
-				return harness.PodOutcome{ExitCode: 1} // a third of the indexes fail once, then succeed
+				return podsim.Plan{ExitCode: 1} // a third of the indexes fail once, then succeed
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {

@@ -12,6 +12,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 var _ = Describe("kubectl get indexedbatchjobs", func() {
@@ -21,11 +22,11 @@ var _ = Describe("kubectl get indexedbatchjobs", func() {
 
 		job := harness.MakeIndexedBatchJob("columns", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix == 1 {
-				return harness.PodOutcome{ExitCode: 1}
+				return podsim.Plan{ExitCode: 1}
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func() string { return harness.ConditionReason(getJob(ctx, ns, job.Name), ibjv1.ConditionFailed) }, timeout).

@@ -1,6 +1,7 @@
 // Package controller_test runs the operator's reconciler against a real
-// kube-apiserver (envtest). The tests play the kubelet: they bind pods and
-// write pod status, and watch the IndexedBatchJob's status react.
+// kube-apiserver (envtest). The tests play the kubelet with the shared pod
+// simulator (podsim.ForJob): it binds pods and writes pod status, and the
+// tests watch the IndexedBatchJob's status react.
 package controller_test
 
 import (
@@ -33,6 +34,7 @@ var testBackoff = controller.Backoff{Base: 200 * time.Millisecond, Max: 2 * time
 var (
 	cfg       *rest.Config
 	k8sClient client.Client
+	clientset kubernetes.Interface
 	testEnv   *envtest.Environment
 	scheme    = runtime.NewScheme()
 )
@@ -45,7 +47,7 @@ func TestController(t *testing.T) {
 var _ = BeforeSuite(func() {
 	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
+	testEnv, cfg, k8sClient, clientset = env.Env, env.Config, env.Client, env.Clientset
 })
 
 var _ = AfterSuite(func() {
@@ -97,8 +99,6 @@ func startOperator(namespaces ...string) *operator {
 		// or side by side, each registering the same controller name.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
-	Expect(err).NotTo(HaveOccurred())
-	clientset, err := kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	recorder, stopRecorder := controller.NewEventRecorder(clientset, scheme, "indexedbatchjob-controller")
 	r := controller.NewReconciler(mgr.GetClient(), recorder, clock.RealClock{}, testBackoff)

@@ -31,6 +31,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 const (
@@ -218,14 +219,15 @@ func seedExitCode(index int) int32 {
 	return 0
 }
 
-// startKubelet starts the shared fake kubelet for the seed example's pods,
+// startKubelet starts the shared pod simulator for the seed example's pods,
 // each running for runFor and exiting as seedExitCode says; it stops when
 // the spec ends.
-func startKubelet(namespace, job string, runFor time.Duration) *harness.Kubelet {
-	k := harness.StartKubelet(k8sClient, namespace, job, harness.KubeletOptions{
-		RunFor:  runFor,
-		Outcome: func(index, _ int) harness.PodOutcome { return harness.PodOutcome{ExitCode: seedExitCode(index)} },
-	})
+func startKubelet(namespace, job string, runFor time.Duration) *podsim.Simulator {
+	GinkgoHelper()
+	k := podsim.New(podsim.ForJob(clientset, namespace, job, func(index, _ int) podsim.Plan {
+		return podsim.Plan{Run: runFor, ExitCode: seedExitCode(index)}
+	}))
+	Expect(k.Run(context.Background())).To(Succeed())
 	DeferCleanup(k.Stop)
 	return k
 }
@@ -233,7 +235,7 @@ func startKubelet(namespace, job string, runFor time.Duration) *harness.Kubelet 
 // expectSeedOutcome waits for the seed example's final status and checks it
 // is exact: six indexes succeeded once, indexes 1 and 2 failed twice each
 // (the first run and one retry), nothing ran twice at once.
-func expectSeedOutcome(ctx context.Context, k *harness.Kubelet, namespace, name string, timeout time.Duration) {
+func expectSeedOutcome(ctx context.Context, k *podsim.Simulator, namespace, name string, timeout time.Duration) {
 	job := &ibjv1.IndexedBatchJob{}
 	Eventually(func(g Gomega) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, job)).To(Succeed())

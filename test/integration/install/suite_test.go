@@ -30,6 +30,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -58,6 +59,7 @@ var (
 	testEnv         *envtest.Environment
 	cfg             *rest.Config // system:masters
 	k8sClient       client.Client
+	clientset       kubernetes.Interface
 	scheme          = runtime.NewScheme()
 	adminKubeconfig string // a kubeconfig file for cfg, for kubectl and helm
 
@@ -89,7 +91,7 @@ var _ = BeforeSuite(func() {
 	By("starting a control plane with no CRD: the installers bring it")
 	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, NoCRD: true})
 	Expect(err).NotTo(HaveOccurred())
-	testEnv, cfg, k8sClient = env.Env, env.Config, env.Client
+	testEnv, cfg, k8sClient, clientset = env.Env, env.Config, env.Client, env.Clientset
 	admin, err := testEnv.AddUser(envtest.User{Name: "install-admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()

@@ -20,6 +20,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 const (
@@ -127,15 +128,17 @@ func (g *gate) open(indexes ...int) {
 	}
 }
 
-func (g *gate) outcome(index, _ int) harness.PodOutcome {
+func (g *gate) plan(index, _ int) podsim.Plan {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return harness.PodOutcome{StayRunning: g.held[index] && !g.opened[index]}
+	return podsim.Plan{Run: 200 * time.Millisecond, Hold: g.held[index] && !g.opened[index]}
 }
 
 // startKubelet plays the kubelet for job's pods, ending each as g says.
-func startKubelet(job string, g *gate) *harness.Kubelet {
-	k := harness.StartKubelet(k8sClient, ns, job, harness.KubeletOptions{Outcome: g.outcome, RunFor: 200 * time.Millisecond})
+func startKubelet(job string, g *gate) *podsim.Simulator {
+	GinkgoHelper()
+	k := podsim.New(podsim.ForJob(env.Clientset, ns, job, g.plan))
+	Expect(k.Run(context.Background())).To(Succeed())
 	DeferCleanup(k.Stop)
 	return k
 }

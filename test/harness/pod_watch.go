@@ -16,12 +16,11 @@ import (
 
 // PodLedger is what a test saw of one job's pods over time: every pod of
 // each index (told apart by UID, since a name may come back once the pod
-// it named is gone), the most pods unfinished at once, and the first moment
-// an index had two unfinished pods. Safe for concurrent use.
+// it named is gone), and the first moment an index had two unfinished
+// pods. Safe for concurrent use.
 type PodLedger struct {
 	mu          sync.Mutex
 	seen        map[int]map[types.UID]bool
-	peak        int
 	firstDouble string
 }
 
@@ -33,7 +32,6 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 		l.seen = map[int]map[types.UID]bool{}
 	}
 	unfinished := map[int][]string{}
-	total := 0
 	for _, p := range pods {
 		ix, _ := strconv.Atoi(p.Labels[v1alpha1.CompletionIndexLabel])
 		if l.seen[ix] == nil {
@@ -42,7 +40,6 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 		l.seen[ix][p.UID] = true
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			unfinished[ix] = append(unfinished[ix], p.Name)
-			total++
 		}
 	}
 	for ix, names := range unfinished {
@@ -50,7 +47,6 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 			l.firstDouble = fmt.Sprintf("index %d: %v at %s", ix, names, time.Now().Format(time.RFC3339Nano))
 		}
 	}
-	l.peak = max(l.peak, total)
 }
 
 // RunsOf is how many distinct pods (by UID) were seen for an index.
@@ -68,13 +64,6 @@ func (l *PodLedger) Doubles() string {
 	return l.firstDouble
 }
 
-// PeakUnfinished is the most pods seen unfinished at once.
-func (l *PodLedger) PeakUnfinished() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.peak
-}
-
 // PodWatch lists the pods of one job on a steady tick, as `kubectl get pods
 // -w` would, and records every listing in its PodLedger until stopped.
 type PodWatch struct {
@@ -86,13 +75,6 @@ type PodWatch struct {
 // WatchPods starts a PodWatch of the pods of job in namespace, listing them
 // every interval. Stop it when the test ends.
 func WatchPods(c client.Client, namespace, job string, every time.Duration) *PodWatch {
-	return startPodWatch(c, namespace, job, every, nil)
-}
-
-// startPodWatch starts a PodWatch that also hands each listing, once
-// recorded, to act (if not nil) from the watch's goroutine.
-func startPodWatch(c client.Client, namespace, job string, every time.Duration,
-	act func(context.Context, []corev1.Pod)) *PodWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &PodWatch{stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -103,9 +85,6 @@ func startPodWatch(c client.Client, namespace, job string, every time.Duration,
 			// next listing gets past.
 			if err := c.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.JobNameLabel: job}); err == nil {
 				w.Observe(list.Items)
-				if act != nil {
-					act(ctx, list.Items)
-				}
 			}
 			select {
 			case <-ctx.Done():

@@ -6,7 +6,7 @@
 // each command's wall time, CPU time and peak RSS (getrusage of the child).
 //
 //	go build -o bin/kubectl-ibj ./cmd/kubectl-ibj
-//	go run ./hack/bench/kubectl-ibj -indexes 100000 -out docs/bench/kubectl-ibj.md
+//	go run ./test/bench/kubectl-ibj -indexes 100000 -out docs/bench/kubectl-ibj.md
 package main
 
 import (

@@ -6,28 +6,32 @@ import (
 	"sort"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
-// startKubelet starts the shared fake kubelet for the pods of one job; each
-// running pod ends as outcome says for its index and attempt.
-func startKubelet(ns, job string, outcome func(index, attempt int) harness.PodOutcome) *harness.Kubelet {
-	return harness.StartKubelet(k8sClient, ns, job, harness.KubeletOptions{Outcome: outcome})
+// startKubelet starts the shared pod simulator for the pods of one job;
+// each running pod ends as plan says for its index and attempt.
+func startKubelet(ns, job string, plan func(index, attempt int) podsim.Plan) *podsim.Simulator {
+	GinkgoHelper()
+	sim := podsim.New(podsim.ForJob(clientset, ns, job, plan))
+	Expect(sim.Run(context.Background())).To(Succeed())
+	return sim
 }
 
-// failingIndexes is a kubelet outcome: pods of the given indexes exit 1,
+// failingIndexes is a kubelet plan: pods of the given indexes exit 1,
 // every other pod succeeds.
-func failingIndexes(failing ...int) func(index, attempt int) harness.PodOutcome {
-	return func(ix, _ int) harness.PodOutcome {
+func failingIndexes(failing ...int) func(index, attempt int) podsim.Plan {
+	return func(ix, _ int) podsim.Plan {
 		if slices.Contains(failing, ix) {
-			return harness.PodOutcome{ExitCode: 1}
+			return podsim.Plan{ExitCode: 1}
 		}
-		return harness.PodOutcome{}
+		return podsim.Plan{}
 	}
 }
 

@@ -15,11 +15,12 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 var _ = Describe("Failure handling", func() {
 
-	runForever := func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} }
+	runForever := func(int, int) podsim.Plan { return podsim.Plan{Hold: true} }
 
 	// deletePodOfIndex deletes the running pod of an index, as a preemption would.
 	deletePodOfIndex := func(job string, index string) *corev1.Pod {
@@ -98,11 +99,11 @@ var _ = Describe("Failure handling", func() {
 		job := harness.MakeIndexedBatchJob("fail-job", ns).Completions(3).Parallelism(3).
 			PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix == 1 {
-				return harness.PodOutcome{ExitCode: 42}
+				return podsim.Plan{ExitCode: 42}
 			}
-			return harness.PodOutcome{StayRunning: true}
+			return podsim.Plan{Hold: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -125,11 +126,11 @@ var _ = Describe("Failure handling", func() {
 		job := harness.MakeIndexedBatchJob("ignore", ns).Completions(2).Parallelism(2).BackoffLimit(0).
 			PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, attempt int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
 			if ix == 0 && attempt < 2 {
-				return harness.PodOutcome{Disrupted: true}
+				return podsim.Plan{Disrupted: true}
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -149,7 +150,7 @@ var _ = Describe("Failure handling", func() {
 				harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
 			).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{ExitCode: 5} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{ExitCode: 5} })
 		defer k.Stop()
 		Eventually(func(g Gomega) {
 			j := getJob(ctx, ns, job.Name)
@@ -163,11 +164,11 @@ var _ = Describe("Failure handling", func() {
 		job := harness.MakeIndexedBatchJob("fail-index", ns).Completions(4).Parallelism(2).BackoffLimitPerIndex(3).
 			PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 7)).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix == 1 {
-				return harness.PodOutcome{ExitCode: 7}
+				return podsim.Plan{ExitCode: 7}
 			}
-			return harness.PodOutcome{}
+			return podsim.Plan{}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -185,11 +186,11 @@ var _ = Describe("Failure handling", func() {
 	It("fails with MaxFailedIndexesExceeded at once and terminates the remaining pods", func() {
 		job := harness.MakeIndexedBatchJob("max-failed", ns).Completions(6).Parallelism(3).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix < 2 {
-				return harness.PodOutcome{ExitCode: 1}
+				return podsim.Plan{ExitCode: 1}
 			}
-			return harness.PodOutcome{StayRunning: true}
+			return podsim.Plan{Hold: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -217,11 +218,11 @@ var _ = Describe("Failure handling", func() {
 	It("succeeds by successPolicy and terminates lingering pods without counting them as failed", func() {
 		job := harness.MakeIndexedBatchJob("leader", ns).Completions(3).Parallelism(3).SuccessPolicy(harness.SucceededIndexes("0")).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			if ix == 0 {
-				return harness.PodOutcome{}
+				return podsim.Plan{}
 			}
-			return harness.PodOutcome{StayRunning: true}
+			return podsim.Plan{Hold: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {

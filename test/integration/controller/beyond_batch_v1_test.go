@@ -9,6 +9,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // What the operator adds to batch/v1 Job's behaviour: elastic indexes, a
@@ -20,14 +21,14 @@ var _ = Describe("Beyond batch/v1", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		// Indexes 0 and 1 succeed, index 5 fails; the others run until the
 		// job no longer has them.
-		k := startKubelet(ns, job.Name, func(ix, _ int) harness.PodOutcome {
+		k := startKubelet(ns, job.Name, func(ix, _ int) podsim.Plan {
 			switch ix {
 			case 0, 1:
-				return harness.PodOutcome{}
+				return podsim.Plan{}
 			case 5:
-				return harness.PodOutcome{ExitCode: 1}
+				return podsim.Plan{ExitCode: 1}
 			}
-			return harness.PodOutcome{StayRunning: true}
+			return podsim.Plan{Hold: true}
 		})
 		defer k.Stop()
 		Eventually(func(g Gomega) {
@@ -98,8 +99,8 @@ var _ = Describe("Beyond batch/v1", func() {
 	It("waits retryBackoff.initialDelaySeconds before replacing a failed pod", func() {
 		job := harness.MakeIndexedBatchJob("slow-retry", ns).Completions(1).BackoffLimit(1).RetryBackoff(3, 3).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(_, attempt int) harness.PodOutcome {
-			return harness.PodOutcome{ExitCode: int32(1 - min(attempt, 1))}
+		k := startKubelet(ns, job.Name, func(_, attempt int) podsim.Plan {
+			return podsim.Plan{ExitCode: int32(1 - min(attempt, 1))}
 		})
 		defer k.Stop()
 

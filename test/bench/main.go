@@ -5,7 +5,7 @@
 // allows. Each run starts fresh controller processes and measures time to the
 // terminal condition, controller CPU seconds, peak RSS and client requests.
 //
-// usage: go run ./hack/bench [-quick] [-repeats 3] [-out docs/bench]
+// usage: go run ./test/bench [-quick] [-repeats 3] [-out docs/bench]
 package main
 
 import (

@@ -1,4 +1,4 @@
-// Command kueue runs Kueue for `make demo-kueue`: Kueue's core controllers
+// Command kueue-demo runs Kueue for `make demo-kueue`: Kueue's core controllers
 // and scheduler, at the version go.mod pins, in one process against the
 // cluster of $KUBECONFIG, configured with integrations.externalFrameworks:
 // [IndexedBatchJob.v1alpha1.batch.indexedjob.dev] (internal/kueue/inprocess).

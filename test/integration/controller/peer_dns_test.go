@@ -14,6 +14,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // Peer DNS (spec.network): the job's own headless Service. envtest runs no
@@ -22,7 +23,7 @@ import (
 // owner reference that deletes the Service with the job.
 var _ = Describe("Peer DNS", func() {
 
-	runForever := func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} }
+	runForever := func(int, int) podsim.Plan { return podsim.Plan{Hold: true} }
 
 	It("gives a 2-index TensorFlow-style job a headless Service that selects exactly its pods", func() {
 		job := harness.MakeIndexedBatchJob("tf", ns).Completions(2).Parallelism(2).

@@ -31,8 +31,10 @@ func newSimulator(cs kubernetes.Interface) *podsim.Simulator {
 		LabelSelector: benchLabel,
 		IndexLabels:   []string{ourIndex, upstreamIndex},
 		Script: func(pod *corev1.Pod, index int) podsim.Plan {
-			mod, err := strconv.Atoi(pod.Labels[failModLabel])
-			return podsim.Plan{Fail: err == nil && mod > 0 && index%mod == 0}
+			if mod, err := strconv.Atoi(pod.Labels[failModLabel]); err == nil && mod > 0 && index%mod == 0 {
+				return podsim.Plan{ExitCode: podsim.ExitFailed}
+			}
+			return podsim.Plan{}
 		},
 		Workers: simulatorWorker,
 	})

@@ -13,6 +13,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // What admission cannot foresee: the API server refuses the pods when they
@@ -133,7 +134,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		before := failed()
 		job := harness.MakeIndexedBatchJob("wide", ns).Completions(5000).Parallelism(5000).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		k := startKubelet(ns, job.Name, func(int, int) harness.PodOutcome { return harness.PodOutcome{StayRunning: true} })
+		k := startKubelet(ns, job.Name, func(int, int) podsim.Plan { return podsim.Plan{Hold: true} })
 		defer k.Stop()
 
 		Eventually(func(g Gomega) {
