@@ -5,7 +5,7 @@
 # validation suite, the CRD's floor test and the e2e seed example with the
 # operator binary. Then, for COMPAT_BELOW (one minor below the oldest
 # supported; empty skips it), run the floor test alone: there the CRD must be
-# refused, for the reason the README gives. COMPAT_FULL=1 runs every
+# refused, for the reason docs/versions.md gives. COMPAT_FULL=1 runs every
 # integration suite and the whole e2e suite instead, at each version.
 #
 # usage: COMPAT_VERSIONS="v1.33.13 v1.36.3" COMPAT_BELOW=v1.32.13 [COMPAT_FULL=1] hack/test-compat.sh

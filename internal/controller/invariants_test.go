@@ -43,7 +43,7 @@ import (
 // cache with the pods the API server holds, runs syncJob and hands the plan
 // to the reconciler's own apply, whose writes pass an interceptor that
 // injects faults and checks each write as it lands. It keeps a ledger of
-// what the controller must count and checks the invariants of the README's Guarantees
+// what the controller must count and checks the invariants of docs/guarantees.md
 // after every step.
 type cluster struct {
 	t testing.TB
@@ -1108,7 +1108,7 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 // FuzzSyncInvariants drives a small job through a sequence of pod events,
 // failed writes (crashes and API outages, see faultOf) and clock steps
 // decoded from the input, running the controller (syncJob and the
-// reconciler's apply) after each, and checks the invariants of the README's Guarantees at
+// reconciler's apply) after each, and checks the invariants of docs/guarantees.md at
 // every step and once the controller settled.
 //
 // Input: 4 bytes of job configuration (see fuzzJob), then pairs (op, arg).

@@ -95,11 +95,11 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 		))
 	})
 
-	It("reruns only the failed indexes of the seed example with spec.indexes, as the README shows", func() {
+	It("reruns only the failed indexes of the seed example with spec.indexes, as docs/api.md shows", func() {
 		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
 		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
 
-		By("creating the rerun with the README's kubectl | jq | kubectl pipeline")
+		By("creating the rerun with the kubectl | jq | kubectl pipeline of docs/api.md")
 		w := watchPods(ns, "per-index-rerun")
 		script := `kubectl() { "$KUBECTL" --kubeconfig "$KUBECONFIG" -n "$NS" "$@"; }
 kubectl get ibj per-index -o json \

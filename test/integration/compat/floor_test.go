@@ -1,7 +1,7 @@
 // Package compat tests, against a real kube-apiserver of whatever version
 // KUBEBUILDER_ASSETS holds, the floor of the supported-versions matrix: the
 // CRD installs from the oldest supported minor on and is refused below it,
-// for the one reason the README gives. `make test` runs it against the
+// for the one reason docs/versions.md gives. `make test` runs it against the
 // newest supported version and `make test-compat` one minor below the floor.
 package compat
 
@@ -64,7 +64,7 @@ func TestCRDInstallsFromTheOldestSupportedMinorAndIsRefusedBelow(t *testing.T) {
 
 	err = install(crd.DeepCopy())
 	if err == nil {
-		t.Fatalf("kube-apiserver %s is below the supported range, but accepted the CRD: the floor is lower than the README says", version)
+		t.Fatalf("kube-apiserver %s is below the supported range, but accepted the CRD: the floor is lower than docs/versions.md says", version)
 	}
 	if want := "undeclared reference to '" + floorFunction + "'"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("kube-apiserver %s refused the CRD, but not with %q: %v", version, want, err)

@@ -24,7 +24,7 @@ const (
 
 // TestSeedExampleFinished is the seed's per-index example after its run:
 // indexes 1 and 2 failed twice each with exit code 1, the others
-// succeeded, the job failed with FailedIndexes. It is what the README
+// succeeded, the job failed with FailedIndexes. It is what docs/kubectl-ibj.md
 // shows, and rerun makes a new job of indexes 1 and 2.
 func TestSeedExampleFinished(t *testing.T) {
 	ns := namespace(t, "seed")

@@ -13,7 +13,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
-// Every sample the README points users at must be admitted as written.
+// Every sample the docs point users at must be admitted as written.
 var _ = Describe("The samples in config/samples", func() {
 	paths, err := filepath.Glob(filepath.Join("..", "..", "..", "config", "samples", "batch_*.yaml"))
 	if err != nil || len(paths) == 0 {

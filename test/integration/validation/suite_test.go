@@ -1,6 +1,6 @@
 // Package validation tests, against a real kube-apiserver, that the
 // IndexedBatchJob CRD's schema and CEL rules reject at admission what the
-// README's API reference says is invalid, with a message a user can act on,
+// API reference (docs/api.md) says is invalid, with a message a user can act on,
 // and accept the edge cases that are valid. No controller runs here.
 package validation
 
