@@ -45,9 +45,6 @@ type runner struct {
 	integration   *Integration
 	newController func(context.Context, ctrl.Manager) (manager.Runnable, error)
 	events        *eventReporter
-	// The delays between attempts (firstRetry and longestRetry, shorter in
-	// tests).
-	firstRetry, longestRetry time.Duration
 	// indexed is set once the Workload owner index is on the cache's
 	// informer, which keeps it across attempts (a second one would conflict).
 	indexed bool
@@ -69,7 +66,7 @@ func (r *runner) Start(ctx context.Context) error {
 	case <-r.integration.served:
 	}
 	log := ctrl.LoggerFrom(ctx).WithName("kueue")
-	delays := workqueue.NewTypedItemExponentialFailureRateLimiter[string](r.firstRetry, r.longestRetry)
+	delays := workqueue.NewTypedItemExponentialFailureRateLimiter[string](firstRetry, longestRetry)
 	for {
 		ran, err := r.run(ctx, log)
 		if ctx.Err() != nil {

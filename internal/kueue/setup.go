@@ -55,8 +55,12 @@ func (i *Integration) Active() bool {
 	return i != nil && (i.mode == kueueapi.ModeEnabled || i.active.Load())
 }
 
-// State is where the integration stands in this process.
+// State is where the integration stands in this process (StateDisabled
+// for the nil Integration of kueueapi.ModeDisabled).
 func (i *Integration) State() State {
+	if i == nil {
+		return StateDisabled
+	}
 	s, _ := i.state.Load().(State)
 	return s
 }
@@ -73,8 +77,8 @@ func (i *Integration) setState(s State) {
 // leader runs Kueue's generic job reconciler for IndexedBatchJobs in this
 // process (run.go): if that fails, it logs the error, records an event and
 // reports StateFailed, retries with a growing delay, and the rest of the
-// operator runs on. Setup fails only on a bad mode; it returns a nil
-// Integration for kueueapi.ModeDisabled.
+// operator runs on. Setup fails only on a bad mode or a manager that takes
+// no runnable; it returns a nil Integration for kueueapi.ModeDisabled.
 func Setup(mgr ctrl.Manager, o Options) (*Integration, error) {
 	if err := kueueapi.CheckMode(o.Mode); err != nil {
 		return nil, err
@@ -103,7 +107,6 @@ func Setup(mgr ctrl.Manager, o Options) (*Integration, error) {
 			recorder: mgr.GetEventRecorder(ControllerName), reader: mgr.GetAPIReader(),
 			podName: o.PodName, podNamespace: o.PodNamespace,
 		},
-		firstRetry: firstRetry, longestRetry: longestRetry,
 	}
 	return i, errors.Join(mgr.Add(waitForKueue{discovery: d, crds: crds, integration: i}), mgr.Add(r))
 }
