@@ -620,7 +620,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 
 	It("starts the Kueue integration inside the running process once Kueue is installed, and queues jobs with the installed permissions", func() {
 		killManagers() // so that the next replica leads at once
-		m := startManager("manager-kueue", kubeconfig, true, managerArgs...)
+		m := startManager("manager-kueue-later", kubeconfig, true, managerArgs...)
 		namespace := newNamespace(ctx, "queued")
 		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "prometheus"}})).To(Succeed())
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -629,15 +629,17 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
 		})).To(Succeed())
 		token := serviceAccountToken(ctx, namespace, "prometheus")
-		kueueState := func(g Gomega) string {
-			code, body, err := scrape(m.metrics, token)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(code).To(Equal(http.StatusOK), body)
-			on := regexp.MustCompile(`(?m)^indexedbatchjob_kueue_integration\{state="([a-z]+)"\} 1$`).FindAllStringSubmatch(body, -1)
-			g.Expect(on).To(HaveLen(1), "one state at 1:\n%s", body)
-			return on[0][1]
+		kueueState := func(m *manager) func(g Gomega) string {
+			return func(g Gomega) string {
+				code, body, err := scrape(m.metrics, token)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(code).To(Equal(http.StatusOK), body)
+				on := regexp.MustCompile(`(?m)^indexedbatchjob_kueue_integration\{state="([a-z]+)"\} 1$`).FindAllStringSubmatch(body, -1)
+				g.Expect(on).To(HaveLen(1), "one state at 1:\n%s", body)
+				return on[0][1]
+			}
 		}
-		Eventually(kueueState, 30*time.Second, 500*time.Millisecond).Should(Equal("waiting"), "Kueue is not installed")
+		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("waiting"), "Kueue is not installed")
 
 		By("installing Kueue's CRDs under it")
 		kueueDir, err := inprocess.ModuleDir()
@@ -645,7 +647,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inprocess.CRDDir(kueueDir)}})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("Started the Kueue integration in this process"))
-		Eventually(kueueState, 30*time.Second, 500*time.Millisecond).Should(Equal("running"))
+		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("running"))
 		Expect(m.done).NotTo(BeClosed(), "the process runs on")
 		Expect(m.exe()).To(Equal(managerBin), "nothing was exec'd")
 		Expect(strings.Count(m.log(), "Starting manager")).To(Equal(1), "the manager was not started again")
@@ -678,5 +680,17 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 				HaveField("Regarding.Kind", "CustomResourceDefinition"),
 				HaveField("Regarding.Name", "indexedbatchjobs.batch.indexedjob.dev"))))
 		}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		By("a replica started now finds Kueue at once and stands by, its webhook queueing jobs too")
+		standby := startManager("manager-kueue-standby", kubeconfig, true, managerArgs...)
+		Eventually(kueueState(standby), 30*time.Second, 500*time.Millisecond).Should(Equal("standby"))
+		Expect(standby.leads()).To(BeFalse())
+		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		second := seedJob(namespace, "queued-at-standby")
+		second.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "user-queue"}
+		Expect(k8sClient.Create(ctx, second)).To(Succeed())
+		Expect(second.Spec.Suspend).To(HaveValue(BeTrue()), "the standby's webhook suspends it too")
+		Expect(kueueState(m)(Default)).To(Equal("running"), "the leader still runs it")
 	})
 })
