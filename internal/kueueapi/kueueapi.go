@@ -1,8 +1,9 @@
 // Package kueueapi is what the operator knows of Kueue before its
 // integration runs: the modes of its --kueue flag, the Workload API the
 // integration waits for, whether the API server serves it, and how to wait
-// until it does. The integration (internal/kueue) waits with it; it imports
-// nothing of Kueue, so that its envtest tests build and run quickly.
+// until it does. The integration (internal/kueue) waits with it. It imports
+// nothing of Kueue: knowing the API's name and waiting for it take
+// client-go alone.
 package kueueapi
 
 import (
