@@ -17,13 +17,10 @@ COPY cmd/ cmd/
 COPY api/ api/
 COPY internal/ internal/
 
-# Static, stripped binaries for the target platform (TARGETARCH is set by
-# docker buildx; a plain docker build builds for the host): the lean build,
-# the entrypoint, and its Kueue build, which it runs once Kueue is wanted.
+# A static, stripped binary for the target platform (TARGETARCH is set by
+# docker buildx; a plain docker build builds for the host).
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -tags nokueue -trimpath -buildvcs=false -ldflags="-s -w" -o manager ./cmd && \
-    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -buildvcs=false -ldflags="-s -w" -o manager-kueue ./cmd
+    go build -trimpath -buildvcs=false -ldflags="-s -w" -o manager ./cmd
 
 # distroless/static:nonroot holds what make image's base layer holds: passwd
 # and group entries for nonroot (65532), CA certificates, /tmp and
@@ -31,7 +28,6 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/manager /manager
-COPY --from=builder /workspace/manager-kueue /manager-kueue
 USER 65532:65532
 
 ENTRYPOINT ["/manager"]

@@ -45,7 +45,6 @@ golangci-lint: ## Install the pinned golangci-lint into bin/ (once; several minu
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint (.golangci.yml, kubebuilder's linters).
 	$(GOLANGCI_LINT) run ./...
-	$(GOLANGCI_LINT) run --build-tags nokueue ./cmd/...
 
 .PHONY: lint-fix
 lint-fix: golangci-lint ## Run golangci-lint and apply the fixes it can.
@@ -56,9 +55,8 @@ fmt: ## Run go fmt.
 	go fmt ./...
 
 .PHONY: vet
-vet: ## Run go vet (on both builds of the manager).
+vet: ## Run go vet.
 	go vet ./...
-	go vet -tags nokueue ./cmd/...
 
 .PHONY: controlplane
 controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (once; minutes on 2 cores).
@@ -84,9 +82,8 @@ verify: manifests generate helm-manifests ## Fail if generated files (and the ch
 ##@ Build
 
 .PHONY: build
-build: generate ## Build the manager: bin/manager (lean) and bin/manager-kueue (its Kueue build, which it runs once Kueue is wanted).
-	go build -tags nokueue -o bin/manager ./cmd
-	go build -o bin/manager-kueue ./cmd
+build: generate ## Build the manager, bin/manager (its Kueue integration starts in process once Kueue is installed).
+	go build -o bin/manager ./cmd
 
 .PHONY: install-plugin
 install-plugin: ## Install the kubectl plugin kubectl-ibj (`kubectl ibj`) into $GOBIN if set, else bin/.
@@ -116,11 +113,9 @@ CRANE ?= go tool -modfile=hack/tools/go.mod crane
 image: ## Build the manager's OCI image (IMAGE_PLATFORMS, tag VERSION) into IMAGE_DIR, with no container engine or registry.
 	@mkdir -p dist/.image
 	@for p in $(IMAGE_PLATFORMS); do \
-	  echo "go build ./cmd for $$p: the lean build and the Kueue build"; \
-	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -tags nokueue -trimpath -buildvcs=false -ldflags="-s -w" \
-	    -o dist/.image/manager-$${p%/*}-$${p#*/} ./cmd && \
+	  echo "go build ./cmd for $$p"; \
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -buildvcs=false -ldflags="-s -w" \
-	    -o dist/.image/manager-$${p%/*}-$${p#*/}-kueue ./cmd || exit 1; \
+	    -o dist/.image/manager-$${p%/*}-$${p#*/} ./cmd || exit 1; \
 	done
 	cd hack/tools && go run ./image -out $(CURDIR)/$(IMAGE_DIR) -tag $(VERSION) -created $(SOURCE_DATE_EPOCH) \
 	  $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=$(CURDIR)/dist/.image/manager-$(subst /,-,$(p)))
@@ -274,9 +269,8 @@ $(KUEUE_MANAGER):
 	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager (and its Kueue build), bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
-	go build -tags nokueue -o $(LOCALBIN)/manager ./cmd
-	go build -o $(LOCALBIN)/manager-kueue ./cmd
+e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+	go build -o $(LOCALBIN)/manager ./cmd
 	go build -o $(LOCALBIN)/kubectl-ibj ./cmd/kubectl-ibj
 	go build -o $(LOCALBIN)/kwok-cluster ./test/harness/cmd/kwok-cluster
 
@@ -321,6 +315,6 @@ BENCH_OUT ?= $(if $(BENCH_QUICK),$(LOCALBIN)/bench-quick,docs/bench)
 .PHONY: bench
 bench: ## Benchmark the operator against the built-in Job controller side by side; writes docs/bench/ (BENCH_QUICK=1: smoke test).
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kube-controller-manager; fi
-	CGO_ENABLED=0 go build -tags nokueue -trimpath -ldflags="-s -w" -o $(LOCALBIN)/bench-manager ./cmd
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/bench-manager ./cmd
 	go build -o $(LOCALBIN)/bench ./test/bench
 	$(LOCALBIN)/bench -out $(BENCH_OUT) -manager $(LOCALBIN)/bench-manager -assets $(KUBEBUILDER_ASSETS) $(if $(BENCH_QUICK),-quick) $(BENCH_ARGS)

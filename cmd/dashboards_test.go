@@ -146,6 +146,7 @@ func TestDashboardsQueryServedMetrics(t *testing.T) {
 		"indexedbatchjob_jobs_finished_total",
 		"indexedbatchjob_finished_indexes_total",
 		"indexedbatchjob_pods_deleted_total",
+		"indexedbatchjob_kueue_integration",
 	} {
 		if !registered(t, name) {
 			t.Errorf("%s is not registered: a metric was renamed or removed; update this list and the dashboard", name)

@@ -1,34 +1,28 @@
-//go:build !nokueue
-
 package main
 
 import (
-	"context"
+	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 )
 
-// This is the Kueue build: it links Kueue's jobframework and runs the
-// integration in its own manager (internal/kueue). The image's entrypoint is
-// the lean build (kueue_lean.go), which runs this one in its place once the
-// integration is wanted.
-
-func addKueueToScheme(s *runtime.Scheme) error { return ibjkueue.AddToScheme(s) }
-
-// handOverAtStart has nothing to hand over to in this build.
-func handOverAtStart(*rest.Config, string) error { return nil }
-
-// setupKueue starts the integration in mode and returns the defaulting
-// webhook's queue step (nil when mode is disabled). This build never hands
-// over, so it returns no hand-over.
-func setupKueue(mgr ctrl.Manager, mode string, _ context.CancelFunc) (queueDefaulting, func() error, error) {
-	kq, err := ibjkueue.Setup(mgr, mode)
+// setupKueue starts the Kueue integration in mode inside mgr
+// (ibjkueue.Setup: once Kueue's API is served, at start or later, without
+// restarting anything) and returns the defaulting webhook's queue step, nil
+// when mode is disabled. It fails only on a bad mode: a failure of the
+// integration itself is logged, recorded as an event about the operator's
+// Pod (POD_NAME and POD_NAMESPACE, from the downward API) and reported by
+// the indexedbatchjob_kueue_integration gauge, and the rest runs on.
+func setupKueue(mgr ctrl.Manager, mode string) (queueDefaulting, error) {
+	kq, err := ibjkueue.Setup(mgr, ibjkueue.Options{
+		Mode:         mode,
+		PodName:      os.Getenv("POD_NAME"),
+		PodNamespace: os.Getenv("POD_NAMESPACE"),
+	})
 	if err != nil || kq == nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return kq.Defaulter, nil, nil
+	return kq.Defaulter, nil
 }

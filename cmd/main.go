@@ -2,7 +2,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -27,6 +26,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
@@ -40,7 +40,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ibjv1.AddToScheme(scheme))
-	utilruntime.Must(addKueueToScheme(scheme))
+	utilruntime.Must(ibjkueue.AddToScheme(scheme))
 }
 
 // gcPercent is the garbage collector's GOGC unless the environment sets
@@ -95,9 +95,9 @@ func main() {
 	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
 		"Cap of the replacement delay.")
 	flag.StringVar(&kueueMode, "kueue", kueueapi.ModeAuto,
-		"The Kueue integration: auto runs it once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) is served, "+
-			"checked at start and waited for after; enabled also suspends jobs labelled kueue.x-k8s.io/queue-name "+
-			"before then; disabled never runs it.")
+		"The Kueue integration: auto starts it in this process once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) "+
+			"is served, checked at start and watched for after; enabled also suspends jobs labelled "+
+			"kueue.x-k8s.io/queue-name before then; disabled never runs it.")
 	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -135,10 +135,6 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := ctrl.GetConfigOrDie()
-	if err := handOverAtStart(cfg, kueueMode); err != nil {
-		setupLog.Error(err, "Unable to set up the Kueue integration")
-		os.Exit(1)
-	}
 	// The webhook's dry runs get a client of their own (rate limit
 	// included), so that admission never waits behind the controller's pod
 	// creates at --kube-api-qps.
@@ -195,10 +191,7 @@ func main() {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}
-	signalled := ctrl.SetupSignalHandler()
-	ctx, stop := context.WithCancel(signalled)
-	defer stop()
-	queue, handOver, err := setupKueue(mgr, kueueMode, stop)
+	queue, err := setupKueue(mgr, kueueMode)
 	if err != nil {
 		setupLog.Error(err, "Unable to set up the Kueue integration")
 		os.Exit(1)
@@ -228,19 +221,11 @@ func main() {
 	}
 
 	setupLog.Info("Starting manager", "qps", qps, "burst", burst, "maxConcurrentReconciles", maxConcurrent)
-	err = mgr.Start(ctx)
+	err = mgr.Start(ctrl.SetupSignalHandler())
 	stopRecorder()
 	if err != nil {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
-	}
-	// Not once told to stop: a hand-over that raced a SIGTERM would
-	// outlive it.
-	if handOver != nil && signalled.Err() == nil {
-		if err := handOver(); err != nil {
-			setupLog.Error(err, "Unable to set up the Kueue integration")
-			os.Exit(1)
-		}
 	}
 }
 

@@ -44,7 +44,7 @@ say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 need=("$bin/kwok-cluster" "$bin/manager" "$kubectl")
-if [ "$kueue" = 1 ]; then need+=("$bin/kueue-demo" "$bin/manager-kueue"); fi
+if [ "$kueue" = 1 ]; then need+=("$bin/kueue-demo"); fi
 for f in "${need[@]}"; do
   [ -x "$f" ] || die "$f is missing: run \`make demo\` (or \`make demo-kueue\`), which builds it"
 done

@@ -1,10 +1,11 @@
 // Package kueue is the Kueue integration of IndexedBatchJob, written
 // against Kueue's external-framework contract: Job adapts an
 // IndexedBatchJob to Kueue's jobframework.GenericJob, Setup runs Kueue's
-// generic job reconciler for it in the operator's manager, and Default is
-// the part of Kueue's job webhook the operator's defaulting webhook
-// applies. This is the one package that imports Kueue, so that a new Kueue
-// release changes nothing outside it.
+// generic job reconciler for it inside the operator's running manager once
+// Kueue's API is served (never stopping the manager when it fails), and
+// Integration.Defaulter is the part of Kueue's job webhook the operator's
+// defaulting webhook applies. This is the one package of the operator that
+// imports Kueue, so that a new Kueue release changes nothing outside it.
 package kueue
 
 import (

@@ -181,8 +181,9 @@ func TestFinishedAndSuspended(t *testing.T) {
 	})
 }
 
-// The lean build waits for the Workload API by name, without linking Kueue.
-func TestLeanBuildWaitsForTheWorkloadAPIThisBuildNeeds(t *testing.T) {
+// The integration waits for the Workload API by the name kueueapi holds,
+// which must be the one of the Kueue it links.
+func TestWaitsForTheWorkloadAPIOfTheLinkedKueue(t *testing.T) {
 	if want := kueuev1beta2.SchemeGroupVersion.WithKind("Workload"); kueueapi.WorkloadGVK != want {
 		t.Fatalf("kueueapi.WorkloadGVK = %v, Kueue's API is %v", kueueapi.WorkloadGVK, want)
 	}

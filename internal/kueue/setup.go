@@ -2,14 +2,15 @@ package kueue
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 
@@ -21,98 +22,135 @@ import (
 // integration does not run.
 func AddToScheme(scheme *runtime.Scheme) error { return kueuev1beta2.AddToScheme(scheme) }
 
+// Options configure the integration.
+type Options struct {
+	// Mode is the --kueue flag's: kueueapi.ModeAuto, ModeEnabled or
+	// ModeDisabled.
+	Mode string
+	// PodName and PodNamespace name the operator's own Pod (the downward
+	// API's POD_NAME and POD_NAMESPACE), which the integration's events are
+	// about. Outside a Pod (both empty, or the Pod not found) they are
+	// about the IndexedBatchJob CRD.
+	PodName, PodNamespace string
+	// NewController builds the controller that runs Kueue's reconciler
+	// (NewController when nil). Tests put a failing one here.
+	NewController func(context.Context, ctrl.Manager) (manager.Runnable, error)
+}
+
 // Integration is the integration as the rest of the operator sees it.
 type Integration struct {
-	mode   string
+	mode string
+	// served is closed once Kueue's Workload API is served.
+	served chan struct{}
 	active atomic.Bool
+	state  atomic.Value // State
 }
 
 // Active reports whether jobs labelled with a queue name are Kueue's: with
-// kueueapi.ModeEnabled always, with kueueapi.ModeAuto once Kueue's API was found.
+// kueueapi.ModeEnabled always, with kueueapi.ModeAuto once Kueue's API was
+// found. It does not wait for the leader's Kueue controller to run: a job
+// queued while that controller cannot start waits suspended for it, rather
+// than run past Kueue's quotas.
 func (i *Integration) Active() bool {
 	return i != nil && (i.mode == kueueapi.ModeEnabled || i.active.Load())
 }
 
-// Setup starts the integration in mode: once Kueue's Workload API is
-// served, Kueue's generic job reconciler runs for IndexedBatchJobs in mgr
-// (as the leader's controllers do). It waits for the API on every replica,
-// leader or not, since the defaulting webhook every replica serves asks
-// Active. It returns a nil Integration for kueueapi.ModeDisabled.
-func Setup(mgr ctrl.Manager, mode string) (*Integration, error) {
-	if err := kueueapi.CheckMode(mode); err != nil || mode == kueueapi.ModeDisabled {
-		return nil, err
+// State is where the integration stands in this process (StateDisabled
+// for the nil Integration of kueueapi.ModeDisabled).
+func (i *Integration) State() State {
+	if i == nil {
+		return StateDisabled
 	}
-	i := &Integration{mode: mode}
-	return i, mgr.Add(waitForKueue{mgr: mgr, integration: i})
+	s, _ := i.state.Load().(State)
+	return s
 }
 
-// waitForKueue sets the integration up once Kueue's API is served.
+func (i *Integration) setState(s State) {
+	i.state.Store(s)
+	reportState(s)
+}
+
+// Setup starts the integration in o.Mode inside mgr, which may be running
+// already; it never restarts it. Every replica waits for Kueue's Workload
+// API (kueueapi.WaitServed), at start or later, since the defaulting
+// webhook every replica serves asks Active. Once the API is served, the
+// leader runs Kueue's generic job reconciler for IndexedBatchJobs in this
+// process (run.go): if that fails, it logs the error, records an event and
+// reports StateFailed, retries with a growing delay, and the rest of the
+// operator runs on. Setup fails only on a bad mode or a manager that takes
+// no runnable; it returns a nil Integration for kueueapi.ModeDisabled.
+func Setup(mgr ctrl.Manager, o Options) (*Integration, error) {
+	if err := kueueapi.CheckMode(o.Mode); err != nil {
+		return nil, err
+	}
+	if o.Mode == kueueapi.ModeDisabled {
+		reportState(StateDisabled)
+		return nil, nil
+	}
+	d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	crds, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	i := &Integration{mode: o.Mode, served: make(chan struct{})}
+	i.setState(StateWaiting)
+	newController := o.NewController
+	if newController == nil {
+		newController = NewController
+	}
+	r := &runner{
+		mgr: mgr, integration: i, newController: newController,
+		events: &eventReporter{
+			recorder: mgr.GetEventRecorder(ControllerName), reader: mgr.GetAPIReader(),
+			podName: o.PodName, podNamespace: o.PodNamespace,
+		},
+	}
+	return i, errors.Join(mgr.Add(waitForKueue{discovery: d, crds: crds, integration: i}), mgr.Add(r))
+}
+
+// waitForKueue waits for Kueue's API on every replica, leader or not.
 type waitForKueue struct {
-	mgr         ctrl.Manager
+	discovery   discovery.DiscoveryInterface
+	crds        metadata.Interface
 	integration *Integration
 }
 
-// NeedLeaderElection is false: see Setup.
+var _ manager.LeaderElectionRunnable = waitForKueue{}
+
+// NeedLeaderElection is false: see waitForKueue.
 func (waitForKueue) NeedLeaderElection() bool { return false }
 
-// Start waits for Kueue's API, then sets up the reconciler.
+// Start checks for Kueue's API, waits for it if it is not served yet, then
+// marks the integration served (and active). It never fails: an error
+// checking the API is logged and the wait goes on.
 func (w waitForKueue) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("kueue")
-	var setupErr error
-	jobframework.WaitForAPI(ctx, w.mgr, log, kueueapi.WorkloadGVK, func() {
-		if setupErr = SetupReconciler(ctx, w.mgr); setupErr != nil {
-			return
+	served, err := kueueapi.Served(w.discovery)
+	if err != nil {
+		log.Error(err, "Checking for Kueue's API at start; waiting for it")
+	}
+	if !served {
+		log.Info("Waiting for Kueue's API", "api", kueueapi.WorkloadGVK.GroupVersion(), "kind", kueueapi.WorkloadGVK.Kind)
+		if !kueueapi.WaitServed(ctx, w.discovery, w.crds, log) {
+			return nil
 		}
-		w.integration.active.Store(true)
-		log.Info("Kueue's API is served: IndexedBatchJobs labelled kueue.x-k8s.io/queue-name are queued by Kueue")
-	})
-	if setupErr != nil {
-		return fmt.Errorf("setting up the Kueue integration: %w", setupErr)
 	}
-	<-ctx.Done()
+	i := w.integration
+	i.active.Store(true)
+	// Before served is closed, after which the leader's runner reports
+	// where it stands.
+	i.setState(StateStandby)
+	close(i.served)
+	log.Info("Kueue's API is served: IndexedBatchJobs labelled kueue.x-k8s.io/queue-name are queued by Kueue")
 	return nil
-}
-
-// What Kueue's generic job reconciler reads and writes: the Workload of each
-// job, the priority classes and resource flavors it reads to build or start
-// it, the namespace whose labels it checks, and the job it suspends and
-// starts.
-//
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/finalizers,verbs=update
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=resourceflavors;workloadpriorityclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
-// +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=update;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-
-// SetupReconciler runs Kueue's generic job reconciler for IndexedBatchJobs
-// in mgr, with the Workload index it reads, as Kueue's manager does for a
-// built-in integration. Jobs without a queue name are left alone.
-func SetupReconciler(ctx context.Context, mgr ctrl.Manager, opts ...jobframework.Option) error {
-	if err := jobframework.SetupWorkloadOwnerIndex(ctx, mgr.GetFieldIndexer(), GVK); err != nil {
-		return fmt.Errorf("workload owner index: %w", err)
-	}
-	opts = append([]jobframework.Option{jobframework.WithManageJobsWithoutQueueName(false)}, opts...)
-	jr := jobframework.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder(ControllerName), opts...)
-	// Not jobframework.NewGenericReconcilerFactory's SetupWithManager, which
-	// names the controller after the kind, the name the operator's own
-	// controller has.
-	return ctrl.NewControllerManagedBy(mgr).
-		Named(ControllerName).
-		For(&ibjv1.IndexedBatchJob{}).
-		Owns(&kueuev1beta2.Workload{}).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			return jr.ReconcileGenericJob(ctx, req, NewJob())
-		}))
 }
 
 // ControllerName names the controller that runs Kueue's reconciler, in
 // logs, metrics and the events it records.
 const ControllerName = "indexedbatchjob-kueue"
-
-var _ manager.Runnable = waitForKueue{}
 
 // Defaulter returns what Kueue's webhook does to a new job of an
 // integration, for the operator's defaulting webhook to apply: while the

@@ -1,9 +1,9 @@
-// Package kueueapi is what the operator knows of Kueue without linking it:
-// the modes of its --kueue flag, the Workload API the integration waits
-// for, whether the API server serves it, and how to wait until it does.
-// The operator's lean build (cmd/kueue_lean.go) uses it to decide when to
-// hand over to the build that links Kueue (internal/kueue); that build uses
-// the same modes.
+// Package kueueapi is what the operator knows of Kueue before its
+// integration runs: the modes of its --kueue flag, the Workload API the
+// integration waits for, whether the API server serves it, and how to wait
+// until it does. The integration (internal/kueue) waits with it. It imports
+// nothing of Kueue: knowing the API's name and waiting for it take
+// client-go alone.
 package kueueapi
 
 import (
@@ -27,12 +27,10 @@ import (
 // Modes of the integration, as the operator's --kueue flag takes them.
 const (
 	// ModeAuto runs the integration once Kueue's Workload API is served,
-	// so that Kueue may be installed after the operator. The lean build
-	// checks at start and then whenever the Workload CRD changes
-	// (WaitServed), and runs the Kueue build once it is served; the Kueue
-	// build waits as Kueue's own integrations do (jobframework.WaitForAPI,
-	// a poll with a growing delay), and so finds it at once when the lean
-	// build runs it.
+	// so that Kueue may be installed after the operator: it checks at
+	// start and then whenever the Workload CRD changes (WaitServed), and
+	// starts the integration inside the running operator once it is
+	// served.
 	ModeAuto = "auto"
 	// ModeEnabled is ModeAuto, and also suspends jobs labelled with a queue
 	// name before Kueue's API is there.

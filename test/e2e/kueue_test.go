@@ -231,11 +231,11 @@ func kueueManagerBinary(version string) string {
 	return filepath.Join(root, "bin", "kueue-"+version, "kueue")
 }
 
-// startKueue installs Kueue (CRDs, RBAC, webhook configurations), starts
-// its manager and restarts the operator, so that the operator finds Kueue's
-// API at once (with --kueue=auto it would also find it later, after a
-// backoff of up to minutes). On cleanup it stops Kueue and removes its
-// webhook configurations; its CRDs and RBAC stay.
+// startKueue installs Kueue (CRDs, RBAC, webhook configurations) under the
+// running operator, starts Kueue's manager, and checks that the operator
+// (--kueue=auto) started its Kueue integration in the same process: no
+// restart, no exec. On cleanup it stops Kueue and removes its webhook
+// configurations; its CRDs and RBAC stay.
 func startKueue(ctx context.Context) *kueueManager {
 	GinkgoHelper()
 	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "sigs.k8s.io/kueue").Output()
@@ -261,7 +261,8 @@ func startKueue(ctx context.Context) *kueueManager {
 		Expect(err).NotTo(HaveOccurred())
 	}
 
-	By("installing Kueue's CRDs and its own RBAC")
+	By("installing Kueue's CRDs and its own RBAC under the running operator")
+	pid := op.proc.Pid()
 	_, err = envtest.InstallCRDs(cluster.Config, envtest.CRDInstallOptions{
 		Paths: []string{inprocess.CRDDir(module)}, ErrorIfPathMissing: true,
 	})
@@ -347,11 +348,20 @@ integrations:
 	By("installing Kueue's webhook configurations, calling https://127.0.0.1:" + strconv.Itoa(webhook))
 	installKueueWebhooks(ctx, module, "https://127.0.0.1:"+strconv.Itoa(webhook), caPEM)
 
-	By("restarting the operator, which finds Kueue's API")
-	op.stop()
-	op = startOperator()
+	By("the running operator starts its Kueue integration in the same process")
 	Eventually(func() string { return op.logTail(400) }, timeout, poll).
-		Should(ContainSubstring("Kueue's API is served"))
+		Should(ContainSubstring("Started the Kueue integration in this process"))
+	exited, err := op.proc.Exited()
+	Expect(exited).To(BeFalse(), "the operator exited (%v)", err)
+	Expect(op.proc.Pid()).To(Equal(pid), "the same operator process")
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	Expect(err).NotTo(HaveOccurred())
+	want, err := filepath.Abs(managerBin)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(exe).To(Equal(want), "nothing was exec'd in its place")
+	log, err := os.ReadFile(op.proc.LogPath)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(strings.Count(string(log), "Starting manager")).To(Equal(1), "the operator's manager started once")
 	return k
 }
 

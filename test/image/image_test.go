@@ -1,13 +1,17 @@
 package image
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/x509"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -89,9 +93,9 @@ func readImages(t *testing.T, l Layout) map[string]platformImage {
 }
 
 // TestImageLayout checks what `make image` wrote: one image per platform,
-// each running /manager, a static stripped binary of its architecture, as
-// 65532:65532, with its Kueue build beside it as /manager-kueue and the
-// files distroless/static:nonroot provides.
+// each running /manager, a static stripped binary of its architecture and
+// the image's one executable, which links the Kueue integration, as
+// 65532:65532, with the files distroless/static:nonroot provides.
 func TestImageLayout(t *testing.T) {
 	l := Layout{Dir: layoutDir(t)}
 	images := readImages(t, l)
@@ -104,6 +108,7 @@ func TestImageLayout(t *testing.T) {
 		t.Fatalf("platforms (-want +got):\n%s", diff)
 	}
 
+	kueueVersion := requiredVersion(t, "sigs.k8s.io/kueue")
 	for platform, img := range images {
 		t.Run(platform, func(t *testing.T) {
 			cfg := img.config.Config
@@ -117,8 +122,12 @@ func TestImageLayout(t *testing.T) {
 				t.Errorf("cmd %q, want none", cfg.Cmd)
 			}
 
-			for _, name := range []string{"/manager", "/manager-kueue"} {
-				expectStaticBinary(t, img.files, name, strings.TrimPrefix(platform, "linux/"))
+			expectStaticBinary(t, img.files, "/manager", strings.TrimPrefix(platform, "linux/"))
+			expectLinksKueue(t, img.files, "/manager", kueueVersion)
+			for name, f := range img.files {
+				if f.Header.Typeflag == tar.TypeReg && f.Header.Mode&0o111 != 0 && name != "/manager" {
+					t.Errorf("%s is executable: the image has one binary, /manager", name)
+				}
 			}
 
 			expectLine(t, img.files, "/etc/passwd", "nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin")
@@ -476,4 +485,40 @@ func expectStaticBinary(t *testing.T, files map[string]File, name, arch string) 
 			t.Errorf("%s has a %s section: not stripped (-ldflags=-s -w)", name, section)
 		}
 	}
+}
+
+// expectLinksKueue checks that the binary name links Kueue at version
+// (its build information, which -ldflags='-s -w' keeps, lists the
+// modules): the one binary starts the Kueue integration in process, with
+// nothing else to run.
+func expectLinksKueue(t *testing.T, files map[string]File, name, version string) {
+	t.Helper()
+	f, ok := files[name]
+	if !ok {
+		return // expectStaticBinary says so
+	}
+	info, err := buildinfo.Read(bytes.NewReader(f.Data))
+	if err != nil {
+		t.Errorf("%s has no Go build information: %v", name, err)
+		return
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == "sigs.k8s.io/kueue" {
+			if dep.Version != version {
+				t.Errorf("%s links sigs.k8s.io/kueue %s, go.mod requires %s", name, dep.Version, version)
+			}
+			return
+		}
+	}
+	t.Errorf("%s does not link sigs.k8s.io/kueue: built without the Kueue integration", name)
+}
+
+// requiredVersion is the version of module path that go.mod requires.
+func requiredVersion(t *testing.T, path string) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", path).Output()
+	if err != nil {
+		t.Fatalf("go list -m %s: %v", path, err)
+	}
+	return strings.TrimSpace(string(out))
 }

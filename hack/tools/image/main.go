@@ -2,19 +2,13 @@
 // image layout, with no container engine and no registry: one image per
 // platform, each made of a base layer (what distroless/static:nonroot
 // provides: passwd and group entries for root and nonroot, a CA bundle, /tmp
-// and nonroot's home), a layer holding the static manager binary as
-// /manager, run as 65532:65532, and a layer holding its Kueue build as
-// /manager-kueue, which /manager runs in its place once the Kueue
-// integration is wanted (the Kueue build is the -binary path with -kueue
-// appended). Every timestamp is the -created time, so two
+// and nonroot's home) and a layer holding the static manager binary as
+// /manager, run as 65532:65532. Every timestamp is the -created time, so two
 // runs on the same binaries write the same digests.
 //
 //	image -out dist/image -tag v0.1.0 -created 1700000000 \
 //	  -binary linux/amd64=dist/.image/manager-linux-amd64 \
 //	  -binary linux/arm64=dist/.image/manager-linux-arm64
-//
-// reads dist/.image/manager-linux-amd64-kueue and
-// dist/.image/manager-linux-arm64-kueue too.
 package main
 
 import (
@@ -132,39 +126,29 @@ func build(out, tag string, created time.Time, bins binaries) (v1.Hash, error) {
 	return index.Digest()
 }
 
-// kueueSuffix names a platform's Kueue build after its -binary path, and
-// the Kueue build in the image after /manager.
-const kueueSuffix = "-kueue"
-
 // platformImage is the image of one platform: the base layer, then the
-// manager binary, then its Kueue build.
+// manager binary.
 func platformImage(base v1.Layer, platform v1.Platform, binary string, created time.Time, annotations map[string]string) (v1.Image, error) {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err := mutate.Append(img, mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
-		Created: v1.Time{Time: created}, CreatedBy: "base: passwd, group, CA certificates, /tmp, /home/nonroot",
-	}})
+	manager, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range []struct{ path, name, build string }{
-		{binary, "manager", "CGO_ENABLED=0 go build -tags nokueue -trimpath -ldflags='-s -w' ./cmd"},
-		{binary + kueueSuffix, "manager" + kueueSuffix, "CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' ./cmd"},
-	} {
-		data, err := os.ReadFile(b.path)
-		if err != nil {
-			return nil, err
-		}
-		l, err := layer(created, []file{{name: b.name, mode: 0o755, data: data}})
-		if err != nil {
-			return nil, err
-		}
-		img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer, History: v1.History{
-			Created: v1.Time{Time: created}, CreatedBy: b.name + ": " + b.build,
-		}})
-		if err != nil {
-			return nil, err
-		}
+	managerLayer, err := layer(created, []file{{name: "manager", mode: 0o755, data: manager}})
+	if err != nil {
+		return nil, err
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	img, err = mutate.Append(img,
+		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
+			Created: v1.Time{Time: created}, CreatedBy: "base: passwd, group, CA certificates, /tmp, /home/nonroot",
+		}},
+		mutate.Addendum{Layer: managerLayer, MediaType: types.OCILayer, History: v1.History{
+			Created: v1.Time{Time: created}, CreatedBy: "manager: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' ./cmd",
+		}},
+	)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {

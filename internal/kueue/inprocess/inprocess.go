@@ -3,7 +3,7 @@
 // optionally its webhooks, configured with IndexedBatchJob as an external
 // framework (integrations.externalFrameworks), as Kueue's own integration
 // suites run it. The Kueue integration suite (test/integration/kueue) and
-// `make demo-kueue` (hack/kueue) use it where no Kueue is deployed; the
+// `make demo-kueue` (test/harness/cmd/kueue-demo) use it where no Kueue is deployed; the
 // operator never does.
 package inprocess
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -619,30 +620,47 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		}
 	})
 
-	It("runs the Kueue build in the same process once Kueue is installed, and queues jobs with the installed permissions", func() {
+	It("starts the Kueue integration inside the running process once Kueue is installed, and queues jobs with the installed permissions", func() {
 		killManagers() // so that the next replica leads at once
-		m := startManager("manager-lean", kubeconfig, false, managerArgs...)
-		Expect(m.exe()).To(Equal(managerBin), "Kueue is not installed: the lean build runs")
+		m := startManager("manager-kueue-later", kubeconfig, true, managerArgs...)
+		namespace := newNamespace(ctx, "queued")
+		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "prometheus"}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics-kueue"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+		})).To(Succeed())
+		token := serviceAccountToken(ctx, namespace, "prometheus")
+		kueueState := func(m *manager) func(g Gomega) string {
+			return func(g Gomega) string {
+				code, body, err := scrape(m.metrics, token)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(code).To(Equal(http.StatusOK), body)
+				on := regexp.MustCompile(`(?m)^indexedbatchjob_kueue_integration\{state="([a-z]+)"\} 1$`).FindAllStringSubmatch(body, -1)
+				g.Expect(on).To(HaveLen(1), "one state at 1:\n%s", body)
+				return on[0][1]
+			}
+		}
+		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("waiting"), "Kueue is not installed")
 
 		By("installing Kueue's CRDs under it")
 		kueueDir, err := inprocess.ModuleDir()
 		Expect(err).NotTo(HaveOccurred())
 		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inprocess.CRDDir(kueueDir)}})
 		Expect(err).NotTo(HaveOccurred())
-		Eventually(m.exe, 30*time.Second, 100*time.Millisecond).Should(Equal(managerBin+"-kueue"),
-			"the process (pid %d) execs the Kueue build", m.cmd.Process.Pid)
-		m.waitReady()
-		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring(
-			"Kueue's API is served: IndexedBatchJobs labelled kueue.x-k8s.io/queue-name are queued by Kueue"))
+		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("Started the Kueue integration in this process"))
+		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("running"))
+		Expect(m.done).NotTo(BeClosed(), "the process runs on")
+		Expect(m.exe()).To(Equal(managerBin), "nothing was exec'd")
+		Expect(strings.Count(m.log(), "Starting manager")).To(Equal(1), "the manager was not started again")
 		pointWebhooksAt(ctx, m)
 		expectWebhookServes(ctx)
 
 		By("suspending a job labelled with a queue name at admission, and creating its Workload")
-		namespace := newNamespace(ctx, "queued")
 		job := seedJob(namespace, "queued")
 		job.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "user-queue"}
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		Expect(job.Spec.Suspend).To(HaveValue(BeTrue()), "the Kueue build's webhook suspends it until Kueue admits it")
+		Expect(job.Spec.Suspend).To(HaveValue(BeTrue()), "the webhook suspends it until Kueue admits it")
 		Eventually(func(g Gomega) {
 			workloads := &unstructured.UnstructuredList{}
 			workloads.SetAPIVersion("kueue.x-k8s.io/v1beta2")
@@ -653,10 +671,28 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 			g.Expect(owners).To(HaveLen(1))
 			g.Expect(owners[0].UID).To(Equal(job.UID))
 		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
-		Expect(strings.ToLower(m.log())).NotTo(ContainSubstring("forbidden"), "the installed RBAC covers the Kueue build")
+		Expect(strings.ToLower(m.log())).NotTo(ContainSubstring("forbidden"), "the installed RBAC covers the integration")
 
-		By("running the Kueue build from the start in a replica started now")
-		standby := startManager("manager-kueue-standby", kubeconfig, false, managerArgs...)
-		Expect(standby.exe()).To(Equal(managerBin + "-kueue"))
+		By("recording that it started, about the IndexedBatchJob CRD (the process runs in no Pod)")
+		Eventually(func(g Gomega) {
+			var events eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &events)).To(Succeed())
+			g.Expect(events.Items).To(ContainElement(SatisfyAll(
+				HaveField("Reason", "KueueIntegrationStarted"),
+				HaveField("Regarding.Kind", "CustomResourceDefinition"),
+				HaveField("Regarding.Name", "indexedbatchjobs.batch.indexedjob.dev"))))
+		}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		By("a replica started now finds Kueue at once and stands by, its webhook queueing jobs too")
+		standby := startManager("manager-kueue-standby", kubeconfig, true, managerArgs...)
+		Eventually(kueueState(standby), 30*time.Second, 500*time.Millisecond).Should(Equal("standby"))
+		Expect(standby.leads()).To(BeFalse())
+		pointWebhooksAt(ctx, standby)
+		expectWebhookServes(ctx)
+		second := seedJob(namespace, "queued-at-standby")
+		second.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "user-queue"}
+		Expect(k8sClient.Create(ctx, second)).To(Succeed())
+		Expect(second.Spec.Suspend).To(HaveValue(BeTrue()), "the standby's webhook suspends it too")
+		Expect(kueueState(m)(Default)).To(Equal("running"), "the leader still runs it")
 	})
 })

@@ -2,7 +2,6 @@ package install_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -156,7 +155,7 @@ func (m *manager) waitReady() {
 	}, 60*time.Second, 200*time.Millisecond).Should(Equal(http.StatusOK), "%s never got ready", m.name)
 }
 
-// exe is the binary the process runs now, which an exec changes.
+// exe is the binary the process runs now, which an exec would change.
 func (m *manager) exe() (string, error) {
 	return os.Readlink(fmt.Sprintf("/proc/%d/exe", m.cmd.Process.Pid))
 }
@@ -234,19 +233,3 @@ func serviceAccountKubeconfig(ctx context.Context, namespace, name string) strin
 	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
 	return path
 }
-
-var _ = Describe("The lean build", func() {
-	It("exits with an error naming its missing Kueue build when the Kueue integration is wanted", func() {
-		lean := filepath.Join(GinkgoT().TempDir(), "manager")
-		data, err := os.ReadFile(managerBin)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(lean, data, 0o755)).To(Succeed())
-		out, err := exec.Command(lean, "--kubeconfig="+adminKubeconfig, "--kueue=enabled",
-			"--health-probe-bind-address=0", "--metrics-bind-address=0").CombinedOutput()
-		var exit *exec.ExitError
-		Expect(errors.As(err, &exit)).To(BeTrue(), "the lean build without %s-kueue should fail: %v\n%s", lean, err, out)
-		Expect(exit.ExitCode()).To(Equal(1), "%s", out)
-		Expect(string(out)).To(ContainSubstring(lean+"-kueue"), "the error names the missing file")
-		Expect(string(out)).To(ContainSubstring("--kueue=disabled"), "the error says how to run without it")
-	})
-})

@@ -9,10 +9,9 @@
 // restricted namespace) and to keep its certificate across a restart, then
 // two with leader election, both serving the webhook, the leader killed
 // mid-job; then two started at once with an empty certificate Secret; last,
-// Kueue installed under a running replica, which runs the image's Kueue
-// build in its place and queues jobs with the same permissions. The manager
-// is built as the image builds it: the lean build (-tags nokueue) and,
-// beside it, its Kueue build.
+// Kueue installed under a running replica, which starts its Kueue
+// integration in the same process and queues jobs with the same
+// permissions.
 package install_test
 
 import (
@@ -80,11 +79,10 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(os.RemoveAll, workDir)
 
-	By("building the pinned kustomize and Helm (make kustomize helm) and the manager's two builds")
+	By("building the pinned kustomize and Helm (make kustomize helm) and the manager")
 	kustomizeBin, helmBin = pinnedTools()
 	managerBin = filepath.Join(workDir, "manager")
-	run(root, "go", "build", "-tags", "nokueue", "-o", managerBin, "./cmd")
-	run(root, "go", "build", "-o", managerBin+"-kueue", "./cmd")
+	run(root, "go", "build", "-o", managerBin, "./cmd")
 	kubectlBin = filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
 	Expect(kubectlBin).To(BeAnExistingFile(), "KUBEBUILDER_ASSETS must hold the pinned kubectl: run `make test`, which builds the control plane into bin/")
 

@@ -93,7 +93,7 @@ func startManager() {
 	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"),
 		clock.RealClock{}, controller.Backoff{Base: 200 * time.Millisecond, Max: 2 * time.Second})
 	Expect(r.SetupWithManager(mgr, nil, 4)).To(Succeed())
-	integration, err := ibjkueue.Setup(mgr, kueueapi.ModeEnabled)
+	integration, err := ibjkueue.Setup(mgr, ibjkueue.Options{Mode: kueueapi.ModeEnabled})
 	Expect(err).NotTo(HaveOccurred())
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
