@@ -54,7 +54,7 @@ var _ = Describe("The Kueue integration", Ordered, func() {
 		before := harness.MakeIndexedBatchJob("before", ns).Label(queueNameLabel, "queue").Obj()
 		Expect(k8sClient.Create(ctx, before)).To(Succeed())
 		Expect(ptr.Deref(before.Spec.Suspend, false)).To(BeFalse(), "nothing queues it while Kueue is not installed")
-		DeferCleanup(harness.StartKubelet(k8sClient, ns, "before", harness.KubeletOptions{}).Stop)
+		DeferCleanup(startKubelet(ns, "before").Stop)
 		Eventually(complete(ns, "before"), timeout, poll).Should(Succeed())
 		Expect(op.integration.State()).To(Equal(ibjkueue.StateWaiting))
 
@@ -131,7 +131,7 @@ var _ = Describe("The Kueue integration", Ordered, func() {
 		By("the rest runs on: the webhook admits jobs and a job without a queue name runs to completion")
 		plain := harness.MakeIndexedBatchJob("plain", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, plain)).To(Succeed())
-		DeferCleanup(harness.StartKubelet(k8sClient, ns, "plain", harness.KubeletOptions{}).Stop)
+		DeferCleanup(startKubelet(ns, "plain").Stop)
 		Eventually(complete(ns, "plain"), timeout, poll).Should(Succeed())
 		queued := harness.MakeIndexedBatchJob("queued", ns).Label(queueNameLabel, "queue").Obj()
 		Expect(k8sClient.Create(ctx, queued)).To(Succeed())

@@ -29,6 +29,7 @@ import (
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 var (
@@ -128,4 +129,12 @@ func errString(err error) string {
 		return "without an error"
 	}
 	return err.Error()
+}
+
+// startKubelet plays the kubelet for the job's pods: each runs and succeeds.
+func startKubelet(ns, job string) *podsim.Simulator {
+	GinkgoHelper()
+	sim := podsim.New(podsim.ForJob(env.Clientset, ns, job, func(int, int) podsim.Plan { return podsim.Plan{} }))
+	Expect(sim.Run(ctx)).To(Succeed())
+	return sim
 }
