@@ -64,7 +64,7 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (on
 
 .PHONY: test
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
-	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/harness/... ./docs/...
+	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/harness/... ./test/bench/... ./docs/...
 	go test -count=1 -timeout 40m ./test/integration/...
 
 # Each fuzz target runs for FUZZTIME (default 10m); CI runs a short time per target.
@@ -269,10 +269,15 @@ $(KUEUE_MANAGER):
 	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: controlplane kwok ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+e2e-binaries: ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+	@# Side by side: on a cold build cache each build has serial stretches
+	@# (a large package, a link) that the others fill.
+	$(MAKE) --no-print-directory -j3 controlplane kwok operator-binaries
+
+.PHONY: operator-binaries
+operator-binaries: ## Build bin/manager, bin/kubectl-ibj and bin/kwok-cluster.
 	go build -o $(LOCALBIN)/manager ./cmd
-	go build -o $(LOCALBIN)/kubectl-ibj ./cmd/kubectl-ibj
-	go build -o $(LOCALBIN)/kwok-cluster ./test/harness/cmd/kwok-cluster
+	go build -o $(LOCALBIN)/ ./cmd/kubectl-ibj ./test/harness/cmd/kwok-cluster
 
 .PHONY: demo
 demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
