@@ -140,6 +140,10 @@ func main() {
 	// creates at --kube-api-qps.
 	dryRunCfg := rest.CopyConfig(cfg)
 	dryRunCfg.QPS, dryRunCfg.Burst = 20, 40
+	// The leader lease too: its renewals never wait behind pod writes, so
+	// no --kube-api-qps or --max-concurrent-reconciles loses it under load.
+	leaseCfg := rest.CopyConfig(cfg)
+	leaseCfg.QPS, leaseCfg.Burst = 5, 10
 	cfg.QPS = float32(qps)
 	cfg.Burst = burst
 	// One token bucket for every client of the process (controller-runtime
@@ -163,6 +167,7 @@ func main() {
 		PprofBindAddress:       pprofAddr,
 		LeaderElection:         enableLeaderElection,
 		LeaderElectionID:       "indexedbatchjob.batch.indexedjob.dev",
+		LeaderElectionConfig:   leaseCfg,
 		// Out of cluster (for example `make run` with --leader-elect) there
 		// is no service account namespace to default to.
 		LeaderElectionNamespace: leaderElectionNamespace,

@@ -23,11 +23,31 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
-// apiParallelism bounds the pod creates, deletes and patches one sync sends
-// at once. It is well above what the client's token bucket lets through per
-// tick (see internal/throttle), so that the requests a tick releases go out
-// together; the QPS limit, not this, bounds the load on the API server.
-const apiParallelism = 64
+// maxWritesPerSync bounds the pod creates, deletes and patches one sync
+// sends at once. At a high QPS it is well above what the client's token
+// bucket lets through per tick (see internal/throttle), so that the
+// requests a tick releases go out together; the QPS limit, not this, bounds
+// the load on the API server.
+const maxWritesPerSync = 64
+
+// writeQueueSeconds is how long, at most, the writes the syncs have in
+// flight together may wait for the client's rate limiter: the writes one
+// sync sends at once are bounded so that every concurrent sync's together
+// fill at most this many seconds of the QPS budget. A request waits a
+// moment, not the tens of seconds that would exceed a context's deadline,
+// whatever --kube-api-qps and --max-concurrent-reconciles are.
+const writeQueueSeconds = 2
+
+// writesPerSync is how many writes one sync sends at once for the client's
+// qps and the concurrent syncs: at least one, at most maxWritesPerSync
+// (also where the config states no QPS, as a test's may not).
+func writesPerSync(qps float32, syncs int) int {
+	if qps <= 0 {
+		return maxWritesPerSync
+	}
+	n := int(float64(qps) * writeQueueSeconds / float64(max(syncs, 1)))
+	return min(max(n, 1), maxWritesPerSync)
+}
 
 // apply carries out a plan in the order that keeps every result: pod
 // deletes and creates, the status in one write, then the finalizer
@@ -79,7 +99,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 // those whose end must not count.
 func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob, deletions []podDeletion) error {
 	logger := log.FromContext(ctx)
-	return parallel(ctx, len(deletions), func(i int) error {
+	return r.parallel(ctx, len(deletions), func(i int) error {
 		d := deletions[i]
 		if d.stripFinalizer && d.pod.Tracked {
 			if err := r.discardPod(ctx, d.pod); err != nil {
@@ -116,7 +136,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, 2*batch {
 		end := min(start+batch, len(creates))
 		took := make([]bool, end-start)
-		_ = parallel(ctx, end-start, func(i int) error {
+		_ = r.parallel(ctx, end-start, func(i int) error {
 			took[i], errs[start+i] = r.createOne(ctx, job, creates[start+i])
 			return nil
 		})
@@ -241,7 +261,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob
 func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*jobpod.Pod, release func(context.Context, *jobpod.Pod) error) error {
 	pods = r.exp.unpatched(job, pods)
 	errs := make([]error, len(pods))
-	_ = parallel(ctx, len(pods), func(i int) error {
+	_ = r.parallel(ctx, len(pods), func(i int) error {
 		errs[i] = release(ctx, pods[i])
 		return nil
 	})
@@ -315,10 +335,10 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 		return err
 	}
 	own, foreign := splitByOwner(listed, job.UID)
-	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
+	if err := r.forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
 		return err
 	}
-	if err := forEachPod(ctx, own, func(ctx context.Context, pod *jobpod.Pod) error {
+	if err := r.forEachPod(ctx, own, func(ctx context.Context, pod *jobpod.Pod) error {
 		// A pod whose finalizer was left for later would stay after the job.
 		if pod.Tracked {
 			if err := r.removeFinalizer(ctx, pod); err != nil {
@@ -373,18 +393,18 @@ func podRef(pod *jobpod.Pod) *metav1.PartialObjectMetadata {
 	}
 }
 
-// forEachPod runs f over the pods, apiParallelism at a time, and joins errors.
-func forEachPod(ctx context.Context, pods []*jobpod.Pod, f func(context.Context, *jobpod.Pod) error) error {
-	return parallel(ctx, len(pods), func(i int) error { return f(ctx, pods[i]) })
+// forEachPod runs f over the pods, r.writes at a time, and joins errors.
+func (r *Reconciler) forEachPod(ctx context.Context, pods []*jobpod.Pod, f func(context.Context, *jobpod.Pod) error) error {
+	return r.parallel(ctx, len(pods), func(i int) error { return f(ctx, pods[i]) })
 }
 
-// parallel runs f for 0…n-1, apiParallelism at a time, and joins errors.
-func parallel(ctx context.Context, n int, f func(i int) error) error {
+// parallel runs f for 0…n-1, r.writes at a time, and joins errors.
+func (r *Reconciler) parallel(ctx context.Context, n int, f func(i int) error) error {
 	if n == 0 {
 		return nil
 	}
 	errs := make([]error, n)
-	workqueue.ParallelizeUntil(ctx, apiParallelism, n, func(i int) { errs[i] = f(i) })
+	workqueue.ParallelizeUntil(ctx, r.writes, n, func(i int) { errs[i] = f(i) })
 	return errors.Join(errs...)
 }
 

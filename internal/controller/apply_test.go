@@ -193,3 +193,34 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)
 	}
 }
+
+// The writes every concurrent sync has in flight together fill at most
+// writeQueueSeconds of the client's budget, whatever --kube-api-qps and
+// --max-concurrent-reconciles are: at kube-controller-manager's QPS 20 with
+// 10 workers, a request waits at most 2 s for the rate limiter, not the
+// 32 s of 64 writes a sync.
+func TestWritesPerSyncKeepTheWriteQueueShort(t *testing.T) {
+	cases := []struct {
+		qps   float32
+		syncs int
+		want  int
+	}{
+		{5, 10, 1},
+		{5, 5, 2},
+		{20, 10, 4},
+		{50, 5, 20},
+		{200, 5, 64},
+		{1000, 1, 64},
+		{0.1, 1, 1},
+		{0, 5, 64}, // no QPS stated: the client's own bound
+	}
+	for _, tc := range cases {
+		got := writesPerSync(tc.qps, tc.syncs)
+		if got != tc.want {
+			t.Errorf("writesPerSync(%v, %d) = %d, want %d", tc.qps, tc.syncs, got, tc.want)
+		}
+		if tc.qps > 0 && got > 1 && float64(got*tc.syncs)/float64(tc.qps) > writeQueueSeconds {
+			t.Errorf("qps %v, %d syncs: %d writes each queue %.1f s, over %d s", tc.qps, tc.syncs, got, float64(got*tc.syncs)/float64(tc.qps), writeQueueSeconds)
+		}
+	}
+}

@@ -49,6 +49,8 @@ type Reconciler struct {
 	exp *expectations
 	// events paces a job's repeated events (event_pace.go).
 	events *eventPacer
+	// writes is how many pod writes a sync sends at once (writesPerSync).
+	writes int
 	// takenNames remembers the pod names found taken by pods a job does
 	// not control (taken_names.go).
 	takenNames *takenNames
@@ -83,7 +85,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
 		taken = utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), writes: maxWritesPerSync, takenServices: taken}
 	r.later = newLaterReleases(r)
 	return r
 }
@@ -171,7 +173,7 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 		return nil, nil, err
 	}
 	own, foreign := splitByOwner(listed, job.UID)
-	if err := forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
+	if err := r.forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
 		return nil, nil, err
 	}
 	for _, pod := range foreign {
@@ -214,7 +216,7 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 		return err
 	}
 	_, foreign := splitByOwner(listed, owner)
-	return forEachPod(ctx, foreign, r.removeFinalizer)
+	return r.forEachPod(ctx, foreign, r.removeFinalizer)
 }
 
 // syncInput is what syncJob decides from: the job, its pods, the time,
@@ -275,6 +277,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 		return err
 	}
 	r.apiReader = mgr.GetAPIReader()
+	r.writes = writesPerSync(mgr.GetConfig().QPS, maxConcurrentReconciles)
 	// The tracked-entries gauge reports this reconciler while its manager
 	// runs it, and forgets it once stopped.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
