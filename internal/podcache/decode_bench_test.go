@@ -2,7 +2,6 @@ package podcache
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"testing"
 
@@ -29,13 +28,13 @@ func benchWatch(b *testing.B, pods int) []byte {
 	for i := range int32(pods) {
 		w := harness.MakePod(job, i, 0, created)
 		admitted(w.Pod)
-		events = append(events, watch.Event{Type: watch.Added, Object: w.Pod.DeepCopy()})
-		events = append(events, watch.Event{Type: watch.Modified, Object: w.Running().Pod.DeepCopy()})
+		events = append(events, watch.Event{Type: watch.Added, Object: w.DeepCopy()})
+		events = append(events, watch.Event{Type: watch.Modified, Object: w.Running().DeepCopy()})
 		end := w.SucceededAt(testNow)
 		if i%10 == 0 {
 			end = w.FailedAt(testNow, 1)
 		}
-		events = append(events, watch.Event{Type: watch.Modified, Object: end.Pod.DeepCopy()})
+		events = append(events, watch.Event{Type: watch.Modified, Object: end.DeepCopy()})
 	}
 	return serverWatchStream(b, events)
 }
@@ -97,7 +96,7 @@ func BenchmarkPodWatchDecode(b *testing.B) {
 					}
 					out, err := compactPod(obj)
 					if _, ok := out.(*jobpod.Pod); err != nil || !ok {
-						b.Fatal(fmt.Sprintf("event %d decoded to %T, %v", n, out, err))
+						b.Fatalf("event %d decoded to %T, %v", n, out, err)
 					}
 					n++
 				}
