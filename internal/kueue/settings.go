@@ -20,8 +20,8 @@ import (
 const DefaultManagedJobsNamespaceSelector = "kubernetes.io/metadata.name notin (kube-system,kueue-system)"
 
 // Settings are the two fields of Kueue's Configuration that say which jobs
-// Kueue manages. The operator cannot read them from Kueue (docs/kueue.md
-// says why), so its flags repeat them; they must say what the
+// Kueue manages. The operator does not read them from Kueue's ConfigMap
+// (docs/kueue.md says why): its flags repeat them, and must say what the
 // Configuration of the Kueue in the cluster says, or the operator queues
 // jobs that Kueue's own integrations would not, and the other way round.
 type Settings struct {
