@@ -27,7 +27,6 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
@@ -64,7 +63,7 @@ func main() {
 		backoffBase, backoffMax, throttleTick            time.Duration
 		leaseDuration, renewDeadline, retryPeriod        time.Duration
 		wh                                               webhookFlags
-		kueueMode                                        string
+		kq                                               kueueFlags
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to. "+
 		"Use :8443 for HTTPS or :8080 for HTTP, or leave as 0 to disable the metrics service.")
@@ -94,10 +93,7 @@ func main() {
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
 	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
 		"Cap of the replacement delay.")
-	flag.StringVar(&kueueMode, "kueue", kueueapi.ModeAuto,
-		"The Kueue integration: auto starts it in this process once Kueue's API (kueue.x-k8s.io/v1beta2 Workload) "+
-			"is served, checked at start and watched for after; enabled also suspends jobs labelled "+
-			"kueue.x-k8s.io/queue-name before then; disabled never runs it.")
+	kq.bind(flag.CommandLine)
 	wh.bind(flag.CommandLine)
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -132,6 +128,10 @@ func main() {
 		setupLog.Error(nil,
 			"--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
 			"qps", qps, "burst", burst, "throttleTick", throttleTick)
+		os.Exit(1)
+	}
+	if _, err := kq.settings(); err != nil {
+		setupLog.Error(err, "Invalid Kueue setting")
 		os.Exit(1)
 	}
 	cfg := ctrl.GetConfigOrDie()
@@ -196,7 +196,7 @@ func main() {
 		setupLog.Error(err, "Unable to create controller", "controller", "IndexedBatchJob")
 		os.Exit(1)
 	}
-	queue, err := setupKueue(mgr, kueueMode)
+	queue, err := setupKueue(mgr, kq)
 	if err != nil {
 		setupLog.Error(err, "Unable to set up the Kueue integration")
 		os.Exit(1)

@@ -43,7 +43,7 @@ const workloadSyncTimeout = 2 * time.Minute
 type runner struct {
 	mgr           ctrl.Manager
 	integration   *Integration
-	newController func(context.Context, ctrl.Manager) (manager.Runnable, error)
+	newController func(context.Context, ctrl.Manager, Settings) (manager.Runnable, error)
 	events        *eventReporter
 	// indexed is set once the Workload owner index is on the cache's
 	// informer, which keeps it across attempts (a second one would conflict).
@@ -104,7 +104,7 @@ func (r *runner) run(ctx context.Context, log logr.Logger) (ran bool, err error)
 		}
 		r.indexed = true
 	}
-	c, err := r.newController(ctx, r.mgr)
+	c, err := r.newController(ctx, r.mgr, r.integration.settings)
 	if err != nil {
 		return false, err
 	}
@@ -135,18 +135,19 @@ func (r *runner) run(ctx context.Context, log logr.Logger) (ran bool, err error)
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // NewController returns the controller that runs Kueue's generic job
-// reconciler for IndexedBatchJobs in mgr (jobs without a queue name are
-// left alone), as Kueue's manager does for a built-in integration, once the
-// Workloads are listed (within workloadSyncTimeout: a refusal to list them
-// is its error). The controller is mgr's caches and clients, not one of
-// its runnables: its caller starts it. It expects the Workload owner index
-// (jobframework.SetupWorkloadOwnerIndex) on mgr's cache.
-func NewController(ctx context.Context, mgr ctrl.Manager) (manager.Runnable, error) {
+// reconciler for IndexedBatchJobs in mgr with Kueue's settings s (a nil
+// selector is Kueue's default), as Kueue's manager does for a built-in
+// integration, once the Workloads are listed (within workloadSyncTimeout:
+// a refusal to list them is its error). The controller is mgr's caches and
+// clients, not one of its runnables: its caller starts it. It expects the
+// Workload owner index (jobframework.SetupWorkloadOwnerIndex) on mgr's
+// cache.
+func NewController(ctx context.Context, mgr ctrl.Manager, s Settings) (manager.Runnable, error) {
 	if err := waitForWorkloads(ctx, mgr); err != nil {
 		return nil, err
 	}
 	jr := jobframework.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder(ControllerName),
-		jobframework.WithManageJobsWithoutQueueName(false))
+		s.withDefaults().reconcilerOptions()...)
 	opts := controller.Options{
 		Reconciler: reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			return jr.ReconcileGenericJob(ctx, req, NewJob())

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
@@ -32,14 +31,19 @@ type Options struct {
 	// about. Outside a Pod (both empty, or the Pod not found) they are
 	// about the IndexedBatchJob CRD.
 	PodName, PodNamespace string
+	// Settings are Kueue's manageJobsWithoutQueueName and
+	// managedJobsNamespaceSelector, which Kueue's reconciler and the
+	// defaulting webhook apply (the zero Settings are Kueue's defaults).
+	Settings Settings
 	// NewController builds the controller that runs Kueue's reconciler
 	// (NewController when nil). Tests put a failing one here.
-	NewController func(context.Context, ctrl.Manager) (manager.Runnable, error)
+	NewController func(context.Context, ctrl.Manager, Settings) (manager.Runnable, error)
 }
 
 // Integration is the integration as the rest of the operator sees it.
 type Integration struct {
-	mode string
+	mode     string
+	settings Settings
 	// served is closed once Kueue's Workload API is served.
 	served chan struct{}
 	active atomic.Bool
@@ -95,7 +99,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Integration, error) {
 	if err != nil {
 		return nil, err
 	}
-	i := &Integration{mode: o.Mode, served: make(chan struct{})}
+	i := &Integration{mode: o.Mode, settings: o.Settings.withDefaults(), served: make(chan struct{})}
 	i.setState(StateWaiting)
 	newController := o.NewController
 	if newController == nil {
@@ -154,14 +158,18 @@ const ControllerName = "indexedbatchjob-kueue"
 
 // Defaulter returns what Kueue's webhook does to a new job of an
 // integration, for the operator's defaulting webhook to apply: while the
-// integration is Active, a job labelled kueue.x-k8s.io/queue-name (and not
-// part of a job Kueue already manages, which c reads) is created suspended,
-// so that it runs only once Kueue admits its Workload.
+// integration is Active, a job Kueue manages under the integration's
+// Settings (labelled kueue.x-k8s.io/queue-name, or any job with
+// manageJobsWithoutQueueName, in a namespace the selector matches, and not
+// part of a job Kueue already manages) is created suspended, so that it
+// runs only once Kueue admits its Workload; a job without a queue name
+// gets the queue name "default" when its namespace has that LocalQueue. c
+// reads the namespace and the LocalQueue.
 func (i *Integration) Defaulter(c client.Client) func(context.Context, *ibjv1.IndexedBatchJob) error {
 	return func(ctx context.Context, job *ibjv1.IndexedBatchJob) error {
 		if !i.Active() {
 			return nil
 		}
-		return jobframework.ApplyDefaultForSuspend(ctx, (*Job)(job), c, false, nil)
+		return i.settings.defaultJob(ctx, c, (*Job)(job))
 	}
 }

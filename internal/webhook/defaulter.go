@@ -26,8 +26,9 @@ import (
 // stored without it would fail that update.
 //
 // Queue, when set, is a queueing system's defaulting (the Kueue
-// integration's, which creates a job labelled with a queue name
-// suspended); it may set spec.suspend and nothing else.
+// integration's, which creates a job Kueue manages suspended, and gives a
+// job without a queue name the namespace's default LocalQueue); it may set
+// spec.suspend and add labels, and nothing else.
 type Defaulter struct {
 	Queue func(context.Context, *ibjv1.IndexedBatchJob) error
 }

@@ -121,23 +121,32 @@ func TestDefaultingPatchesOnlyTheDefaults(t *testing.T) {
 
 // TestDefaultingPatchesTheQueueSuspend checks that a queueing system's
 // defaulting (Defaulter.Queue, the Kueue integration's in the operator)
-// reaches the patch as spec.suspend, and only when it changed it.
+// reaches the patch as spec.suspend and the labels it added, and only
+// when it changed them.
 func TestDefaultingPatchesTheQueueSuspend(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := ibjv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	// As the Kueue integration with a LocalQueue default in namespace
+	// "queued": a job there without a queue name gets that one.
 	suspendQueued := func(_ context.Context, job *ibjv1.IndexedBatchJob) error {
+		if job.Namespace == "queued" && job.Labels["kueue.x-k8s.io/queue-name"] == "" {
+			if job.Labels == nil {
+				job.Labels = map[string]string{}
+			}
+			job.Labels["kueue.x-k8s.io/queue-name"] = "default"
+		}
 		if job.Labels["kueue.x-k8s.io/queue-name"] != "" {
 			job.Spec.Suspend = ptr.To(true)
 		}
 		return nil
 	}
 	h := defaulting{decoder: admission.NewDecoder(scheme), defaulter: Defaulter{Queue: suspendQueued}}
-	const base = `{"apiVersion":"batch.indexedjob.dev/v1alpha1","kind":"IndexedBatchJob","metadata":{"name":"a","namespace":"ns"%s},"spec":{"completions":1,"backoffLimit":0,"podReplacementPolicy":"Failed",%s"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"main","image":"busybox"}]}}}}`
+	const base = `{"apiVersion":"batch.indexedjob.dev/v1alpha1","kind":"IndexedBatchJob","metadata":{"name":"a","namespace":"%s"%s},"spec":{"completions":1,"backoffLimit":0,"podReplacementPolicy":"Failed",%s"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"main","image":"busybox"}]}}}}`
 	cases := []struct {
-		name, meta, spec string
-		wantPatches      []jsonpatch.JsonPatchOperation
+		name, namespace, meta, spec string
+		wantPatches                 []jsonpatch.JsonPatchOperation
 	}{
 		{
 			name:        "a job with a queue name is suspended",
@@ -158,12 +167,39 @@ func TestDefaultingPatchesTheQueueSuspend(t *testing.T) {
 		{
 			name: "a job without a queue name gets no patch",
 		},
+		{
+			name:      "a job without labels given a queue name gets the labels and the suspend",
+			namespace: "queued",
+			wantPatches: []jsonpatch.JsonPatchOperation{
+				jsonpatch.NewOperation("add", "/spec/suspend", true),
+				jsonpatch.NewOperation("add", "/metadata/labels", map[string]string{"kueue.x-k8s.io/queue-name": "default"}),
+			},
+		},
+		{
+			name:      "a job with other labels given a queue name gets that label and the suspend",
+			namespace: "queued",
+			meta:      `,"labels":{"team":"a"}`,
+			wantPatches: []jsonpatch.JsonPatchOperation{
+				jsonpatch.NewOperation("add", "/spec/suspend", true),
+				jsonpatch.NewOperation("add", "/metadata/labels/kueue.x-k8s.io~1queue-name", "default"),
+			},
+		},
+		{
+			name:        "a job with a queue name of its own keeps it",
+			namespace:   "queued",
+			meta:        `,"labels":{"kueue.x-k8s.io/queue-name":"q"}`,
+			wantPatches: []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", "/spec/suspend", true)},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			namespace := tc.namespace
+			if namespace == "" {
+				namespace = "ns"
+			}
 			resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 				Operation: admissionv1.Create,
-				Object:    runtime.RawExtension{Raw: []byte(fmt.Sprintf(base, tc.meta, tc.spec))},
+				Object:    runtime.RawExtension{Raw: []byte(fmt.Sprintf(base, namespace, tc.meta, tc.spec))},
 			}})
 			if !resp.Allowed {
 				t.Fatalf("not allowed: %v", resp.Result)

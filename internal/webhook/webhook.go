@@ -9,7 +9,10 @@ package webhook
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -73,6 +76,7 @@ func (h defaulting) Handle(ctx context.Context, req admission.Request) admission
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	before := job.Spec.DeepCopy()
+	labelsBefore := maps.Clone(job.Labels)
 	if err := h.defaulter.Default(ctx, job); err != nil {
 		return admission.Denied(err.Error())
 	}
@@ -86,7 +90,32 @@ func (h defaulting) Handle(ctx context.Context, req admission.Request) admission
 	if ptr.Deref(job.Spec.Suspend, false) && !ptr.Deref(before.Suspend, false) {
 		patches = append(patches, jsonpatch.NewOperation("add", "/spec/suspend", true))
 	}
-	return admission.Patched("", patches...)
+	return admission.Patched("", append(patches, addedLabels(labelsBefore, job.Labels)...)...)
+}
+
+// addedLabels patches in the labels of after that before lacks (a queue
+// name the queueing system gave the job), in key order.
+func addedLabels(before, after map[string]string) []jsonpatch.JsonPatchOperation {
+	var added []string
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			added = append(added, k)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	if len(before) == 0 {
+		return []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", "/metadata/labels", after)}
+	}
+	slices.Sort(added)
+	patches := make([]jsonpatch.JsonPatchOperation, 0, len(added))
+	for _, k := range added {
+		// A JSON pointer writes "~" as "~0" and "/" as "~1".
+		key := strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+		patches = append(patches, jsonpatch.NewOperation("add", "/metadata/labels/"+key, after[k]))
+	}
+	return patches
 }
 
 // DelayedServer is a webhook server that starts serving only once ready is

@@ -147,6 +147,7 @@ func expectFlagsAccepted(args []string) {
 	Expect(exit.ExitCode()).To(Equal(1), "args %q\n%s", args, out)
 	Expect(string(out)).NotTo(ContainSubstring("flag provided but not defined"))
 	Expect(string(out)).NotTo(ContainSubstring("invalid value"))
+	Expect(string(out)).NotTo(ContainSubstring("Invalid Kueue setting"))
 }
 
 var _ = Describe("The Helm chart", func() {
@@ -196,6 +197,7 @@ var _ = Describe("The Helm chart", func() {
 			{"logLevel=loud", "at '/logLevel'"},
 			{"podFailureBackoff.base=10", "at '/podFailureBackoff/base': got number, want string"},
 			{"podFailureBackoff.max=ten", "at '/podFailureBackoff/max'"},
+			{"kueue.manageJobsWithoutQueueName=yes", "at '/kueue/manageJobsWithoutQueueName'"},
 			{"resources.limits.memory=lots", "at '/resources/limits/memory'"},
 			{"watchNamespaces=team-a", "at '/watchNamespaces': got string, want array"},
 		} {
@@ -307,6 +309,9 @@ watchNamespaces: [team-a, team-b]
 podFailureBackoff:
   base: 1s
   max: 1m
+kueue:
+  manageJobsWithoutQueueName: true
+  managedJobsNamespaceSelector: kueue.x-k8s.io/managed in (true)
 extraArgs: [--enable-http2]
 rbac:
   userRoles: false
@@ -326,7 +331,9 @@ webhook:
 			"--webhook-mutating-configuration=tuned-indexed-batch-job-mutating-webhook-configuration",
 			"--zap-log-level=debug", "--kube-api-qps=20.5", "--kube-api-burst=1000000",
 			"--max-concurrent-reconciles=10", "--namespaces=team-a,team-b",
-			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m", "--enable-http2",
+			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m",
+			"--kueue-manage-jobs-without-queue-name", "--kueue-managed-jobs-namespace-selector=kueue.x-k8s.io/managed in (true)",
+			"--enable-http2",
 		}))
 		expectFlagsAccepted(args)
 		Expect(helmed[deployment]["spec"].(map[string]any)["replicas"]).To(BeEquivalentTo(2))

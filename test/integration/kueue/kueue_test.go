@@ -376,14 +376,87 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 			g.Expect(getJob("remote").Status.StartTime).To(BeNil())
 		}, 3*time.Second).Should(Succeed())
 	})
+})
 
-	It("creates a job without a queue name as it is, and Kueue leaves it alone", func() {
-		job := harness.MakeIndexedBatchJob("plain", ns).Completions(1).Obj()
+// The suite's integration runs with manageJobsWithoutQueueName on and
+// Kueue's default managedJobsNamespaceSelector (suite_test.go); the
+// integration with the setting off is test/integration/kueuestart's.
+var _ = Describe("Kueue's manageJobsWithoutQueueName and managedJobsNamespaceSelector", func() {
+	It("queues a job without a queue name in a selected namespace in its LocalQueue default: created suspended, admitted, run", func() {
+		cq := makeQueues(2, false)
+		Expect(k8sClient.Create(ctx, &kueuev1beta2.LocalQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
+			Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
+		})).To(Succeed())
+		k := startKubelet("unlabelled", holding())
+		job := harness.MakeIndexedBatchJob("unlabelled", ns).Completions(3).Parallelism(2).
+			Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeFalse())
-		startKubelet("plain", holding())
-		Eventually(finished("plain", ibjv1.ConditionComplete), timeout).Should(Succeed())
-		Consistently(func(g Gomega) { g.Expect(workloadOf(g, "plain")).To(BeNil()) }, time.Second).Should(Succeed())
+		// The webhook's answer, as Kueue's job webhook would give it.
+		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeTrue(), "created suspended")
+		Expect(job.Labels).To(HaveKeyWithValue(queueNameLabel, "default"))
+
+		Eventually(func(g Gomega) {
+			wl := workloadOf(g, "unlabelled")
+			g.Expect(wl).NotTo(BeNil())
+			g.Expect(wl.Spec.QueueName).To(Equal(kueuev1beta2.LocalQueueName("default")))
+			g.Expect(hasCondition(wl, kueuev1beta2.WorkloadAdmitted)).To(BeTrue())
+		}, timeout).Should(Succeed())
+		Eventually(finished("unlabelled", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Expect(getJob("unlabelled").Status.Succeeded).To(Equal(int32(3)))
+		Expect(getJob("unlabelled").Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue(flavorNodeLabel, cq))
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 2))
+	})
+
+	It("holds a job without a queue name suspended, its Workload in no LocalQueue, until it is given one", func() {
+		makeQueues(2, true)
+		startKubelet("waiting", holding())
+		job := harness.MakeIndexedBatchJob("waiting", ns).Completions(1).
+			Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeTrue(), "created suspended")
+		Expect(job.Labels).NotTo(HaveKey(queueNameLabel), "the namespace has no LocalQueue default")
+
+		Eventually(func(g Gomega) {
+			wl := workloadOf(g, "waiting")
+			g.Expect(wl).NotTo(BeNil())
+			g.Expect(wl.Spec.QueueName).To(BeEmpty())
+		}, timeout).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(ptr.Deref(getJob("waiting").Spec.Suspend, false)).To(BeTrue())
+			g.Expect(runningPods("waiting")).To(BeEmpty())
+			g.Expect(hasCondition(workloadOf(g, "waiting"), kueuev1beta2.WorkloadQuotaReserved)).To(BeFalse())
+		}, 2*time.Second).Should(Succeed())
+
+		By("labelled with a LocalQueue: its Workload moves there, is admitted, and the job runs")
+		Eventually(func() error {
+			j := getJob("waiting")
+			metav1.SetMetaDataLabel(&j.ObjectMeta, queueNameLabel, "queue")
+			return k8sClient.Update(ctx, j)
+		}, timeout).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(workloadOf(g, "waiting").Spec.QueueName).To(Equal(kueuev1beta2.LocalQueueName("queue")))
+		}, timeout).Should(Succeed())
+		Eventually(finished("waiting", ibjv1.ConditionComplete), timeout).Should(Succeed())
+	})
+
+	It("leaves jobs in a namespace outside managedJobsNamespaceSelector alone, with or without a queue name", func() {
+		// kueue-system, which Kueue's default selector leaves out.
+		err := k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}})
+		Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
+		ns = "kueue-system"
+		makeQueues(2, true)
+		for _, job := range []*ibjv1.IndexedBatchJob{
+			harness.MakeIndexedBatchJob(fmt.Sprintf("plain-%d", spec), ns).Completions(2).Parallelism(2).Obj(),
+			queuedJob(fmt.Sprintf("labelled-%d", spec), 2, 2).Obj(),
+		} {
+			startKubelet(job.Name, holding())
+			Expect(k8sClient.Create(ctx, job)).To(Succeed())
+			Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeFalse(), "%s created as it is", job.Name)
+			Eventually(finished(job.Name, ibjv1.ConditionComplete), timeout).Should(Succeed())
+			Expect(getJob(job.Name).Spec.Template.Spec.NodeSelector).NotTo(HaveKey(flavorNodeLabel), "%s never admitted", job.Name)
+			Consistently(func(g Gomega) { g.Expect(workloadOf(g, job.Name)).To(BeNil()) }, time.Second).Should(Succeed())
+		}
 	})
 })
 

@@ -75,9 +75,11 @@ var _ = AfterSuite(func() {
 
 // startManager starts one manager with what the operator runs (its
 // reconciler, its webhook with the Kueue integration's defaulting, the
-// integration in mode enabled) and what Kueue's manager runs (its
-// webhooks, core controllers and scheduler), as Kueue's integration suites
-// do for the job integrations. Kueue is configured with
+// integration in mode enabled, with manageJobsWithoutQueueName on and
+// Kueue's default managedJobsNamespaceSelector: every job in a spec's
+// namespace is Kueue's, none in kueue-system is) and what Kueue's manager
+// runs (its webhooks, core controllers and scheduler), as Kueue's
+// integration suites do for the job integrations. Kueue is configured with
 // integrations.externalFrameworks: [IndexedBatchJob.v1alpha1.batch.indexedjob.dev].
 func startManager() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -93,7 +95,9 @@ func startManager() {
 	r := controller.NewReconciler(mgr.GetClient(), mgr.GetEventRecorder("indexedbatchjob-controller"),
 		clock.RealClock{}, controller.Backoff{Base: 200 * time.Millisecond, Max: 2 * time.Second})
 	Expect(r.SetupWithManager(mgr, nil, 4)).To(Succeed())
-	integration, err := ibjkueue.Setup(mgr, ibjkueue.Options{Mode: kueueapi.ModeEnabled})
+	settings, err := ibjkueue.ParseSettings(true, ibjkueue.DefaultManagedJobsNamespaceSelector)
+	Expect(err).NotTo(HaveOccurred())
+	integration, err := ibjkueue.Setup(mgr, ibjkueue.Options{Mode: kueueapi.ModeEnabled, Settings: settings})
 	Expect(err).NotTo(HaveOccurred())
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

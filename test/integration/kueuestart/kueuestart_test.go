@@ -100,14 +100,14 @@ var _ = Describe("The Kueue integration", Ordered, func() {
 		failing.Store(true)
 		op := startOperator(ibjkueue.Options{
 			// No Pod: the events are about the IndexedBatchJob CRD.
-			NewController: func(ctx context.Context, mgr ctrl.Manager) (manager.Runnable, error) {
+			NewController: func(ctx context.Context, mgr ctrl.Manager, s ibjkueue.Settings) (manager.Runnable, error) {
 				if attempts.Add(1) == 1 {
 					panic("injected panic in the integration's setup")
 				}
 				if failing.Load() {
 					return nil, errors.New("injected failure: the integration cannot start")
 				}
-				return ibjkueue.NewController(ctx, mgr)
+				return ibjkueue.NewController(ctx, mgr, s)
 			},
 		})
 
@@ -146,6 +146,27 @@ var _ = Describe("The Kueue integration", Ordered, func() {
 		Expect(reportedState()).To(Equal(ibjkueue.StateRunning))
 		Eventually(func(g Gomega) { g.Expect(workloadOf(g, ns, queued.UID)).NotTo(BeNil()) }, timeout, poll).Should(Succeed())
 		Eventually(func() []eventsv1.Event { return eventsAbout(crd.UID, ibjkueue.ReasonStarted) }, timeout, poll).ShouldNot(BeEmpty())
+		op.running()
+	})
+
+	It("with Kueue's default settings (manageJobsWithoutQueueName off), leaves a job without a queue name alone", func() {
+		op := startOperator(ibjkueue.Options{})
+		Eventually(op.integration.State, timeout, poll).Should(Equal(ibjkueue.StateRunning))
+		// The namespace has no LocalQueue named default, which would give
+		// the job its name (internal/kueue's TestDefaulterAppliesKueuesSettings).
+		plain := harness.MakeIndexedBatchJob("plain", ns).Completions(2).Parallelism(2).Obj()
+		Expect(k8sClient.Create(ctx, plain)).To(Succeed())
+		Expect(ptr.Deref(plain.Spec.Suspend, false)).To(BeFalse(), "created as it is")
+		Expect(plain.Labels).NotTo(HaveKey(queueNameLabel))
+		DeferCleanup(startKubelet(ns, "plain").Stop)
+		Eventually(complete(ns, "plain"), timeout, poll).Should(Succeed())
+		Consistently(func(g Gomega) { g.Expect(workloadOf(g, ns, plain.UID)).To(BeNil()) }, 2*time.Second, poll).Should(Succeed())
+
+		By("a job with a queue name beside it is Kueue's, as before")
+		queued := harness.MakeIndexedBatchJob("queued", ns).Label(queueNameLabel, "queue").Obj()
+		Expect(k8sClient.Create(ctx, queued)).To(Succeed())
+		Expect(ptr.Deref(queued.Spec.Suspend, false)).To(BeTrue())
+		Eventually(func(g Gomega) { g.Expect(workloadOf(g, ns, queued.UID)).NotTo(BeNil()) }, timeout, poll).Should(Succeed())
 		op.running()
 	})
 })
