@@ -38,12 +38,17 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		}, 10*time.Second).Should(Succeed())
 	}
 
-	It("shows a full quota in the status, not Running, retries slowly, and runs once the quota frees", func() {
+	// createQuota creates the namespace's quota of hard pods, used in part.
+	createQuota := func(hard, used int) {
 		Expect(k8sClient.Create(ctx, &corev1.ResourceQuota{
 			ObjectMeta: metav1.ObjectMeta{Name: "compute", Namespace: ns},
-			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
+			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(hard), resource.DecimalSI)}},
 		})).To(Succeed())
-		setQuota(1, 1)
+		setQuota(hard, used)
+	}
+
+	It("shows a full quota in the status, not Running, retries slowly, and runs once the quota frees", func() {
+		createQuota(1, 1)
 
 		failedBefore := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
 		job := harness.MakeIndexedBatchJob("quota", ns).Completions(2).Parallelism(2).Obj()
@@ -123,11 +128,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 	It("sends tens of refused creates for a job of parallelism 5000 against a full quota, not thousands", func() {
 		// The quota admission plugin counts each pod it admits into the
 		// quota's usage, as the quota controller would find it.
-		Expect(k8sClient.Create(ctx, &corev1.ResourceQuota{
-			ObjectMeta: metav1.ObjectMeta{Name: "compute", Namespace: ns},
-			Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("20")}},
-		})).To(Succeed())
-		setQuota(20, 0)
+		createQuota(20, 0)
 		failed := func() float64 {
 			return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
 		}
