@@ -284,7 +284,7 @@ func (s Set) Difference(o Set) Set {
 		return s
 	}
 	a, b := s.Intervals(), o.Intervals()
-	var ivs []Interval
+	ivs := make([]Interval, 0, len(a))
 	j := 0
 	for _, x := range a {
 		lo := int64(x.First)

@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // describeEvents is how many of the latest events about the job describe
@@ -211,8 +210,8 @@ func (d *description) write(w io.Writer) {
 	fmt.Fprintf(w, "Next:\t%s\n", strings.Join(d.next(), "\n\t"))
 	fmt.Fprintf(w, "Indexes:\t%d (%s), %d at a time\n", d.view.wanted.Len(), truncate(d.view.wanted.String(), 60), ptr.Deref(job.Spec.Parallelism, 1))
 	for _, state := range stateOrder {
-		if ixs := d.summary.indexes[state]; len(ixs) > 0 {
-			fmt.Fprintf(w, "  %s:\t%d (%s)\n", state, len(ixs), truncate(indexset.Of(ixs...).String(), 60))
+		if ixs := d.summary.indexes[state]; ixs.Len() > 0 {
+			fmt.Fprintf(w, "  %s:\t%d (%s)\n", state, ixs.Len(), truncate(ixs.String(), 60))
 		}
 	}
 	st := job.Status
@@ -388,7 +387,7 @@ func (d *description) next() []string {
 	if r := d.retry; r != nil {
 		lines = append(lines, fmt.Sprintf("index %d is retried at %s", r.Index, when(r.RetryAt.Time, now)))
 	}
-	if pending := len(d.summary.indexes[StatePending]); pending > 0 {
+	if pending := d.summary.indexes[StatePending].Len(); pending > 0 {
 		lines = append(lines, fmt.Sprintf("%s as running pods end (%d at a time)", plural(pending, "pending index starts", "pending indexes start"), ptr.Deref(spec.Parallelism, 1)))
 	} else if st.Active > 0 {
 		lines = append(lines, fmt.Sprintf("the job ends when its %s", plural(int(st.Active), "active pod does", "active pods do")))

@@ -34,7 +34,7 @@ const indexesExample = `  # Every index of job per-index, or a summary when it h
   # Indexes 3 and 5 to 7, with the pod names and failure messages
   kubectl ibj indexes per-index --index 3,5-7 -o wide
 
-  # All 100,000 rows, or the same as JSON
+  # Every index, not a summary, or the same as JSON
   kubectl ibj indexes big --all
   kubectl ibj indexes big -o json`
 
@@ -64,10 +64,14 @@ deletion, the job's end such as DeadlineExceeded, the container's reason)
 and which podFailurePolicy rule matched it, its node and how long it ran.
 Indexes whose pods are gone are reported from the job's status.
 
-The pods are listed a page at a time (--chunk-size) by label, so a job of
-100,000 indexes is read in bounded memory. Above 50 indexes the table is a
-summary (the indexes in each state, then the indexes not done, worst first)
-unless --all or a filter asks for rows; -o json and -o yaml list them all.`,
+Indexes without pods that are in the same state for the same reason share
+one row when there are three or more of them in a row ("5-2147483646
+pending ... not started"; lastIndex in -o json), so the rows follow the
+pods, not completions. The pods are listed a page at a time (--chunk-size)
+by label, and only each index's latest pod is kept. Above 50 indexes the
+table is a summary (the indexes in each state, then the indexes not done,
+worst first) unless --all or a filter asks for rows; -o json and -o yaml
+list them all.`,
 		Example: indexesExample,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,7 +84,7 @@ unless --all or a filter asks for rows; -o json and -o yaml list them all.`,
 	cmd.Flags().BoolVar(&o.failed, "failed", false, "Only indexes whose latest pod failed: failed for good, or retrying.")
 	cmd.Flags().BoolVar(&o.running, "running", false, "Only indexes with a pod that is running or starting.")
 	cmd.Flags().StringVar(&o.index, "index", "", "Only these indexes, written as status.completedIndexes is (3,5-7).")
-	cmd.Flags().BoolVar(&o.all, "all", false, "A row for every index, however many.")
+	cmd.Flags().BoolVar(&o.all, "all", false, "Rows for every index, however many (a run of indexes without pods in the same state is one row).")
 	o.printFlags.AddFlags(cmd)
 	cmd.Flag("output").Usage = "Output format. One of: (wide, json, yaml, jsonpath, go-template, …)."
 	return cmd
@@ -117,6 +121,13 @@ func (o *indexesOptions) run(ctx context.Context) error {
 	if scan.unindexed > 0 {
 		fmt.Fprintf(o.ErrOut, "Warning: %d pods of job %s have no readable %s label and are left out\n", scan.unindexed, job.Name, ibjv1.CompletionIndexLabel)
 	}
+	return o.print(view, selection)
+}
+
+// print writes the selected indexes of the job: a summary, a table of rows,
+// or the report in the format -o asks for.
+func (o *indexesOptions) print(view *jobView, selection indexset.Set) error {
+	job := view.job
 	table := o.outputFormat == "" || o.outputFormat == outputWide
 	if table && !o.all && !o.selectedByFilter && selection.Len() > summaryAbove {
 		return o.printSummary(view, selection)
@@ -128,13 +139,11 @@ func (o *indexesOptions) run(ctx context.Context) error {
 		Counts:   map[string]int32{},
 		Items:    []IndexStatus{},
 	}
-	selection.Each(func(ix int32) bool {
-		s := view.status(ix)
+	view.eachRow(selection, func(s IndexStatus) {
 		if o.keep(&s) {
 			report.Items = append(report.Items, s)
-			report.Counts[s.State]++
+			report.Counts[s.State] += s.span()
 		}
-		return true
 	})
 	if table {
 		if len(report.Items) == 0 {
@@ -185,22 +194,25 @@ var stateOrder = []string{StateFailed, StateRetrying, StateTerminating, StateSto
 // summary is the indexes of a job grouped by state, with the rows of those
 // not done that had a pod.
 type summary struct {
-	indexes map[string][]int32
+	indexes map[string]indexset.Set
 	rows    []IndexStatus
 }
 
-// summarize walks the selection once, keeping every index's state but only
-// the rows a summary lists.
+// summarize walks the rows of the selection once, keeping every state's
+// indexes as intervals but only the rows a summary lists.
 func summarize(view *jobView, selection indexset.Set) summary {
-	s := summary{indexes: map[string][]int32{}}
-	selection.Each(func(ix int32) bool {
-		st := view.status(ix)
-		s.indexes[st.State] = append(s.indexes[st.State], ix)
+	byState := map[string][]indexset.Interval{}
+	var rows []IndexStatus
+	view.eachRow(selection, func(st IndexStatus) {
+		byState[st.State] = appendIndex(byState[st.State], st.Index, st.span())
 		if st.State != StateSucceeded && st.Pod != "" {
-			s.rows = append(s.rows, st)
+			rows = append(rows, st)
 		}
-		return true
 	})
+	s := summary{indexes: make(map[string]indexset.Set, len(byState)), rows: rows}
+	for state, ivs := range byState {
+		s.indexes[state] = indexset.OfIntervals(ivs...)
+	}
 	slices.SortStableFunc(s.rows, func(a, b IndexStatus) int {
 		return slices.Index(stateOrder, a.State) - slices.Index(stateOrder, b.State)
 	})

@@ -21,7 +21,7 @@ func printTable(out io.Writer, table *metav1.Table, wide bool) error {
 // indexColumns are the columns of `kubectl ibj indexes`; those of priority
 // 1 show with -o wide.
 var indexColumns = []metav1.TableColumnDefinition{
-	{Name: "Index", Type: "integer", Description: "The completion index."},
+	{Name: "Index", Type: "string", Description: "The completion index, or first-last for a run of indexes without pods in the same state."},
 	{Name: "State", Type: "string", Description: "pending, running, retrying (in how long, when known), terminating, succeeded, failed or stopped."},
 	{Name: "Attempts", Type: "integer", Description: "Pods the index has had."},
 	{Name: "Retries-Left", Type: "integer", Description: "backoffLimitPerIndex less the index's counted failures."},
@@ -41,7 +41,7 @@ func indexTable(rows []IndexStatus, now time.Time) *metav1.Table {
 	for i := range rows {
 		s := &rows[i]
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
-			s.Index, stateText(s, now), orDash(s.Attempts), orDash(s.RetriesLeft), orDash(s.ExitCode),
+			indexText(s), stateText(s, now), orDash(s.Attempts), orDash(s.RetriesLeft), orDash(s.ExitCode),
 			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now),
 			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Message),
 		}})
@@ -50,16 +50,24 @@ func indexTable(rows []IndexStatus, now time.Time) *metav1.Table {
 }
 
 // stateTable is the indexes of each state, worst state first.
-func stateTable(byState map[string][]int32) *metav1.Table {
+func stateTable(byState map[string]indexset.Set) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "State", Type: "string"}, {Name: "Count", Type: "integer"}, {Name: "Indexes", Type: "string"},
 	}}
 	for _, state := range stateOrder {
-		if ixs := byState[state]; len(ixs) > 0 {
-			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{state, len(ixs), truncate(indexset.Of(ixs...).String(), 60)}})
+		if ixs := byState[state]; ixs.Len() > 0 {
+			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{state, ixs.Len(), truncate(ixs.String(), 60)}})
 		}
 	}
 	return t
+}
+
+// indexText is the row's index, or the first and last of its run.
+func indexText(s *IndexStatus) string {
+	if s.LastIndex == nil {
+		return strconv.Itoa(int(s.Index))
+	}
+	return strconv.Itoa(int(s.Index)) + "-" + strconv.Itoa(int(*s.LastIndex))
 }
 
 // stateText is the state, with the time left for a retry that is due

@@ -45,7 +45,9 @@ type IndexReport struct {
 	Time metav1.Time `json:"time"`
 	// Counts is the number of selected indexes in each state.
 	Counts map[string]int32 `json:"counts"`
-	// Items are the selected indexes, in ascending order.
+	// Items are the selected indexes, in ascending order: one item for
+	// each index that has a pod, one for each run of three or more indexes
+	// without pods in the same state for the same reason (LastIndex set).
 	Items []IndexStatus `json:"items"`
 }
 
@@ -58,11 +60,16 @@ type JobReference struct {
 }
 
 // IndexStatus is what is known of one completion index: from its latest pod
-// when one is left, from the job's status otherwise.
+// when one is left, from the job's status otherwise. An item with LastIndex
+// stands for the run of indexes Index..LastIndex (three or more), none of
+// which has a pod, all in the same state for the same reason.
 //
 // +kubebuilder:object:generate=true
 type IndexStatus struct {
 	Index int32 `json:"index"`
+	// LastIndex is set on an item that stands for several indexes without
+	// pods: the last of them.
+	LastIndex *int32 `json:"lastIndex,omitempty"`
 	// State is one of the State constants.
 	State string `json:"state"`
 	// RetryAt is when a retrying index's next pod is due, when known.
@@ -95,4 +102,12 @@ type IndexStatus struct {
 	Node       string       `json:"node,omitempty"`
 	StartTime  *metav1.Time `json:"startTime,omitempty"`
 	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+}
+
+// span is the number of indexes the item stands for.
+func (s *IndexStatus) span() int32 {
+	if s.LastIndex == nil {
+		return 1
+	}
+	return *s.LastIndex - s.Index + 1
 }

@@ -181,14 +181,7 @@ func failedIndexes(job *ibjv1.IndexedBatchJob) indexset.Set {
 		return failed
 	}
 	completed, _ := indexset.Parse(job.Status.CompletedIndexes, 0)
-	var notDone []int32
-	wantedIndexes(job).Each(func(ix int32) bool {
-		if !completed.Has(ix) {
-			notDone = append(notDone, ix)
-		}
-		return true
-	})
-	return failed.Union(indexset.Of(notDone...))
+	return failed.Union(wantedIndexes(job).Difference(completed))
 }
 
 // freeName is <job>-rerun-<n> for the first n from "from" on that no job

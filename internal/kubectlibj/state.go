@@ -1,7 +1,10 @@
 package kubectlibj
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +60,8 @@ type jobView struct {
 	// wanted are the indexes the job runs; completed and failed are its
 	// status's index sets.
 	wanted, completed, failed indexset.Set
+	// podIndexes are the indexes that have a pod, ascending.
+	podIndexes []int32
 	// end is the condition that ended the job (FailureTarget or Failed,
 	// SuccessCriteriaMet or Complete), the earliest of its pair; failing
 	// tells which.
@@ -74,7 +79,65 @@ func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backof
 	v.failed, _ = indexset.Parse(ptr.Deref(job.Status.FailedIndexes, ""), 0)
 	v.end, v.failing = jobEnd(job)
 	v.globalRetryAt = scan.ends.RetryAt(v.backoff)
+	v.podIndexes = slices.Sorted(maps.Keys(scan.latest))
 	return v
+}
+
+// eachRow calls f with the state of the selected indexes, in ascending
+// order: one row for each index that has a pod, and one for each run of
+// three or more consecutive indexes without pods that share their state
+// and reason (IndexStatus.LastIndex is the run's last index). The state of
+// an index without pods follows from the job's index sets alone
+// (completed, failed, or neither), so the rows, and the work, follow the
+// pods and the intervals of those sets, not the number of indexes: a job
+// of completions 2147483647 and a few pods is a few rows.
+func (v *jobView) eachRow(selection indexset.Set, f func(IndexStatus)) {
+	withPods := make([]int32, 0, len(v.podIndexes))
+	var podRuns []indexset.Interval
+	for _, ix := range v.podIndexes {
+		if selection.Has(ix) {
+			withPods = append(withPods, ix)
+			podRuns = appendIndex(podRuns, ix, 1)
+		}
+	}
+	// The indexes without pods, split where their state can change.
+	podless := selection.Difference(indexset.OfIntervals(podRuns...))
+	notCompleted := podless.Difference(v.completed)
+	runs := slices.Concat(
+		podless.Intersect(v.completed).Intervals(),
+		notCompleted.Intersect(v.failed).Intervals(),
+		notCompleted.Difference(v.failed).Intervals(),
+	)
+	slices.SortFunc(runs, func(a, b indexset.Interval) int { return cmp.Compare(a.First, b.First) })
+	for len(withPods) > 0 || len(runs) > 0 {
+		if len(runs) == 0 || (len(withPods) > 0 && withPods[0] < runs[0].First) {
+			f(v.status(withPods[0]))
+			withPods = withPods[1:]
+			continue
+		}
+		run := runs[0]
+		runs = runs[1:]
+		s := v.status(run.First)
+		switch {
+		case run.Last-run.First >= 2:
+			s.LastIndex = ptr.To(run.Last)
+		case run.Last > run.First:
+			// Two indexes are two rows, as index sets write them "a,b".
+			f(s)
+			s = v.status(run.Last)
+		}
+		f(s)
+	}
+}
+
+// appendIndex adds the n indexes from ix on to ascending intervals,
+// widening the last one when they follow it.
+func appendIndex(ivs []indexset.Interval, ix, n int32) []indexset.Interval {
+	if k := len(ivs) - 1; k >= 0 && int64(ivs[k].Last)+1 == int64(ix) {
+		ivs[k].Last = ix + n - 1
+		return ivs
+	}
+	return append(ivs, indexset.Interval{First: ix, Last: ix + n - 1})
 }
 
 // wantedIndexes is spec.indexes, or every index below completions.

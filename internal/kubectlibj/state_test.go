@@ -250,6 +250,11 @@ func TestFailedIndexesOfAFailedJobAreThoseThatDidNotSucceed(t *testing.T) {
 			j.Spec.Indexes = ptr.To("1,2,6")
 			j.Status.CompletedIndexes = "6"
 		}), "1,2"},
+		{"failed, of the largest completions: the intervals not completed", testJob(ended(ibjv1.ConditionFailed, ibjv1.ReasonDeadlineExceeded, 0), func(j *ibjv1.IndexedBatchJob) {
+			j.Spec.Completions = 2147483647
+			j.Status.CompletedIndexes = "0,5-9"
+			j.Status.FailedIndexes = ptr.To("3")
+		}), "1-4,10-2147483646"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

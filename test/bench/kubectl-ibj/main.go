@@ -4,9 +4,12 @@
 // succeeded, one in a hundred after a failed first attempt), then runs the
 // plugin binary (and kubectl, for comparison) as a user would and records
 // each command's wall time, CPU time and peak RSS (getrusage of the child).
+// With -completions above -indexes, the job is still running: its first
+// -indexes indexes succeeded and the others have not started.
 //
 //	go build -o bin/kubectl-ibj ./cmd/kubectl-ibj
 //	go run ./test/bench/kubectl-ibj -indexes 100000 -out docs/bench/kubectl-ibj.md
+//	go run ./test/bench/kubectl-ibj -indexes 100 -completions 2147483647
 package main
 
 import (
@@ -49,7 +52,9 @@ const (
 )
 
 func main() {
-	indexes := flag.Int("indexes", 100000, "completions of the job, one succeeded pod each")
+	indexes := flag.Int("indexes", 100000, "indexes that ran, one succeeded pod each")
+	completions := flag.Int("completions", 0, "completions of the job (default: -indexes); the indexes beyond -indexes have not started")
+	only := flag.String("only", "", "measure only the commands whose title contains this")
 	plugin := flag.String("plugin", "bin/kubectl-ibj", "the plugin binary")
 	assets := flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with etcd, kube-apiserver and kubectl")
 	workers := flag.Int("workers", 16, "parallel pod writes while populating")
@@ -82,7 +87,10 @@ func main() {
 
 	ctx := context.Background()
 	start := time.Now()
-	job := populate(ctx, c, kube, int32(*indexes), *workers)
+	if *completions == 0 {
+		*completions = *indexes
+	}
+	job := populate(ctx, c, kube, int32(*indexes), int32(*completions), *workers)
 	log.Printf("wrote job %s and its pods in %s", job.Name, time.Since(start).Round(time.Second))
 
 	dir, err := os.MkdirTemp("", "kubectl-ibj-bench-")
@@ -106,14 +114,25 @@ func main() {
 	}
 	var rows []string
 	for _, cmd := range commands {
+		if !strings.Contains(cmd.title, *only) {
+			continue
+		}
 		m := cmd.measure(kubeconfig, *repeats)
-		row := fmt.Sprintf("| `%s` | %.1f | %.1f | %.0f | %s |", cmd.title, m.wall.Seconds(), m.cpu.Seconds(), m.rssMiB, humanBytes(m.outBytes))
+		output := humanBytes(m.outBytes)
+		if m.err != nil {
+			output += " (" + m.err.Error() + ")"
+		}
+		row := fmt.Sprintf("| `%s` | %.2f | %.2f | %.0f | %s |", cmd.title, m.wall.Seconds(), m.cpu.Seconds(), m.rssMiB, output)
 		log.Print(row)
 		rows = append(rows, row)
 	}
-	report := fmt.Sprintf("Job of %d indexes, %d pods (every index succeeded; one in %d after a failed first attempt); median of %d runs.\n\n"+
+	ran := "every index succeeded"
+	if *completions > *indexes {
+		ran = fmt.Sprintf("indexes 0-%d succeeded, the others not started", *indexes-1)
+	}
+	report := fmt.Sprintf("Job of %d indexes, %d pods (%s; one in %d after a failed first attempt); median of %d runs.\n\n"+
 		"| command | wall s | CPU s | peak RSS MiB | output |\n| --- | ---: | ---: | ---: | ---: |\n%s\n",
-		*indexes, *indexes+(*indexes+failEvery-1)/failEvery, failEvery, *repeats, strings.Join(rows, "\n"))
+		*completions, *indexes+(*indexes+failEvery-1)/failEvery, ran, failEvery, *repeats, strings.Join(rows, "\n"))
 	fmt.Print(report)
 	if *out != "" {
 		must(os.WriteFile(*out, []byte(report), 0o644))
@@ -127,15 +146,20 @@ func must(err error) {
 }
 
 // populate writes the job with the status the operator would have left and
-// every pod of its run, finished, with the statuses a kubelet writes.
-func populate(ctx context.Context, c client.Client, kube kubernetes.Interface, n int32, workers int) *ibjv1.IndexedBatchJob {
+// the pods of its first n indexes, finished, with the statuses a kubelet
+// writes. A job of more completions than n is still running.
+func populate(ctx context.Context, c client.Client, kube kubernetes.Interface, n, completions int32, workers int) *ibjv1.IndexedBatchJob {
 	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
 	job := &ibjv1.IndexedBatchJob{
 		ObjectMeta: metav1.ObjectMeta{Name: jobName, Namespace: namespace},
 		Spec: ibjv1.IndexedBatchJobSpec{
-			Completions: n, Parallelism: ptr.To[int32](500), BackoffLimitPerIndex: ptr.To[int32](1),
+			Completions: completions, Parallelism: ptr.To[int32](500), BackoffLimitPerIndex: ptr.To[int32](1),
 			Template: corev1.PodTemplateSpec{Spec: podSpec()},
 		},
+	}
+	if completions > 100000 {
+		// The API's rule for so many indexes with backoffLimitPerIndex.
+		job.Spec.MaxFailedIndexes = ptr.To[int32](10000)
 	}
 	must(c.Create(ctx, job))
 	now := metav1.Now()
@@ -146,6 +170,9 @@ func populate(ctx context.Context, c client.Client, kube kubernetes.Interface, n
 			{Type: ibjv1.ConditionSuccessCriteriaMet, Status: metav1.ConditionTrue, Reason: ibjv1.ReasonCompletionsReached, LastTransitionTime: now},
 			{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue, Reason: ibjv1.ReasonCompletionsReached, LastTransitionTime: now},
 		},
+	}
+	if completions > n {
+		job.Status.Phase, job.Status.CompletionTime, job.Status.Conditions = ibjv1.PhaseRunning, nil, nil
 	}
 	must(c.Status().Update(ctx, job))
 
@@ -255,10 +282,12 @@ type measurement struct {
 	wall, cpu time.Duration
 	rssMiB    float64
 	outBytes  int64
+	// err is how the command failed (killed for memory, say), if it did.
+	err error
 }
 
 // measure runs the command repeats times and returns the median of each
-// figure.
+// figure. A command that fails is measured until it failed, once.
 func (c command) measure(kubeconfig string, repeats int) measurement {
 	var ms []measurement
 	for range repeats {
@@ -267,16 +296,23 @@ func (c command) measure(kubeconfig string, repeats int) measurement {
 		cmd.Stdout = &out
 		cmd.Stderr = os.Stderr
 		start := time.Now()
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		if cmd.ProcessState == nil {
 			log.Fatalf("%s: %v", c.title, err)
 		}
 		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		ms = append(ms, measurement{
+		m := measurement{
 			wall:     time.Since(start),
 			cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 			rssMiB:   float64(ru.Maxrss) / 1024,
 			outBytes: out.n,
-		})
+			err:      err,
+		}
+		if err != nil {
+			log.Printf("%s: %v", c.title, err)
+			return m
+		}
+		ms = append(ms, m)
 	}
 	median := func(f func(measurement) float64) float64 {
 		xs := make([]float64, len(ms))

@@ -224,6 +224,32 @@ func TestManyIndexesAreSummarised(t *testing.T) {
 	})
 }
 
+// TestTheLargestCompletions is a job of completions 2147483647, which the
+// API allows, early in its run: 0-2 and 4 succeeded (only 4's pod is left),
+// 3 failed for good, 5 runs, 6 waits to be retried. Every command answers
+// with a few rows: the indexes without pods are shown as intervals.
+func TestTheLargestCompletions(t *testing.T) {
+	ns := namespace(t, "largest")
+	job := createJob(t, harness.MakeIndexedBatchJob("huge", ns).Completions(2147483647).Parallelism(3).
+		BackoffLimitPerIndex(1).MaxFailedIndexes(10).Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Active: 1, Ready: ptr.To[int32](1), Succeeded: 4, Failed: 3,
+			CompletedIndexes: "0-2,4", FailedIndexes: ptr.To("3"),
+		})
+	createPod(t, job, scriptedPod{index: 4, node: "n", phase: corev1.PodSucceeded, started: 3 * minute, finished: 2 * minute})
+	createPod(t, job, scriptedPod{index: 5, node: "n", phase: corev1.PodRunning, started: minute})
+	createPod(t, job, scriptedPod{index: 6, node: "n", phase: corev1.PodFailed, started: 40 * second, finished: 4 * second, exitCode: 1})
+
+	checkGolden(t, ns, "largest", []goldenCommand{
+		{"indexes", []string{"indexes", "huge"}},
+		{"indexes-all", []string{"indexes", "huge", "--all", "--chunk-size", "2"}},
+		{"indexes-failed", []string{"indexes", "huge", "--failed"}},
+		{"indexes-last", []string{"indexes", "huge", "--index", "2147483640-2147483646"}},
+		{"indexes-json", []string{"indexes", "huge", "-o", "json"}},
+		{"describe", []string{"describe", "huge"}},
+	})
+}
+
 // TestNothingToShow: a namespace without jobs, and an output format
 // indexes cannot have.
 func TestNothingToShow(t *testing.T) {

@@ -1,0 +1,196 @@
+package kubectlibj
+
+import (
+	"bytes"
+	"encoding/json"
+	"runtime"
+	"strconv"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+)
+
+// maxCompletions is the largest completions the API allows, as upstream's.
+const maxCompletions = 2147483647
+
+// ofIndex makes the pod one of the given index.
+func ofIndex(ix int) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Name = "j-" + strconv.Itoa(ix) + "-0"
+		p.Labels[ibjv1.CompletionIndexLabel] = strconv.Itoa(ix)
+	}
+}
+
+// largeJobView is a job of the given completions early in its run, as the
+// plugin sees it: indexes 0-2 and 4 succeeded (only 4's pod is left), 3
+// failed for good (its pods gone), 5 runs, 6 waits to be retried after
+// exit code 1, and the others have not started.
+func largeJobView(completions int32) *jobView {
+	job := testJob(perIndex(1), func(j *ibjv1.IndexedBatchJob) {
+		j.Spec.Completions = completions
+		j.Spec.Parallelism = ptr.To[int32](3)
+		j.Spec.MaxFailedIndexes = ptr.To[int32](10)
+		j.Status.CompletedIndexes = "0-2,4"
+		j.Status.FailedIndexes = ptr.To("3")
+		j.Status.Active = 1
+		j.Status.Succeeded = 4
+		j.Status.Failed = 3
+	})
+	scan := newPodScan(job)
+	for _, p := range []*corev1.Pod{
+		testPod(ofIndex(4), exited(0, 2*time.Minute)),
+		testPod(ofIndex(5), phase(corev1.PodRunning), func(p *corev1.Pod) { p.Status.StartTime = ptr.To(ago(time.Minute)) }),
+		testPod(ofIndex(6), exited(1, 4*time.Second)),
+	} {
+		scan.add(p)
+	}
+	return newJobView(job, scan, now, jobpod.DefaultBackoff)
+}
+
+// indexesOutput is what `kubectl ibj indexes j [--all] [-o format]` prints
+// for the view.
+func indexesOutput(t *testing.T, view *jobView, all bool, format string) string {
+	t.Helper()
+	var out bytes.Buffer
+	o := &indexesOptions{
+		common:       &common{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &out}},
+		printFlags:   genericclioptions.NewPrintFlags("").WithTypeSetter(scheme),
+		all:          all,
+		outputFormat: format,
+	}
+	*o.printFlags.OutputFormat = format
+	if err := o.print(view, view.wanted); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// describeOutput is what `kubectl ibj describe j` prints for the view,
+// without events.
+func describeOutput(view *jobView) string {
+	var out bytes.Buffer
+	w := tabwriter.NewWriter(&out, 0, 8, 2, ' ', 0)
+	newDescription(view, nil).write(w)
+	_ = w.Flush()
+	return out.String()
+}
+
+// TestAJobOfTheLargestCompletionsIsShownByInterval: a job of completions
+// 2147483647 with a few pods is a few rows: the indexes without pods are
+// runs of one state, not one row (or one step of work) each.
+func TestAJobOfTheLargestCompletionsIsShownByInterval(t *testing.T) {
+	view := largeJobView(maxCompletions)
+
+	var rows []string
+	view.eachRow(view.wanted, func(s IndexStatus) { rows = append(rows, indexText(&s)+" "+s.State+" "+s.Reason) })
+	wantRows := []string{
+		"0-2 succeeded pods gone; from status.completedIndexes",
+		"3 failed pods gone; from status.failedIndexes",
+		"4 succeeded ",
+		"5 running ",
+		"6 retrying exit code 1",
+		"7-2147483646 pending not started",
+	}
+	if diff := cmp.Diff(wantRows, rows); diff != "" {
+		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+
+	wantSummary := `Job j: 2147483647 indexes (0-2147483646); a summary, --all lists every index.
+
+STATE       COUNT        INDEXES
+failed      1            3
+retrying    1            6
+running     1            5
+pending     2147483640   7-2147483646
+succeeded   4            0-2,4
+
+INDEX   STATE            ATTEMPTS   RETRIES-LEFT   EXIT-CODE   CONTAINER   REASON        NODE   DURATION
+6       retrying in 6s   1          0              1           main        exit code 1   -      60s
+5       running          1          1              -           -           -             -      60s
+`
+	if diff := cmp.Diff(wantSummary, indexesOutput(t, view, false, "")); diff != "" {
+		t.Errorf("indexes (-want +got):\n%s", diff)
+	}
+
+	wantAll := `INDEX          STATE            ATTEMPTS   RETRIES-LEFT   EXIT-CODE   CONTAINER   REASON                                    NODE   DURATION
+0-2            succeeded        -          -              -           -           pods gone; from status.completedIndexes   -      -
+3              failed           -          -              -           -           pods gone; from status.failedIndexes      -      -
+4              succeeded        1          1              0           main        -                                         -      60s
+5              running          1          1              -           -           -                                         -      60s
+6              retrying in 6s   1          0              1           main        exit code 1                               -      60s
+7-2147483646   pending          -          -              -           -           not started                               -      -
+`
+	if diff := cmp.Diff(wantAll, indexesOutput(t, view, true, "")); diff != "" {
+		t.Errorf("indexes --all (-want +got):\n%s", diff)
+	}
+
+	var report IndexReport
+	if err := json.Unmarshal([]byte(indexesOutput(t, view, false, "json")), &report); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts := map[string]int32{StateSucceeded: 4, StateFailed: 1, StateRunning: 1, StateRetrying: 1, StatePending: 2147483640}
+	if diff := cmp.Diff(wantCounts, report.Counts); diff != "" {
+		t.Errorf("-o json counts (-want +got):\n%s", diff)
+	}
+	if n := len(report.Items); n != len(wantRows) {
+		t.Errorf("-o json has %d items, want %d", n, len(wantRows))
+	}
+	if last := report.Items[len(report.Items)-1]; last.Index != 7 || ptr.Deref(last.LastIndex, 0) != 2147483646 {
+		t.Errorf("-o json's last item is %d..%d, want 7..2147483646", last.Index, ptr.Deref(last.LastIndex, 0))
+	}
+
+	wantIndexes := `Indexes:      2147483647 (0-2147483646), 3 at a time
+  failed:     1 (3)
+  retrying:   1 (6)
+  running:    1 (5)
+  pending:    2147483640 (7-2147483646)
+  succeeded:  4 (0-2,4)
+`
+	if got := describeOutput(view); !bytes.Contains([]byte(got), []byte(wantIndexes)) {
+		t.Errorf("describe does not list the indexes by interval:\n%s\nwant it to contain:\n%s", got, wantIndexes)
+	}
+}
+
+// TestThePluginsWorkDoesNotGrowWithCompletions: what the plugin allocates
+// to show a job is the same for completions 1000 and 2147483647 with the
+// same pods, for every command and output.
+func TestThePluginsWorkDoesNotGrowWithCompletions(t *testing.T) {
+	commands := map[string]func(*jobView) string{
+		"indexes":         func(v *jobView) string { return indexesOutput(t, v, false, "") },
+		"indexes --all":   func(v *jobView) string { return indexesOutput(t, v, true, "") },
+		"indexes -o json": func(v *jobView) string { return indexesOutput(t, v, false, "json") },
+		"describe":        describeOutput,
+	}
+	for name, command := range commands {
+		t.Run(name, func(t *testing.T) {
+			small, large := allocated(command, 1000), allocated(command, maxCompletions)
+			t.Logf("allocated %d bytes for completions 1000, %d for 2147483647", small, large)
+			// A little more for the longer numbers and runtime noise; the
+			// per-index work of a job of 2147483647 indexes would be
+			// gigabytes.
+			if limit := 2*small + 64<<10; large > limit {
+				t.Errorf("completions 2147483647 allocated %d bytes, completions 1000 %d: more than %d", large, small, limit)
+			}
+		})
+	}
+}
+
+// allocated is the bytes allocated to build the view of a job of the
+// given completions and run the command on it.
+func allocated(command func(*jobView) string, completions int32) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_ = command(largeJobView(completions))
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
