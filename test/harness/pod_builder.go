@@ -90,7 +90,7 @@ func (w *PodWrapper) SucceededAt(t time.Time) *PodWrapper {
 	w.Status.Phase = corev1.PodSucceeded
 	w.Status.ContainerStatuses = nil
 	for _, c := range w.Spec.Containers {
-		w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, Terminated(c.Name, 0, t))
+		w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, terminated(c.Name, 0, t))
 	}
 	return w
 }
@@ -104,7 +104,7 @@ func (w *PodWrapper) FailedAt(t time.Time, code int32) *PodWrapper {
 		if i == 0 {
 			exit = code
 		}
-		w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, Terminated(c.Name, exit, t))
+		w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, terminated(c.Name, exit, t))
 	}
 	return w
 }
@@ -120,7 +120,7 @@ func (w *PodWrapper) FailedWithoutStatus() *PodWrapper {
 // InitFailedAt: the named init container exited with code at t.
 func (w *PodWrapper) InitFailedAt(t time.Time, name string, code int32) *PodWrapper {
 	w.Status.Phase = corev1.PodFailed
-	w.Status.InitContainerStatuses = append(w.Status.InitContainerStatuses, Terminated(name, code, t))
+	w.Status.InitContainerStatuses = append(w.Status.InitContainerStatuses, terminated(name, code, t))
 	return w
 }
 
@@ -128,11 +128,11 @@ func (w *PodWrapper) InitFailedAt(t time.Time, name string, code int32) *PodWrap
 func (w *PodWrapper) ContainerExit(name string, code int32, t time.Time) *PodWrapper {
 	for i := range w.Status.ContainerStatuses {
 		if w.Status.ContainerStatuses[i].Name == name {
-			w.Status.ContainerStatuses[i] = Terminated(name, code, t)
+			w.Status.ContainerStatuses[i] = terminated(name, code, t)
 			return w
 		}
 	}
-	w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, Terminated(name, code, t))
+	w.Status.ContainerStatuses = append(w.Status.ContainerStatuses, terminated(name, code, t))
 	return w
 }
 
@@ -176,8 +176,8 @@ func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
 	return w
 }
 
-// Terminated is the status of a container that exited with code at t.
-func Terminated(name string, code int32, t time.Time) corev1.ContainerStatus {
+// terminated is the status of a container that exited with code at t.
+func terminated(name string, code int32, t time.Time) corev1.ContainerStatus {
 	return corev1.ContainerStatus{
 		Name: name,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
