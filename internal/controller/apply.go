@@ -59,8 +59,12 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
 	}
 	deleteErr := r.deletePods(ctx, job, p.delete)
-	created, createErrs := r.createPods(ctx, job, p.create)
+	created, yielded, createErrs := r.createPods(ctx, job, p.create)
 	createErr := errors.Join(createErrs...)
+	if yielded {
+		// The rest after the jobs that wait now.
+		p.requeue(nextTurn)
+	}
 	p.status.Active -= int32(len(p.create) - created)
 	// What stops the job's pods shows in its status (condition
 	// PodCreationFailed, and the phase), not only in events. The error
@@ -123,17 +127,29 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 // slowStartBatch.
 const slowStartInitialBatch = 1
 
+// nextTurn is the requeue of a job whose sync gave its worker up with
+// pods still to create: at once, behind the jobs that wait.
+const nextTurn = time.Millisecond
+
 // createPods creates the pods in batches of 1, 2, 4, ... (upstream's slow
 // start) and stops at the first batch with a refusal: a job whose creates
 // are refused (a full quota, a policy) sends a handful of them per sync,
-// not all of its parallelism. It returns how many the API server took and
-// the error of each create (nil where it succeeded or was never sent), in
-// the order of creates. A pod that exists already is this job's only if it
+// not all of its parallelism. A batch is at most r.writes creates, and
+// once the sync has sent that many while other jobs wait for a worker it
+// stops there (yielded): a job with thousands of pods to create takes turns
+// with a job created after it, whatever the client's QPS. It returns how
+// many the API server took, whether it yielded, and the error of each
+// create (nil where it succeeded or was never sent), in the order of
+// creates. A pod that exists already is this job's only if it
 // is controlled by it (createdOrTaken).
-func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (int, []error) {
-	errs := make([]error, len(creates))
-	created := 0
-	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, 2*batch {
+func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (created int, yielded bool, errs []error) {
+	errs = make([]error, len(creates))
+	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, min(2*batch, max(r.writes, 1)) {
+		if created >= r.writes && r.othersWaiting() {
+			// This sync has sent its share of the write queue; the worker
+			// goes to the jobs that wait, and the rest to a later turn.
+			return created, true, errs
+		}
 		end := min(start+batch, len(creates))
 		took := make([]bool, end-start)
 		_ = r.parallel(ctx, end-start, func(i int) error {
@@ -154,7 +170,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 			break
 		}
 	}
-	return created, errs
+	return created, false, errs
 }
 
 // refusedBatch says what a batch's refusals were: the first one's error and

@@ -137,7 +137,7 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 	for i := range creates {
 		creates[i] = podToCreate{index: int32(i)}
 	}
-	created, errs := r.createPods(context.Background(), job, creates)
+	created, _, errs := r.createPods(context.Background(), job, creates)
 	// Batches of 1, 2 and 4: the third has two refusals, and nothing more
 	// is sent.
 	if got := sent.Load(); got != 7 {
@@ -162,6 +162,52 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 	}
 }
 
+// queueLen is a controller queue with a fixed number of jobs waiting.
+type queueLen int
+
+func (q queueLen) Len() int { return int(q) }
+
+// A sync with many pods to create sends batches of at most r.writes; once
+// it has sent that many while another job waits for a worker, it gives the
+// worker up and the rest wait for its next turn. With nobody waiting it
+// sends them all.
+func TestCreatesGiveTheWorkerUpToAJobThatWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		waiting     queueLen
+		wantSent    int32
+		wantYielded bool
+	}{
+		// Batches of 1, 2 and 4, then the worker goes.
+		{"a job waits", 1, 7, true},
+		// Batches of 1, 2, 4, 4, 4, 4 and 1.
+		{"nobody waits", 0, 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := harness.MakeIndexedBatchJob("big", "ns").UID("job-uid").Completions(20).Parallelism(20).Obj()
+			api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
+			var sent atomic.Int32
+			c := interceptor.NewClient(api, interceptor.Funcs{
+				Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					sent.Add(1)
+					return cl.Create(ctx, obj, opts...)
+				},
+			})
+			r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+			r.writes, r.waiting = 4, tc.waiting
+			creates := make([]podToCreate, 20)
+			for i := range creates {
+				creates[i] = podToCreate{index: int32(i)}
+			}
+			created, yielded, errs := r.createPods(context.Background(), job, creates)
+			if got := sent.Load(); got != tc.wantSent || created != int(tc.wantSent) || yielded != tc.wantYielded || firstError(errs) != nil {
+				t.Errorf("sent %d, created %d, yielded %v (error %v); want %d sent and created, yielded %v",
+					got, created, yielded, firstError(errs), tc.wantSent, tc.wantYielded)
+			}
+		})
+	}
+}
+
 // A create whose name is taken by a pod the job does not control (left by
 // a deleted job of the same name) is not counted as the job's pod: an
 // event says so and the index's next attempt is named past it. A pod of the
@@ -174,7 +220,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	r := NewReconciler(api, recorder, clock.RealClock{}, DefaultBackoff)
 
-	created, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	created, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
 	if created != 1 || firstError(errs) != nil {
 		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
 	}

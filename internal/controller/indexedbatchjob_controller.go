@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -51,6 +53,11 @@ type Reconciler struct {
 	events *eventPacer
 	// writes is how many pod writes a sync sends at once (writesPerSync).
 	writes int
+	// waiting is the controller's queue, read for how many jobs wait for a
+	// worker: a sync with many pods to create gives its worker up to them
+	// once it has sent its share (createPods). Nil in tests without a
+	// queue, where no job waits.
+	waiting interface{ Len() int }
 	// takenNames remembers the pod names found taken by pods a job does
 	// not control (taken_names.go).
 	takenNames *takenNames
@@ -236,6 +243,25 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 	}
 }
 
+// newQueue makes the controller's queue as controller-runtime makes it by
+// default (a priority queue with the given rate limiter) and keeps it, so
+// that a sync can tell whether other jobs wait for a worker.
+func (r *Reconciler) newQueue(log logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	return func(name string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+			o.Log = log.WithValues("controller", name)
+			o.RateLimiter = limiter
+		})
+		r.waiting = q
+		return q
+	}
+}
+
+// othersWaiting reports whether a job waits for a worker.
+func (r *Reconciler) othersWaiting() bool {
+	return r.waiting != nil && r.waiting.Len() > 0
+}
+
 // maxSyncRetryDelay caps the delay before a failed sync is retried.
 // controller-runtime's default cap is 1000 s: a job whose pods a full
 // quota refused would then notice the freed quota only a quarter of an
@@ -295,7 +321,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 		For(&ibjv1.IndexedBatchJob{}).
 		Owns(&corev1.Service{}).
 		WatchesRawSource(pods).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles, RateLimiter: syncRetryLimiter()}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: maxConcurrentReconciles,
+			RateLimiter:             syncRetryLimiter(),
+			NewQueue:                r.newQueue(mgr.GetLogger()),
+		}).
 		Named("indexedbatchjob").
 		Complete(r)
 }

@@ -18,8 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -112,13 +110,6 @@ func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 	return s, nil
 }
 
-// podEventPriority is the queue priority of a sync that a pod event asks
-// for: above the default of a job's own events (a new job), so that jobs
-// whose pods are running or have just finished are synced before new jobs
-// start, and a fleet of jobs created together finishes in order rather
-// than all at the end.
-const podEventPriority = 1
-
 // Start registers the event handler and runs the informers until ctx ends.
 func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	handler := s.handler(podEventAdder(queue, s.batchPeriod))
@@ -188,18 +179,14 @@ func releasedAfterSuccess(old, pod *jobpod.Pod) bool {
 		old.Tracked && !pod.Tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 
-// podEventAdder queues a sync batch after a pod event, at podEventPriority
-// when the controller's queue has priorities (controller-runtime's
-// default). A job already waiting keeps its earlier time, so a stream of
-// events is synced once per batch, not postponed by each.
+// podEventAdder queues a sync batch after a pod event. A job already
+// waiting keeps its earlier time, so a stream of events is synced once per
+// batch, not postponed by each. The sync keeps the queue's default
+// priority, a new job's: a job whose pods keep changing (a large one, a
+// fleet's) never goes ahead of a job that arrived before its event, so no
+// stream of pod events can keep a new job from its first sync.
 func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request], batch time.Duration) func(reconcile.Request) {
-	pq, ok := queue.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok {
-		return func(req reconcile.Request) { queue.AddAfter(req, batch) }
-	}
-	return func(req reconcile.Request) {
-		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(podEventPriority), After: batch}, req)
-	}
+	return func(req reconcile.Request) { queue.AddAfter(req, batch) }
 }
 
 // WaitForSync returns once every informer has listed its pods.

@@ -41,35 +41,28 @@ func TestPodJobKey(t *testing.T) {
 	}
 }
 
-// A job whose pods changed is synced before a job that only arrived, even
-// when its pod event came later.
-func TestPodEventsAreSyncedBeforeNewJobs(t *testing.T) {
+// A job that arrived is synced before a job whose pod event came after it,
+// however many pod events that job has: pod events do not jump the queue,
+// so no stream of them keeps a new job from its first sync.
+func TestPodEventsDoNotJumpTheQueue(t *testing.T) {
 	queue := priorityqueue.New[reconcile.Request]("test")
 	defer queue.ShutDown()
 	newJob := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "new"}}
 	running := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "running"}}
 	queue.Add(newJob)
-	podEventAdder(queue, 0)(running)
+	add := podEventAdder(queue, 0)
+	for range 100 {
+		add(running)
+	}
 	var got []string
 	for range 2 {
 		item, _ := queue.Get()
 		got = append(got, item.Name)
 		queue.Done(item)
 	}
-	if !slices.Equal(got, []string{"running", "new"}) {
-		t.Errorf("synced %v, want the job with a pod event first", got)
+	if !slices.Equal(got, []string{"new", "running"}) {
+		t.Errorf("synced %v, want the job that arrived first first", got)
 	}
-}
-
-// recordingQueue records how pod events are queued: with priorities (as
-// controller-runtime's default queue) or without.
-type recordingQueue struct {
-	priorityqueue.PriorityQueue[reconcile.Request]
-	opts []priorityqueue.AddOpts
-}
-
-func (q *recordingQueue) AddWithOpts(o priorityqueue.AddOpts, _ ...reconcile.Request) {
-	q.opts = append(q.opts, o)
 }
 
 type plainRecordingQueue struct {
@@ -82,15 +75,9 @@ func (q *plainRecordingQueue) AddAfter(_ reconcile.Request, d time.Duration) {
 }
 
 // A pod event asks for a sync one batch period later, so that the events
-// that land together are decided together, with the pod events' priority;
-// a queue without priorities gets the same delay.
+// that land together are decided together.
 func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}
-	pq := &recordingQueue{}
-	podEventAdder(pq, time.Second)(req)
-	if len(pq.opts) != 1 || pq.opts[0].After != time.Second || pq.opts[0].Priority == nil || *pq.opts[0].Priority != podEventPriority {
-		t.Errorf("queued with %+v, want after 1s at priority %d", pq.opts, podEventPriority)
-	}
 	plain := &plainRecordingQueue{}
 	podEventAdder(plain, time.Second)(req)
 	if !slices.Equal(plain.after, []time.Duration{time.Second}) {
@@ -98,90 +85,3 @@ func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
 	}
 }
 
-// Two events of one job within the batch period make one sync, at the time
-// the first asked for: a later event does not postpone it.
-func TestPodEventsInOneBatchAreSyncedOnce(t *testing.T) {
-	queue := priorityqueue.New[reconcile.Request]("test")
-	defer queue.ShutDown()
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}
-	add := podEventAdder(queue, 50*time.Millisecond)
-	add(req)
-	add(req)
-	item, _ := queue.Get()
-	queue.Done(item)
-	if item != req {
-		t.Errorf("synced %v, want %v", item, req)
-	}
-	time.Sleep(100 * time.Millisecond) // past both events' batch periods
-	if n := queue.Len(); n != 0 {
-		t.Errorf("%d more syncs queued, want one sync for both events", n)
-	}
-}
-
-// The pod handler queues the job on every pod event but a succeeded pod's
-// release, and tells finalizerGone of every pod let go or gone.
-func TestPodHandler(t *testing.T) {
-	deleting := metav1.Now()
-	pod := func(phase corev1.PodPhase, tracked bool, deleted bool) *jobpod.Pod {
-		p := &jobpod.Pod{Phase: phase, Tracked: tracked, JobName: "job"}
-		p.Namespace, p.Name, p.UID = "ns", "job-0-0", "uid-0"
-		if deleted {
-			p.DeletionTimestamp = &deleting
-		}
-		return p
-	}
-	running, succeeded := pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, true, false)
-	for _, tc := range []struct {
-		name          string
-		event         func(toolscache.ResourceEventHandlerFuncs)
-		synced, freed bool
-	}{
-		{"a new pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, true, false},
-		{"a pod that succeeds", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, succeeded) }, true, false},
-		{"a succeeded pod let go", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, false))
-		}, false, true},
-		{"a succeeded pod being deleted let go", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true))
-		}, false, true},
-		{"a failed pod let go: its count waits for the sync", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(pod(corev1.PodFailed, true, false), pod(corev1.PodFailed, false, false))
-		}, true, true},
-		{"a pod that succeeds and is let go at once", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(running, pod(corev1.PodSucceeded, false, false))
-		}, true, true},
-		{"a succeeded pod deleted as it is let go", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, true))
-		}, true, true},
-		{"a succeeded pod that keeps its finalizer", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(succeeded, succeeded) }, true, false},
-		{"a resync of a released pod", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnUpdate(pod(corev1.PodSucceeded, false, false), pod(corev1.PodSucceeded, false, false))
-		}, true, false},
-		{"a deleted pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnDelete(succeeded) }, true, true},
-		{"a deletion the informer missed", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/job-0-0", Obj: succeeded})
-		}, true, true},
-		{"not a cached pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(&corev1.Pod{}, &corev1.Pod{}) }, false, false},
-	} {
-		var synced []reconcile.Request
-		var freed []types.UID
-		s := &Source{finalizerGone: func(p *jobpod.Pod) { freed = append(freed, p.UID) }}
-		tc.event(s.handler(func(r reconcile.Request) { synced = append(synced, r) }))
-		wantSynced := []reconcile.Request(nil)
-		if tc.synced {
-			wantSynced = []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}}
-		}
-		wantFreed := []types.UID(nil)
-		if tc.freed {
-			wantFreed = []types.UID{"uid-0"}
-		}
-		if !slices.Equal(synced, wantSynced) || !slices.Equal(freed, wantFreed) {
-			t.Errorf("%s: synced %v, freed %v; want %v and %v", tc.name, synced, freed, wantSynced, wantFreed)
-		}
-		// The cached_pods count moves with what the cache takes in and drops.
-		wantCached := map[string]int64{"a new pod": 1, "a deleted pod": -1, "a deletion the informer missed": -1}[tc.name]
-		if got := s.cached.Load(); got != wantCached {
-			t.Errorf("%s: the cached pods count moved by %d, want %d", tc.name, got, wantCached)
-		}
-	}
-}
