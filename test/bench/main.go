@@ -59,12 +59,22 @@ type workload struct {
 	Repeats       int
 	SkipUpstream  bool
 	Targets       targets
+	// Late, if set, is a second set of jobs created LateAfter the first
+	// create (the mixed workload: small jobs behind a big one). Job p50/p99
+	// are then the late jobs' own, and FirstSeconds the first job's time.
+	Late      *workload
+	LateAfter time.Duration
+	// Timeout replaces -timeout for this workload's runs when longer.
+	Timeout time.Duration
 }
 
 // targets are the most the operator may take of the built-in controller's
 // figure (0: no target).
 type targets struct {
 	Time, CPU, RSS, Requests, Finalizers, JobP50 float64
+	// JobP99 and First apply to workloads with late jobs: the late jobs'
+	// p99 and the first job's own time to terminal.
+	JobP99, First float64
 }
 
 // usual holds on every workload: CPU ≤ 0.5x, peak RSS ≤ 0.35x, no more
@@ -76,6 +86,31 @@ func usual(t targets) targets {
 }
 
 func (w workload) jobs() int { return max(w.Jobs, 1) }
+
+// mixed is one big job, then small jobs created 10 s later, at QPS 20 /
+// burst 30 (kube-controller-manager's own client defaults): how long a
+// job with thousands of pods to create holds back the jobs behind it.
+func mixed() workload {
+	return workload{
+		Name: mixedName(*mixedBig, *mixedSmall), Completions: int32(*mixedBig), Parallelism: 500,
+		QPS: 20, Burst: 30, Repeats: 1, Timeout: time.Hour,
+		Late:      &workload{Jobs: *mixedSmall, Completions: 10, Parallelism: 10},
+		LateAfter: 10 * time.Second,
+		Targets:   usual(targets{JobP99: 0.3, First: 1.0}),
+	}
+}
+
+func mixedName(big, small int) string {
+	return fmt.Sprintf("mixed %s/p500 then %d jobs x 10/p10 at QPS 20/burst 30", thousands(big), small)
+}
+
+// thousands writes 20000 as 20k.
+func thousands(n int) string {
+	if n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
 
 func (w workload) limits() (int, int) {
 	if w.QPS > 0 {
@@ -99,6 +134,9 @@ type result struct {
 	JobsPerSec float64
 	JobP50     float64
 	JobP99     float64
+	// FirstSeconds is the first job's create to its terminal condition
+	// (set where the workload has late jobs).
+	FirstSeconds float64 `json:",omitempty"`
 	CPU        float64
 	RSSMiB     float64
 	// StartMiB is VmRSS just before the first create: the controller
@@ -136,6 +174,8 @@ var (
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
 	fleetJobs  = flag.Int("fleet-jobs", 1000, "jobs in the fleet workload")
+	mixedBig   = flag.Int("mixed-big", 20000, "indexes of the mixed workload's big job")
+	mixedSmall = flag.Int("mixed-small", 200, "small jobs (10 indexes each) of the mixed workload")
 )
 
 func main() {
@@ -151,6 +191,7 @@ func main() {
 		{Name: "10k/p500 unthrottled (QPS 1000/burst 2000)", Completions: 10000, Parallelism: 500, QPS: 1000, Burst: 2000, Repeats: *repeats, Targets: usual(targets{Time: 1.0, CPU: 0.7})},
 		{Name: "fleet 1,000 jobs x 10/p10", Jobs: *fleetJobs, Completions: 10, Parallelism: 10, Repeats: *repeats, Targets: usual(targets{Time: 0.8, JobP50: 0.8})},
 		{Name: "2k/p500 at QPS 20/burst 30", Completions: 2000, Parallelism: 500, QPS: 20, Burst: 30, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
+		mixed(),
 		{Name: "100k/p1000", Completions: 100000, Parallelism: 1000, Repeats: *bigRepeats, SkipUpstream: !*bigUp, Targets: usual(targets{})},
 	}
 	if *fleetJobs != 1000 {
@@ -161,6 +202,10 @@ func main() {
 		all = all[:1]
 		workloads = workloads[:1]
 		workloads[0].Repeats = 1
+	}
+	if *mixedBig != 20000 || *mixedSmall != 200 {
+		i := slices.IndexFunc(workloads, func(w workload) bool { return w.Late != nil })
+		workloads[i].Name = mixedName(*mixedBig, *mixedSmall)
 	}
 	if *skipBig && !*quick {
 		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return w.Completions == 100000 })
@@ -284,8 +329,8 @@ func main() {
 					profiled = true
 				}
 				r := b.run(ctx, w, ctrl, rep, n, profile)
-				log.Printf("RESULT %-45s %-20s rep %d: %.1fs (finalizers %.1fs, job p50 %.1fs p99 %.1fs) %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
-					r.Workload, r.Controller, rep, r.Seconds, r.FinalizerSeconds, r.JobP50, r.JobP99, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
+				log.Printf("RESULT %-45s %-20s rep %d: %.1fs (finalizers %.1fs, job p50 %.1fs p99 %.1fs, first %.1fs) %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
+					r.Workload, r.Controller, rep, r.Seconds, r.FinalizerSeconds, r.JobP50, r.JobP99, r.FirstSeconds, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
 				results = append(results, r)
 				writeJSON(filepath.Join(*outDir, "results.json"), results)
 				if !last(workloads, w, rep, ctrl) {
@@ -508,12 +553,12 @@ func (b *bench) newJob(w workload, ctrl, ns, name string) client.Object {
 // createJobs creates the workload's jobs at once (32 at a time, with the
 // benchmark's unthrottled client) and returns their names and when each
 // create was sent.
-func (b *bench) createJobs(ctx context.Context, w workload, ctrl, ns string) ([]string, []time.Time, error) {
+func (b *bench) createJobs(ctx context.Context, w workload, ctrl, ns, prefix string) ([]string, []time.Time, error) {
 	names := make([]string, w.jobs())
 	for i := range names {
-		names[i] = "bench"
+		names[i] = prefix
 		if w.jobs() > 1 {
-			names[i] = fmt.Sprintf("bench-%04d", i)
+			names[i] = fmt.Sprintf("%s-%04d", prefix, i)
 		}
 	}
 	sent := make([]time.Time, len(names))
@@ -537,6 +582,13 @@ func (b *bench) createJobs(ctx context.Context, w workload, ctrl, ns string) ([]
 	wg.Wait()
 	close(errs)
 	return names, sent, <-errs
+}
+
+// lateJobs are the late jobs of a mixed workload, as createJobs made them.
+type lateJobs struct {
+	names []string
+	sent  []time.Time
+	err   error
 }
 
 // percentile is the p-th percentile (0 < p ≤ 1) of xs, nearest rank.
@@ -587,21 +639,34 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	}
 	r.StartMiB, _ = rssMiB(pid)
 	start := time.Now()
-	names, sent, err := b.createJobs(ctx, w, ctrl, ns)
+	names, sent, err := b.createJobs(ctx, w, ctrl, ns, "bench")
 	if err != nil {
 		r.Detail = err.Error()
 		return r
 	}
+	total := len(names)
+	late := make(chan lateJobs, 1)
+	if w.Late != nil {
+		total += w.Late.jobs()
+		go func() {
+			time.Sleep(time.Until(start.Add(w.LateAfter)))
+			var l lateJobs
+			l.names, l.sent, l.err = b.createJobs(ctx, *w.Late, ctrl, ns, "late")
+			late <- l
+		}()
+	} else {
+		late <- lateJobs{}
+	}
 	// Wait for every job's terminal condition, then for every tracking
 	// finalizer to be gone.
-	deadline := start.Add(*timeout)
+	deadline := start.Add(max(*timeout, w.Timeout))
 	var finalizersAt time.Time
 	for {
 		time.Sleep(100 * time.Millisecond)
 		if anon, err := anonRSSMiB(pid); err == nil {
 			r.AnonMiB = max(r.AnonMiB, anon)
 		}
-		if jobs.terminal() == len(names) {
+		if jobs.terminal() == total {
 			if left, at := fins.remaining(); left == 0 {
 				finalizersAt = at
 				break
@@ -609,9 +674,13 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		}
 		if time.Now().After(deadline) {
 			left, _ := fins.remaining()
-			r.Detail = fmt.Sprintf("timeout: %d/%d jobs terminal, %d pods hold a finalizer", jobs.terminal(), len(names), left)
+			r.Detail = fmt.Sprintf("timeout: %d/%d jobs terminal, %d pods hold a finalizer", jobs.terminal(), total, left)
 			break
 		}
+	}
+	l := <-late
+	if l.err != nil {
+		r.Detail = strings.TrimSpace(r.Detail + " " + l.err.Error())
 	}
 	end := time.Now()
 	cpu1, _ := cpuSeconds(pid)
@@ -635,26 +704,37 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 
 	last, terminalAt := jobs.snapshot()
 	var lastTerminal time.Time
-	var latencies []float64
+	var latencies, lateLatencies []float64
 	var pods int32
-	e := expect(w)
 	var bad []string
 	badJobs := 0
-	for i, name := range names {
-		o := last[name]
-		pods += o.succeeded + o.failed
-		if at, ok := terminalAt[name]; ok {
-			latencies = append(latencies, at.Sub(sent[i]).Seconds())
-			if at.After(lastTerminal) {
-				lastTerminal = at
+	checkJobs := func(w workload, names []string, sent []time.Time, lat *[]float64) {
+		e := expect(w)
+		for i, name := range names {
+			o := last[name]
+			pods += o.succeeded + o.failed
+			if at, ok := terminalAt[name]; ok {
+				*lat = append(*lat, at.Sub(sent[i]).Seconds())
+				if at.After(lastTerminal) {
+					lastTerminal = at
+				}
+			}
+			if wrong := e.check(o); len(wrong) > 0 {
+				badJobs++
+				if badJobs <= 3 {
+					bad = append(bad, name+": "+strings.Join(wrong, "; "))
+				}
 			}
 		}
-		if wrong := e.check(o); len(wrong) > 0 {
-			badJobs++
-			if badJobs <= 3 {
-				bad = append(bad, name+": "+strings.Join(wrong, "; "))
-			}
+	}
+	checkJobs(w, names, sent, &latencies)
+	if w.Late != nil {
+		checkJobs(*w.Late, l.names, l.sent, &lateLatencies)
+		if len(latencies) > 0 {
+			r.FirstSeconds = latencies[0]
 		}
+		latencies = lateLatencies
+		names = append(names, l.names...)
 	}
 	if badJobs > 3 {
 		bad = append(bad, fmt.Sprintf("and %d more jobs", badJobs-3))

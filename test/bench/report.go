@@ -15,7 +15,7 @@ import (
 type agg struct {
 	n, ok                                           int
 	seconds, pps, cpu, rss, start, anon, req, creqs float64
-	fin, jobsPerSec, p50, p99                       float64
+	fin, jobsPerSec, p50, p99, first                float64
 	verbs                                           map[string]int
 	details                                         []string
 }
@@ -42,7 +42,7 @@ func median(xs []float64) float64 {
 
 func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	var a agg
-	var sec, pps, cpu, rss, start, anon, req, creq, fin, jps, p50, p99 []float64
+	var sec, pps, cpu, rss, start, anon, req, creq, fin, jps, p50, p99, first []float64
 	for _, r := range rs {
 		if r.Workload != wl || r.Controller != ctrl {
 			continue
@@ -61,14 +61,14 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 			start = append(start, r.StartMiB)
 		}
 		fin, jps = append(fin, r.FinalizerSeconds), append(jps, r.JobsPerSec)
-		p50, p99 = append(p50, r.JobP50), append(p99, r.JobP99)
+		p50, p99, first = append(p50, r.JobP50), append(p99, r.JobP99), append(first, r.FirstSeconds)
 		if a.verbs == nil {
 			a.verbs = r.Verbs
 		}
 	}
 	a.seconds, a.pps, a.cpu, a.rss, a.req, a.creqs = median(sec), median(pps), median(cpu), median(rss), median(req), median(creq)
 	a.anon, a.start = median(anon), median(start)
-	a.fin, a.jobsPerSec, a.p50, a.p99 = median(fin), median(jps), median(p50), median(p99)
+	a.fin, a.jobsPerSec, a.p50, a.p99, a.first = median(fin), median(jps), median(p50), median(p99), median(first)
 	return a, a.n > 0
 }
 
@@ -104,7 +104,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 	p("  - the built-in controller: `kube-controller-manager --controllers=job --kube-api-qps=%d --kube-api-burst=%d --concurrent-job-syncs=%d --leader-elect=false`.\n", *qps, *burst, *syncs)
 	p("- Pods are finished by one pod simulator (`test/harness/podsim`, in the benchmark process) that plays every kubelet: for each new pod it writes, in one status update, phase `Succeeded` (or `Failed`, exit code 1, for the always-failing indexes) with a terminated container status; a pod being deleted is failed. Same simulator for both controllers.\n")
 	p("- Time to terminal: from the first create request to the last job's terminal condition (`Complete`/`Failed` = True), seen through a watch. Last finalizer gone: from the same start until no pod of the run holds a tracking finalizer (the built-in controller removes them before it writes the terminal condition; this operator may release a counted pod's finalizer after it). Pods/s: (succeeded + failed pods) / time to terminal. Per job (fleets): each job's own create to its terminal condition, p50 and p99.\n")
-	p("- The fleet creates its jobs together, 32 creates in flight, from the benchmark's unthrottled client.\n")
+	p("- The fleet creates its jobs together, 32 creates in flight, from the benchmark's unthrottled client. The mixed workload creates its big job, then 10 s later its small jobs the same way; its job p50 / p99 are the small jobs' own.\n")
 	p("- CPU: utime+stime delta of the controller process from the first create until the last finalizer is gone (`/proc/<pid>/stat`); peak RSS: `VmHWM` at the end of the run (includes start-up and the binary's mapped pages); RSS at start: `VmRSS` just before the first create, with the controller started and idle (the floor under its peak; — where a run did not measure it); peak anon: the highest `RssAnon` sampled every 100 ms (heap, stacks and runtime, without the binary; no target, shown because the two binaries differ in size).\n")
 	p("- API requests: requests by the controller's user, counted on the server side from the API server's audit log (metadata level, one event per finished request, watches included), over the same interval (to the last finalizer gone). kube-controller-manager does not expose `rest_client_requests_total`; for the operator, the client-side `rest_client_requests_total` delta agrees (see `results.json`, `ClientReqs`).\n")
 	p("- Status check: condition and reason, `succeeded`, `failed`, `completedIndexes`, `failedIndexes` against the exact expected values.\n")
@@ -171,6 +171,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 		p("| %s | %s | %s | %s | %s | %s | %s | %.2fx |\n", r.workload, met(r.time, t.Time), met(r.fin, t.Finalizers),
 			met(r.p50, t.JobP50), met(r.cpu, t.CPU), met(r.rss, t.RSS), metTo(3, r.req, t.Requests), r.anon)
 	}
+	writeMixed(p, ws, rs, met)
 	if bigOK == "" {
 		bigOK = "not measured in this run."
 	}
@@ -196,4 +197,30 @@ func writeReport(dir string, ws []workload, rs []result) error {
 		return err
 	}
 	return drawChart(filepath.Join(dir, "results.png"), ratios)
+}
+
+// writeMixed reports the workloads with late jobs: the late jobs' p50 and
+// p99 from their own create to their terminal condition, and the first
+// job's time, against their targets.
+func writeMixed(p func(string, ...any), ws []workload, rs []result, met func(v, target float64) string) {
+	head := false
+	for _, w := range ws {
+		if w.Late == nil {
+			continue
+		}
+		up, hasUp := aggregate(rs, w.Name, upstream)
+		us, hasUs := aggregate(rs, w.Name, ours)
+		if !hasUp || !hasUs {
+			continue
+		}
+		if !head {
+			p("\n## Mixed workloads (late jobs behind a big one)\n\n")
+			p("The late jobs are created %s after the big job; each late job's time is from its own create to its terminal condition.\n\n", w.LateAfter)
+			p("| workload | late jobs p50 (s) built-in / operator | late jobs p99 (s) built-in / operator | p99 ratio | big job (s) built-in / operator | big job ratio |\n")
+			p("| --- | --- | --- | --- | --- | --- |\n")
+			head = true
+		}
+		p("| %s | %.1f / %.1f | %.1f / %.1f | %s | %.1f / %.1f | %s |\n", w.Name, up.p50, us.p50, up.p99, us.p99,
+			met(us.p99/up.p99, w.Targets.JobP99), up.first, us.first, met(us.first/up.first, w.Targets.First))
+	}
 }
