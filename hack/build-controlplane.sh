@@ -8,7 +8,9 @@
 # supported); the module that builds it is the hack/controlplane*/ whose
 # go.mod requires that k8s.io/kubernetes: hack/controlplane for the newest,
 # hack/controlplane-v1.<minor> for the older ones of the supported-versions
-# matrix (make test-compat). etcd is the same for every version.
+# matrix (make test-compat). Each module builds the etcd its Kubernetes
+# version requires (go.etcd.io/etcd/server/v3 in k8s.io/kubernetes's
+# go.mod), in the same go build as the Kubernetes binaries.
 #
 # usage: [K8S_VERSION=v1.X.Y] hack/build-controlplane.sh [etcd] [kube-apiserver] [kubectl] [kube-controller-manager]
 set -euo pipefail
@@ -40,18 +42,14 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-# What is missing. etcd (a module of its own) builds in the background while
-# one go build makes every Kubernetes binary: they share most of their
-# packages, which one build compiles once, and the two builds together keep
-# both cores busy through each other's serial stretches (a link, a large
-# package).
+# What is missing. One go build makes every binary: they share most of
+# their packages (etcd's gRPC, protobuf and OpenTelemetry ones with
+# kube-apiserver), which one build compiles once.
 k8s=()
-etcd=
 for t in "${targets[@]}"; do
   [ -x "$out/$t" ] && continue
   case "$t" in
-    etcd) etcd=1 ;;
-    kube-apiserver|kubectl|kube-controller-manager)
+    etcd|kube-apiserver|kubectl|kube-controller-manager)
       if [ ! -d "$module/cmd/$t" ]; then
         echo "$module does not build $t" >&2; exit 2
       fi
@@ -60,34 +58,14 @@ for t in "${targets[@]}"; do
   esac
 done
 
-etcd_pid=
-if [ -n "$etcd" ]; then
-  (
-    start=$(date +%s)
-    echo "building etcd ($k8s_version) into $out; the first build takes a few minutes..." >&2
-    cd "$root/hack/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" .
-    mv "$out/etcd.tmp" "$out/etcd"
-    echo "built etcd in $(( $(date +%s) - start ))s" >&2
-  ) &
-  etcd_pid=$!
-fi
-status=0
-if [ ${#k8s[@]} -gt 0 ]; then
-  start=$(date +%s)
-  echo "building ${k8s[*]} ($k8s_version) into $out; the first build takes a few minutes..." >&2
-  tmp="$out/.build.tmp"
-  rm -rf "$tmp" && mkdir -p "$tmp"
-  pkgs=()
-  for t in "${k8s[@]}"; do pkgs+=("./cmd/$t"); done
-  if (cd "$module" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"); then
-    for t in "${k8s[@]}"; do mv "$tmp/$t" "$out/$t"; done
-    echo "built ${k8s[*]} in $(( $(date +%s) - start ))s" >&2
-  else
-    status=1
-  fi
-  rm -rf "$tmp"
-fi
-if [ -n "$etcd_pid" ] && ! wait "$etcd_pid"; then
-  status=1
-fi
-exit $status
+[ ${#k8s[@]} -gt 0 ] || exit 0
+start=$(date +%s)
+echo "building ${k8s[*]} ($k8s_version) into $out; the first build takes a few minutes..." >&2
+tmp="$out/.build.tmp"
+rm -rf "$tmp" && mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+pkgs=()
+for t in "${k8s[@]}"; do pkgs+=("./cmd/$t"); done
+(cd "$module" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+for t in "${k8s[@]}"; do mv "$tmp/$t" "$out/$t"; done
+echo "built ${k8s[*]} in $(( $(date +%s) - start ))s" >&2
