@@ -269,7 +269,7 @@ $(KUEUE_MANAGER):
 	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
 .PHONY: e2e-binaries
-e2e-binaries: ## Build what the demo and the e2e suite run: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+e2e-binaries: ## Build what the e2e suite runs: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
 	@# Side by side: on a cold build cache each build has serial stretches
 	@# (a large package, a link) that the others fill.
 	$(MAKE) --no-print-directory -j3 controlplane kwok operator-binaries
@@ -279,12 +279,16 @@ operator-binaries: ## Build bin/manager, bin/kubectl-ibj and bin/kwok-cluster.
 	go build -o $(LOCALBIN)/manager ./cmd
 	go build -o $(LOCALBIN)/ ./cmd/kubectl-ibj ./test/harness/cmd/kwok-cluster
 
+.PHONY: demo-binaries
+demo-binaries: ## Build what the demo runs: control plane, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (its pods run on the pod simulator: no kwok).
+	$(MAKE) --no-print-directory -j2 controlplane operator-binaries
+
 .PHONY: demo
-demo: e2e-binaries ## Run the per-index sample on a throwaway kwok cluster, live; KEEP=1 leaves it running.
+demo: demo-binaries ## Run the per-index sample on a throwaway local cluster (fake nodes), live; KEEP=1 leaves it running.
 	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
 .PHONY: demo-kueue
-demo-kueue: e2e-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway kwok cluster; KEEP=1 leaves it running.
+demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway local cluster (fake nodes); KEEP=1 leaves it running.
 	go build -o $(LOCALBIN)/kueue-demo ./test/harness/cmd/kueue-demo
 	DEMO_KUEUE=1 KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 

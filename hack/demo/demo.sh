@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the seed's per-index example, end to end, on a throwaway
-# cluster on loopback. It starts etcd, kube-apiserver, kwok's fake nodes and
-# a binder (bin/kwok-cluster, see test/harness/kwokcluster), then the operator
+# cluster on loopback. It starts etcd, kube-apiserver, two fake nodes whose
+# pods the test harness's pod simulator runs as their annotations say (the
+# same annotations kwok's stages read in the e2e suite) and a binder
+# (bin/kwok-cluster --kubelets podsim, see test/harness/kwokcluster), then the operator
 # binary (bin/manager) serving its admission webhook, shows a copy of
 # config/samples/batch_v1alpha1_indexedbatchjob.yaml with an invalid pod
 # template refused, applies the sample, shows the job live and prints its
@@ -10,7 +12,7 @@
 # cluster and the operator running and says how to use and stop them.
 #
 # The Makefile builds the binaries first (`make demo`); run alone, the script
-# expects bin/kwok-cluster, bin/manager, bin/kwok-<version>/kwok and the control
+# expects bin/kwok-cluster, bin/manager and the control
 # plane in bin/k8s/<version>.
 #
 # With DEMO_KUEUE=1 (`make demo-kueue`) it shows the Kueue integration instead:
@@ -81,7 +83,7 @@ cleanup() {
   kubectl apply -k config/samples     # all the samples; pod templates script
                                       # the fake kubelet with the annotations
                                       # in hack/kwok/stages/pods.yaml
-Logs: $dir/manager.log (operator), $dir/kwok.log, $dir/binder-reaper.log, $dir/kube-apiserver.log
+Logs: $dir/manager.log (operator), $dir/cluster.out, $dir/binder-reaper.log, $dir/kube-apiserver.log
 Stop everything with:
   kill $manager_pid $kueue_pid $cluster_pid && rm -rf $dir
 EOF
@@ -89,7 +91,7 @@ EOF
   fi
   if [ -n "$manager_pid$kueue_pid$cluster_pid" ]; then
     say "Stopping the operator and the cluster"
-    # The cluster stops its own children: kwok, kube-apiserver, etcd.
+    # The cluster stops its own children: kube-apiserver, etcd.
     for pid in $manager_pid $kueue_pid $cluster_pid; do
       kill "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -111,7 +113,7 @@ elapsed() { echo "$(( $(date +%s) - started ))s"; }
 say "Starting a throwaway cluster on loopback (state and logs in $dir)"
 detach=()
 if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
-${detach[@]+"${detach[@]}"} "$bin/kwok-cluster" --dir "$dir" --root "$root" >"$dir/cluster.out" 2>&1 &
+${detach[@]+"${detach[@]}"} "$bin/kwok-cluster" --dir "$dir" --root "$root" --kubelets podsim >"$dir/cluster.out" 2>&1 &
 cluster_pid=$!
 printed=0
 deadline=$(( $(date +%s) + 120 ))

@@ -60,7 +60,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	var err error
 	root, err = filepath.Abs(filepath.Join("..", ".."))
 	Expect(err).NotTo(HaveOccurred())
-	if missing := kwokcluster.MissingBinaries(root); len(missing) > 0 {
+	if missing := kwokcluster.MissingBinaries(root, kwokcluster.KwokKubelets); len(missing) > 0 {
 		if os.Getenv("IBJ_E2E") == "" {
 			Skip(fmt.Sprintf("end-to-end suite skipped: %v not built; `make test-e2e` builds them and runs it", missing))
 		}

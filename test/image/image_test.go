@@ -210,7 +210,7 @@ func TestImageRunsSeedExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if missing := kwokcluster.MissingBinaries(root); len(missing) > 0 {
+	if missing := kwokcluster.MissingBinaries(root, kwokcluster.KwokKubelets); len(missing) > 0 {
 		t.Fatalf("missing %v: `make test-image` builds them", missing)
 	}
 	if os.Geteuid() != 0 {

@@ -81,6 +81,9 @@ type Options struct {
 	// WebhookReplicas is how many operator processes can serve the
 	// admission webhook at once (WebhookArgs' slots); default 1.
 	WebhookReplicas int
+	// Kubelets is what plays the nodes' kubelets: kwok (the default) or
+	// the pod simulator in this process.
+	Kubelets Kubelets
 }
 
 // Cluster is a running cluster.
@@ -115,6 +118,7 @@ type Cluster struct {
 	certs                 *pki
 	forwarder             *forwarder
 	stopHelpers           context.CancelFunc
+	stopSimulator         func()
 	helpers               sync.WaitGroup
 	helpersLog            *os.File
 }
@@ -136,15 +140,19 @@ func KwokBinary(root string) string {
 	return filepath.Join(root, "bin", "kwok-"+KwokVersion, "kwok")
 }
 
-// MissingBinaries lists the binaries Start needs that are not built yet.
-func MissingBinaries(root string) []string {
+// MissingBinaries lists the binaries Start needs for these kubelets that
+// are not built yet.
+func MissingBinaries(root string, kubelets Kubelets) []string {
 	var missing []string
-	for _, bin := range []string{
+	bins := []string{
 		filepath.Join(ControlPlaneDir(root), "etcd"),
 		filepath.Join(ControlPlaneDir(root), "kube-apiserver"),
 		filepath.Join(ControlPlaneDir(root), "kubectl"),
-		KwokBinary(root),
-	} {
+	}
+	if kubelets == KwokKubelets {
+		bins = append(bins, KwokBinary(root))
+	}
+	for _, bin := range bins {
 		if _, err := os.Stat(bin); err != nil {
 			missing = append(missing, bin)
 		}
@@ -158,7 +166,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Root == "" || opts.Dir == "" {
 		return nil, errors.New("kwokcluster: Root and Dir are required")
 	}
-	if missing := MissingBinaries(opts.Root); len(missing) > 0 {
+	if missing := MissingBinaries(opts.Root, opts.Kubelets); len(missing) > 0 {
 		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e`, which build them", missing)
 	}
 	if opts.Nodes <= 0 {
@@ -306,24 +314,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.NodeNames = append(c.NodeNames, name)
 	}
 
-	step("starting kwok %s with %d fake nodes", KwokVersion, opts.Nodes)
-	stages := filepath.Join(opts.Root, "hack", "kwok", "stages")
-	c.kwok, err = StartProcess("kwok", filepath.Join(opts.Dir, "kwok.log"), nil, KwokBinary(opts.Root),
-		"--kubeconfig="+c.Kubeconfig,
-		"--config="+filepath.Join(stages, "nodes.yaml"),
-		"--config="+filepath.Join(stages, "pods.yaml"),
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40",
-		"--cidr=10.244.0.0/16",
-		"--node-ip=10.0.0.2",
-		"--server-address=",
-	)
-	if err != nil {
-		return c, err
-	}
-	if err := c.waitNodesReady(ctx, clientset); err != nil {
-		return c, err
+	if opts.Kubelets == SimulatedKubelets {
+		step("starting the pod simulator for %d fake nodes", opts.Nodes)
+		if err := c.startSimulatedKubelets(ctx, clientset); err != nil {
+			return c, err
+		}
+	} else {
+		step("starting kwok %s with %d fake nodes", KwokVersion, opts.Nodes)
+		if err := c.startKwok(ctx, opts, clientset); err != nil {
+			return c, err
+		}
 	}
 
 	// What kube-scheduler and the kubelet would do that kwok does not, or
@@ -335,15 +335,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
 	helpersCtx, stop := context.WithCancel(context.Background())
 	c.stopHelpers = stop
-	c.helpers.Add(2)
-	go func() {
-		defer c.helpers.Done()
-		runBinder(helpersCtx, clientset, logger)
-	}()
-	go func() {
-		defer c.helpers.Done()
-		runReaper(helpersCtx, clientset, logger)
-	}()
+	c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	if opts.Kubelets == KwokKubelets {
+		// The pod simulator makes its final deletes itself.
+		c.helpers.Go(func() { runReaper(helpersCtx, clientset, logger) })
+	}
 	c.helpersLog = helpersLog
 	step("cluster ready: KUBECONFIG=%s", c.Kubeconfig)
 	return c, nil
@@ -402,6 +398,30 @@ func (c *Cluster) SetWebhookReachable(reachable bool) { c.forwarder.setDown(!rea
 
 func (c *Cluster) etcdLog() string { return filepath.Join(c.Dir, "etcd.log") }
 
+// startKwok starts kwok for the fake nodes and waits until it has made
+// them Ready.
+func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kubernetes.Interface) (err error) {
+	stages := filepath.Join(opts.Root, "hack", "kwok", "stages")
+	c.kwok, err = StartProcess("kwok", filepath.Join(opts.Dir, "kwok.log"), nil, KwokBinary(opts.Root),
+		"--kubeconfig="+c.Kubeconfig,
+		"--config="+filepath.Join(stages, "nodes.yaml"),
+		"--config="+filepath.Join(stages, "pods.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40",
+		"--cidr=10.244.0.0/16",
+		"--node-ip=10.0.0.2",
+		"--server-address=",
+	)
+	if err != nil {
+		return err
+	}
+	if err := c.waitNodesReady(ctx, clientset); err != nil {
+		return err
+	}
+	return nil
+}
+
 // Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
 // that order.
 func (c *Cluster) Stop() error {
@@ -410,6 +430,10 @@ func (c *Cluster) Stop() error {
 		c.helpers.Wait()
 		_ = c.helpersLog.Close()
 		c.stopHelpers = nil
+	}
+	if c.stopSimulator != nil {
+		c.stopSimulator()
+		c.stopSimulator = nil
 	}
 	if c.forwarder != nil {
 		c.forwarder.stop()

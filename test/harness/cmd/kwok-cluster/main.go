@@ -5,7 +5,7 @@
 // the flags an operator needs to serve the admission webhook the cluster
 // calls to <dir>/webhook-args (one a line), and then creates <dir>/ready.
 //
-// usage: kwok-cluster --dir DIR [--nodes N] [--root REPO]
+// usage: kwok-cluster --dir DIR [--nodes N] [--root REPO] [--kubelets kwok|podsim]
 package main
 
 import (
@@ -23,13 +23,21 @@ import (
 
 func main() {
 	var (
-		dir, root string
-		nodes     int
+		dir, root, kubelets string
+		nodes               int
 	)
 	flag.StringVar(&dir, "dir", "", "Directory for the kubeconfig, state and logs (required).")
 	flag.StringVar(&root, "root", ".", "Repository root: where bin/, config/ and hack/ are.")
 	flag.IntVar(&nodes, "nodes", 2, "Number of fake nodes.")
+	flag.StringVar(&kubelets, "kubelets", "kwok", "What runs the fake nodes' pods: kwok (bin/kwok-<version>/kwok, its stages in hack/kwok/stages) "+
+		"or podsim (the test harness's pod simulator in this process, reading the same pod annotations; no kwok binary needed).")
 	flag.Parse()
+	kinds := map[string]kwokcluster.Kubelets{"kwok": kwokcluster.KwokKubelets, "podsim": kwokcluster.SimulatedKubelets}
+	kind, ok := kinds[kubelets]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kwok-cluster: --kubelets must be kwok or podsim, not %q\n", kubelets)
+		os.Exit(2)
+	}
 	if dir == "" {
 		fmt.Fprintln(os.Stderr, "kwok-cluster: --dir is required")
 		os.Exit(2)
@@ -49,7 +57,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), signals...)
 	defer stop()
-	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: nodes, Progress: os.Stdout})
+	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: nodes, Kubelets: kind, Progress: os.Stdout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
 		os.Exit(1)

@@ -1,0 +1,40 @@
+package kwokcluster
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+)
+
+// The simulated kubelets end a pod as kwok's stages in
+// hack/kwok/stages/pods.yaml do, by the same annotations.
+func TestAnnotatedPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ann   map[string]string
+		index int
+		want  podsim.Plan
+	}{
+		{"no annotations: 1s, success", nil, 0, podsim.Plan{Run: time.Second}},
+		{"a duration", map[string]string{DurationAnnotation: "2s"}, 3, podsim.Plan{Run: 2 * time.Second}},
+		{"forever", map[string]string{DurationAnnotation: Forever}, 0, podsim.Plan{Hold: true}},
+		{"a failing index: exit code 1 after the duration", map[string]string{DurationAnnotation: "2s", FailIndexesAnnotation: "1,2"}, 2,
+			podsim.Plan{Run: 2 * time.Second, ExitCode: 1}},
+		{"an index outside the failing ones", map[string]string{FailIndexesAnnotation: "1,2"}, 3, podsim.Plan{Run: time.Second}},
+		{"a range, an exit code and a fail duration", map[string]string{
+			DurationAnnotation: "10s", FailIndexesAnnotation: "0, 5-7", ExitCodeAnnotation: "42", FailDurationAnnotation: "500ms"}, 6,
+			podsim.Plan{Run: 500 * time.Millisecond, ExitCode: 42}},
+		{"unreadable values count as unset", map[string]string{DurationAnnotation: "soon", ExitCodeAnnotation: "x", FailIndexesAnnotation: "4"}, 4,
+			podsim.Plan{Run: time.Second, ExitCode: 1}},
+		{"a pod without an index never fails", map[string]string{FailIndexesAnnotation: "0-9"}, -1, podsim.Plan{Run: time.Second}},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}}
+		if got := annotatedPlan(pod, tc.index); got != tc.want {
+			t.Errorf("%s: plan %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
