@@ -35,8 +35,11 @@ const maxWritesPerSync = 64
 // sync sends at once are bounded so that every concurrent sync's together
 // fill at most this many seconds of the QPS budget. A request waits a
 // moment, not the tens of seconds that would exceed a context's deadline,
-// whatever --kube-api-qps and --max-concurrent-reconciles are.
-const writeQueueSeconds = 2
+// whatever --kube-api-qps and --max-concurrent-reconciles are. It is also
+// about how long a sync with many pods to create keeps its worker while
+// other jobs wait (createPods), and so what a large job adds to each step
+// of a small one.
+const writeQueueSeconds = 1
 
 // writesPerSync is how many writes one sync sends at once for the client's
 // qps and the concurrent syncs: at least one, at most maxWritesPerSync

@@ -243,7 +243,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 // The writes every concurrent sync has in flight together fill at most
 // writeQueueSeconds of the client's budget, whatever --kube-api-qps and
 // --max-concurrent-reconciles are: at kube-controller-manager's QPS 20 with
-// 10 workers, a request waits at most 2 s for the rate limiter, not the
+// 10 workers, a request waits at most 1 s for the rate limiter, not the
 // 32 s of 64 writes a sync.
 func TestWritesPerSyncKeepTheWriteQueueShort(t *testing.T) {
 	cases := []struct {
@@ -252,10 +252,12 @@ func TestWritesPerSyncKeepTheWriteQueueShort(t *testing.T) {
 		want  int
 	}{
 		{5, 10, 1},
-		{5, 5, 2},
-		{20, 10, 4},
-		{50, 5, 20},
-		{200, 5, 64},
+		{5, 5, 1},
+		{20, 10, 2},
+		{20, 5, 4},
+		{50, 5, 10},
+		{200, 5, 40},
+		{200, 2, 64},
 		{1000, 1, 64},
 		{0.1, 1, 1},
 		{0, 5, 64}, // no QPS stated: the client's own bound
