@@ -84,4 +84,3 @@ func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
 		t.Errorf("queued after %v, want [1s]", plain.after)
 	}
 }
-

@@ -137,8 +137,8 @@ type result struct {
 	// FirstSeconds is the first job's create to its terminal condition
 	// (set where the workload has late jobs).
 	FirstSeconds float64 `json:",omitempty"`
-	CPU        float64
-	RSSMiB     float64
+	CPU          float64
+	RSSMiB       float64
 	// StartMiB is VmRSS just before the first create: the controller
 	// started, its caches synced, no job yet (the floor under RSSMiB).
 	StartMiB float64
