@@ -281,11 +281,11 @@ func syncRetryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	)
 }
 
-// podEventBatchPeriod is how long a pod event waits for the job's sync, so
-// that the pod events that land together (two failures, the pods of a lost
-// node) are decided together, as upstream's pod update batch period: a
-// failure a moment after another never starts a pod that the job's end
-// then stops.
+// podEventBatchPeriod is how long a pod's creation, deletion or failure
+// waits for the job's sync, so that the pod events that land together (two
+// failures, the pods of a lost node) are decided together, as upstream's
+// pod update batch period: a failure a moment after another never starts a
+// pod that the job's end then stops. A success syncs at once.
 const podEventBatchPeriod = time.Second
 
 // SetupWithManager registers the controller: jobs and their headless

@@ -72,11 +72,12 @@ type Options struct {
 	// FinalizerGone, if not nil, hears of every pod the cache shows losing
 	// its tracking finalizer or gone.
 	FinalizerGone func(*jobpod.Pod)
-	// BatchPeriod is how long the sync a pod event asks for waits, so that
-	// the events that land together (two failures, a node's pods) are
-	// decided in one sync, as upstream's pod update batch period (1 s).
-	// Later events of the same job within it join the same sync; zero
-	// syncs at once.
+	// BatchPeriod is how long the sync waits that a pod's creation,
+	// deletion or failure asks for, so that the events that land together
+	// (two failures, a node's pods) are decided in one sync, as upstream's
+	// pod update batch period (1 s). Later events of the same job within it
+	// join the same sync; zero syncs at once. Other updates (a pod that
+	// succeeded, started or became ready) sync at once, as upstream's do.
 	BatchPeriod time.Duration
 }
 
@@ -112,7 +113,7 @@ func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 
 // Start registers the event handler and runs the informers until ctx ends.
 func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	handler := s.handler(podEventAdder(queue, s.batchPeriod))
+	handler := s.handler(queue.Add, podEventAdder(queue, s.batchPeriod))
 	for _, inf := range s.informers {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
@@ -125,8 +126,8 @@ func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInt
 // handler queues the job named by a pod's job-name label on the pod's
 // events, except a succeeded pod's release (releasedAfterSuccess), and
 // tells finalizerGone of each pod the cache shows let go or gone.
-func (s *Source) handler(add func(reconcile.Request)) toolscache.ResourceEventHandlerFuncs {
-	enqueue := func(pod *jobpod.Pod) {
+func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.ResourceEventHandlerFuncs {
+	enqueue := func(add func(reconcile.Request), pod *jobpod.Pod) {
 		if pod.JobName != "" {
 			add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.JobName}})
 		}
@@ -140,7 +141,7 @@ func (s *Source) handler(add func(reconcile.Request)) toolscache.ResourceEventHa
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(1)
-				enqueue(pod)
+				enqueue(batched, pod)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -152,8 +153,12 @@ func (s *Source) handler(add func(reconcile.Request)) toolscache.ResourceEventHa
 			if old.Tracked && !pod.Tracked {
 				letGo(pod)
 			}
-			if !releasedAfterSuccess(old, pod) {
-				enqueue(pod)
+			switch {
+			case releasedAfterSuccess(old, pod):
+			case newlyFailed(old, pod):
+				enqueue(batched, pod)
+			default:
+				enqueue(now, pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -163,10 +168,19 @@ func (s *Source) handler(add func(reconcile.Request)) toolscache.ResourceEventHa
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(-1)
 				letGo(pod)
-				enqueue(pod)
+				enqueue(batched, pod)
 			}
 		},
 	}
+}
+
+// newlyFailed reports whether the update is the pod's failure. As upstream's
+// Job controller, a failure waits for the batch period, so that failures
+// that land together are decided together (the one that ends the job is
+// seen before a replacement of the other starts); every other update (a
+// pod that succeeded, started or became ready) is synced at once.
+func newlyFailed(old, pod *jobpod.Pod) bool {
+	return pod.Phase == corev1.PodFailed && old.Phase != corev1.PodFailed
 }
 
 // releasedAfterSuccess reports whether a pod update only took the tracking
@@ -179,7 +193,8 @@ func releasedAfterSuccess(old, pod *jobpod.Pod) bool {
 		old.Tracked && !pod.Tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 
-// podEventAdder queues a sync batch after a pod event. A job already
+// podEventAdder queues a sync batch after a pod event (a pod created,
+// deleted or newly failed). A job already
 // waiting keeps its earlier time, so a stream of events is synced once per
 // batch, not postponed by each. The sync keeps the queue's default
 // priority, a new job's: a job whose pods keep changing (a large one, a

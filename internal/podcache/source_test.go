@@ -84,3 +84,32 @@ func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
 		t.Errorf("queued after %v, want [1s]", plain.after)
 	}
 }
+
+// A pod's failure, creation or deletion waits for the batch period, as
+// upstream's do; a success or any other update syncs its job at once, and
+// a succeeded pod's release syncs nothing.
+func TestWhichPodEventsWaitForTheBatch(t *testing.T) {
+	pod := func(phase corev1.PodPhase, tracked bool) *jobpod.Pod {
+		return &jobpod.Pod{Meta: jobpod.Meta{Namespace: "ns", Name: "p"}, JobName: "job", Phase: phase, Tracked: tracked}
+	}
+	running, succeeded, failed := pod(corev1.PodRunning, true), pod(corev1.PodSucceeded, true), pod(corev1.PodFailed, true)
+	for _, tc := range []struct {
+		name     string
+		event    func(h toolscache.ResourceEventHandlerFuncs)
+		now, bat int
+	}{
+		{"created", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, 0, 1},
+		{"deleted", func(h toolscache.ResourceEventHandlerFuncs) { h.OnDelete(running) }, 0, 1},
+		{"failed", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, failed) }, 0, 1},
+		{"succeeded", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, succeeded) }, 1, 0},
+		{"a failed pod's release", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(failed, pod(corev1.PodFailed, false)) }, 1, 0},
+		{"a succeeded pod's release", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false)) }, 0, 0},
+	} {
+		var now, batched int
+		s := &Source{}
+		tc.event(s.handler(func(reconcile.Request) { now++ }, func(reconcile.Request) { batched++ }))
+		if now != tc.now || batched != tc.bat {
+			t.Errorf("%s: %d syncs at once and %d batched, want %d and %d", tc.name, now, batched, tc.now, tc.bat)
+		}
+	}
+}
