@@ -246,10 +246,10 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 // newQueue makes the controller's queue as controller-runtime makes it by
 // default (a priority queue with the given rate limiter) and keeps it, so
 // that a sync can tell whether other jobs wait for a worker.
-func (r *Reconciler) newQueue(log logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+func (r *Reconciler) newQueue(logger logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
-			o.Log = log.WithValues("controller", name)
+			o.Log = logger.WithValues("controller", name)
 			o.RateLimiter = limiter
 		})
 		r.waiting = q
