@@ -85,31 +85,104 @@ func TestPodEventsWaitForTheBatchPeriod(t *testing.T) {
 	}
 }
 
-// A pod's failure, creation or deletion waits for the batch period, as
-// upstream's do; a success or any other update syncs its job at once, and
-// a succeeded pod's release syncs nothing.
-func TestWhichPodEventsWaitForTheBatch(t *testing.T) {
-	pod := func(phase corev1.PodPhase, tracked bool) *jobpod.Pod {
-		return &jobpod.Pod{Meta: jobpod.Meta{Namespace: "ns", Name: "p"}, JobName: "job", Phase: phase, Tracked: tracked}
+// Two events of one job within the batch period make one sync, at the time
+// the first asked for: a later event does not postpone it.
+func TestPodEventsInOneBatchAreSyncedOnce(t *testing.T) {
+	queue := priorityqueue.New[reconcile.Request]("test")
+	defer queue.ShutDown()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}
+	add := podEventAdder(queue, 50*time.Millisecond)
+	add(req)
+	add(req)
+	item, _ := queue.Get()
+	queue.Done(item)
+	if item != req {
+		t.Errorf("synced %v, want %v", item, req)
 	}
-	running, succeeded, failed := pod(corev1.PodRunning, true), pod(corev1.PodSucceeded, true), pod(corev1.PodFailed, true)
+	time.Sleep(100 * time.Millisecond) // past both events' batch periods
+	if n := queue.Len(); n != 0 {
+		t.Errorf("%d more syncs queued, want one sync for both events", n)
+	}
+}
+
+// The pod handler queues the job on every pod event but a succeeded pod's
+// release, and tells finalizerGone of every pod let go or gone. A pod's
+// creation, deletion or failure waits for the batch period, as upstream's
+// do; any other update (a success, a release) syncs the job at once.
+func TestPodHandler(t *testing.T) {
+	deleting := metav1.Now()
+	pod := func(phase corev1.PodPhase, tracked bool, deleted bool) *jobpod.Pod {
+		p := &jobpod.Pod{Phase: phase, Tracked: tracked, JobName: "job"}
+		p.Namespace, p.Name, p.UID = "ns", "job-0-0", "uid-0"
+		if deleted {
+			p.DeletionTimestamp = &deleting
+		}
+		return p
+	}
+	running, succeeded := pod(corev1.PodRunning, true, false), pod(corev1.PodSucceeded, true, false)
 	for _, tc := range []struct {
-		name     string
-		event    func(h toolscache.ResourceEventHandlerFuncs)
-		now, bat int
+		name          string
+		event         func(toolscache.ResourceEventHandlerFuncs)
+		synced, freed bool
+		// batched: the sync waits for the batch period (else at once).
+		batched bool
 	}{
-		{"created", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, 0, 1},
-		{"deleted", func(h toolscache.ResourceEventHandlerFuncs) { h.OnDelete(running) }, 0, 1},
-		{"failed", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, failed) }, 0, 1},
-		{"succeeded", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, succeeded) }, 1, 0},
-		{"a failed pod's release", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(failed, pod(corev1.PodFailed, false)) }, 1, 0},
-		{"a succeeded pod's release", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false)) }, 0, 0},
+		{"a new pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, true, false, true},
+		{"a pod that fails", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(running, pod(corev1.PodFailed, true, false))
+		}, true, false, true},
+		{"a pod that succeeds", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(running, succeeded) }, true, false, false},
+		{"a succeeded pod let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, false))
+		}, false, true, false},
+		{"a succeeded pod being deleted let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true))
+		}, false, true, false},
+		{"a failed pod let go: its count waits for the sync", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodFailed, true, false), pod(corev1.PodFailed, false, false))
+		}, true, true, false},
+		{"a pod that succeeds and is let go at once", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(running, pod(corev1.PodSucceeded, false, false))
+		}, true, true, false},
+		{"a succeeded pod deleted as it is let go", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, true))
+		}, true, true, false},
+		{"a succeeded pod that keeps its finalizer", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(succeeded, succeeded) }, true, false, false},
+		{"a resync of a released pod", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod(corev1.PodSucceeded, false, false), pod(corev1.PodSucceeded, false, false))
+		}, true, false, false},
+		{"a deleted pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnDelete(succeeded) }, true, true, true},
+		{"a deletion the informer missed", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/job-0-0", Obj: succeeded})
+		}, true, true, true},
+		{"not a cached pod", func(h toolscache.ResourceEventHandlerFuncs) { h.OnUpdate(&corev1.Pod{}, &corev1.Pod{}) }, false, false, false},
 	} {
-		var now, batched int
-		s := &Source{}
-		tc.event(s.handler(func(reconcile.Request) { now++ }, func(reconcile.Request) { batched++ }))
-		if now != tc.now || batched != tc.bat {
-			t.Errorf("%s: %d syncs at once and %d batched, want %d and %d", tc.name, now, batched, tc.now, tc.bat)
+		var synced []reconcile.Request
+		var freed []types.UID
+		batched := false
+		s := &Source{finalizerGone: func(p *jobpod.Pod) { freed = append(freed, p.UID) }}
+		tc.event(s.handler(
+			func(r reconcile.Request) { synced = append(synced, r) },
+			func(r reconcile.Request) { synced, batched = append(synced, r), true },
+		))
+		wantSynced := []reconcile.Request(nil)
+		if tc.synced {
+			wantSynced = []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "job"}}}
+		}
+		wantFreed := []types.UID(nil)
+		if tc.freed {
+			wantFreed = []types.UID{"uid-0"}
+		}
+		if !slices.Equal(synced, wantSynced) || !slices.Equal(freed, wantFreed) {
+			t.Errorf("%s: synced %v, freed %v; want %v and %v", tc.name, synced, freed, wantSynced, wantFreed)
+		}
+		if batched != tc.batched {
+			t.Errorf("%s: sync batched %v, want %v", tc.name, batched, tc.batched)
+		}
+		// The cached_pods count moves with what the cache takes in and drops.
+		wantCached := map[string]int64{"a new pod": 1, "a deleted pod": -1, "a deletion the informer missed": -1}[tc.name]
+		if got := s.cached.Load(); got != wantCached {
+			t.Errorf("%s: the cached pods count moved by %d, want %d", tc.name, got, wantCached)
 		}
 	}
 }
