@@ -203,10 +203,6 @@ func main() {
 		workloads = workloads[:1]
 		workloads[0].Repeats = 1
 	}
-	if *mixedBig != 20000 || *mixedSmall != 200 {
-		i := slices.IndexFunc(workloads, func(w workload) bool { return w.Late != nil })
-		workloads[i].Name = mixedName(*mixedBig, *mixedSmall)
-	}
 	if *skipBig && !*quick {
 		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return w.Completions == 100000 })
 	}

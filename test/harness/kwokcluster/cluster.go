@@ -416,10 +416,7 @@ func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kuberne
 	if err != nil {
 		return err
 	}
-	if err := c.waitNodesReady(ctx, clientset); err != nil {
-		return err
-	}
-	return nil
+	return c.waitNodesReady(ctx, clientset)
 }
 
 // Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
