@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // cpuSeconds is utime+stime of a process, from /proc/<pid>/stat.
@@ -75,20 +77,7 @@ func restRequests(url string) (float64, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		return 0, fmt.Errorf("%s: %s: %s", url, resp.Status, b)
 	}
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "rest_client_requests_total{") {
-			continue
-		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum, sc.Err()
+	return harness.SumSeries(resp.Body, "rest_client_requests_total")
 }
 
 func freePort() int {

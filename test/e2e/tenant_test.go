@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -155,26 +154,8 @@ func replaceOperator(extra ...string) *operator {
 // series whose labels hold every one of these label pairs.
 func apiserverCount(labels ...string) float64 {
 	GinkgoHelper()
-	out := mustKubectl("get", "--raw", "/metrics")
-	var sum float64
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		matched := true
-		for _, l := range labels {
-			matched = matched && strings.Contains(line, l)
-		}
-		if !matched {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		Expect(err).NotTo(HaveOccurred(), line)
-		sum += v
-	}
+	sum, err := harness.SumSeries(strings.NewReader(mustKubectl("get", "--raw", "/metrics")), "apiserver_request_total", labels...)
+	Expect(err).NotTo(HaveOccurred())
 	return sum
 }
 
