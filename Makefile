@@ -296,6 +296,62 @@ demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the mod
 test-e2e: e2e-binaries kueue-manager ## Run the end-to-end suite: the operator binary (and Kueue's manager) against a kwok cluster, driven through the API and kubectl.
 	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
 
+##@ A real node
+
+# The node cluster (test/harness/nodecluster): the control plane with
+# kube-controller-manager, kube-scheduler and kube-proxy, and one kubelet on
+# Debian's containerd and runc, in a network namespace of its own. Needs
+# root. Nothing is pulled: make node-images writes the images it imports.
+NODE_IMAGES ?= dist/node-images
+NODE_ARCH ?= $(shell go env GOARCH)
+NODE_DIR ?= $(LOCALBIN)/node-cluster
+
+.PHONY: node-prereqs
+node-prereqs: ## Install Debian's containerd, runc, CNI plugins, iptables and iproute2 (apt-get, as root), if missing.
+	@missing=""; \
+	for c in containerd:containerd containerd-shim-runc-v2:containerd runc:runc ctr:containerd iptables:iptables ip:iproute2 nsenter:util-linux pkill:procps; do \
+	  command -v "$${c%%:*}" >/dev/null || missing="$$missing $${c#*:}"; \
+	done; \
+	test -x /usr/lib/cni/bridge || missing="$$missing containernetworking-plugins"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+.PHONY: node-binaries
+node-binaries: ## Build the node cluster's Kubernetes binaries (the control plane, kube-controller-manager, kube-scheduler, kube-proxy, kubelet) and bin/node-cluster.
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kube-proxy kubelet; fi
+	go build -o $(LOCALBIN)/ ./cmd/kubectl-ibj ./test/harness/cmd/node-cluster
+
+.PHONY: node-images
+node-images: build-installer-node ## Build the node cluster's images as OCI layouts in NODE_IMAGES: the pod sandbox (pause), the specs' workload (worker) and the manager (make image, for this host's platform).
+	@mkdir -p dist/.image
+	@for n in pause worker; do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$(NODE_ARCH) go build -trimpath -buildvcs=false -ldflags="-s -w" \
+	    -o dist/.image/$$n-linux-$(NODE_ARCH) ./test/nodeimages/$$n || exit 1; \
+	  (cd hack/tools && go run ./image -out $(CURDIR)/$(NODE_IMAGES)/$$n -tag v1 -name $$n -created $(SOURCE_DATE_EPOCH) \
+	    -binary linux/$(NODE_ARCH)=$(CURDIR)/dist/.image/$$n-linux-$(NODE_ARCH)) || exit 1; \
+	done
+	$(MAKE) --no-print-directory image IMAGE_PLATFORMS=linux/$(NODE_ARCH) IMAGE_DIR=$(NODE_IMAGES)/manager VERSION=$(NODE_MANAGER_VERSION)
+
+# The tag the node cluster's manager image has, and the install.yaml that
+# names it (dist/node-images/install.yaml).
+NODE_MANAGER_VERSION ?= v0.0.0-node
+
+.PHONY: build-installer-node
+build-installer-node: manifests kustomize
+	@mkdir -p $(NODE_IMAGES)
+	@$(MAKE) --no-print-directory build-installer IMG=indexed-batch-job:$(NODE_MANAGER_VERSION) >/dev/null
+	@mv dist/install.yaml $(NODE_IMAGES)/install.yaml
+
+.PHONY: node-cluster
+node-cluster: node-prereqs node-binaries node-images ## Run the one-node cluster (real containers) until Ctrl-C; its kubeconfig is NODE_DIR/kubeconfig (needs root).
+	$(LOCALBIN)/node-cluster --dir $(NODE_DIR) --images $(NODE_IMAGES)
+
+.PHONY: test-node
+test-node: node-prereqs node-binaries node-images ## Run the node specs (test/node): the operator installed from dist/install.yaml as a pod of its own image, jobs on real containers (needs root).
+	IBJ_NODE=1 IBJ_NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 40m ./test/node -v -ginkgo.v
+
 ##@ Supported Kubernetes versions
 
 # The supported-versions matrix: the oldest supported kube-apiserver and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned test control plane (etcd, kube-apiserver, kubectl and,
-# on request, kube-controller-manager) from the Go module proxy into
+# on request, kube-controller-manager, kube-scheduler and kubelet) from the Go module proxy into
 # bin/k8s/<version>/, the directory envtest's KUBEBUILDER_ASSETS points at.
 # A binary already there is kept: the first build takes minutes on 2 cores.
 #
@@ -12,7 +12,10 @@
 # version requires (go.etcd.io/etcd/server/v3 in k8s.io/kubernetes's
 # go.mod), in the same go build as the Kubernetes binaries.
 #
-# usage: [K8S_VERSION=v1.X.Y] hack/build-controlplane.sh [etcd] [kube-apiserver] [kubectl] [kube-controller-manager]
+# kubelet, kube-scheduler and kube-proxy are built for the node cluster (make
+# node-cluster), from the newest version's module only.
+#
+# usage: [K8S_VERSION=v1.X.Y] hack/build-controlplane.sh [etcd] [kube-apiserver] [kubectl] [kube-controller-manager] [kube-scheduler] [kubelet] [kube-proxy]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,7 +52,7 @@ k8s=()
 for t in "${targets[@]}"; do
   [ -x "$out/$t" ] && continue
   case "$t" in
-    etcd|kube-apiserver|kubectl|kube-controller-manager)
+    etcd|kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
       if [ ! -d "$module/cmd/$t" ]; then
         echo "$module does not build $t" >&2; exit 2
       fi

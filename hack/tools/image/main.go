@@ -9,6 +9,13 @@
 //	image -out dist/image -tag v0.1.0 -created 1700000000 \
 //	  -binary linux/amd64=dist/.image/manager-linux-amd64 \
 //	  -binary linux/arm64=dist/.image/manager-linux-arm64
+//
+// With -name, the binary is /NAME and the image's title is NAME: the node
+// cluster's pod sandbox (pause) and test workload (worker) images are built
+// the same way (make node-images).
+//
+//	image -out dist/node-images/worker -tag v1 -name worker \
+//	  -binary linux/amd64=dist/.image/worker-linux-amd64
 package main
 
 import (
@@ -70,6 +77,7 @@ func main() {
 		out     = flag.String("out", "dist/image", "the OCI image layout to write (replaced)")
 		tag     = flag.String("tag", "latest", "the image's version, its ref.name in the layout")
 		created = flag.Int64("created", 0, "the time of every file and of the image, in seconds since 1970 (the commit's time)")
+		name    = flag.String("name", "manager", "the binary's name in the image (/NAME, the entrypoint); any other than manager is also the image's title")
 	)
 	flag.Var(&bins, "binary", "os/arch=path of a static manager binary; repeat for each platform")
 	flag.Parse()
@@ -77,7 +85,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "image: no -binary given")
 		os.Exit(2)
 	}
-	digest, err := build(*out, *tag, time.Unix(*created, 0).UTC(), bins)
+	digest, err := build(*out, *tag, *name, time.Unix(*created, 0).UTC(), bins)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
@@ -85,21 +93,25 @@ func main() {
 	fmt.Printf("wrote %s: image index %s\n", *out, digest)
 }
 
-func build(out, tag string, created time.Time, bins binaries) (v1.Hash, error) {
+func build(out, tag, name string, created time.Time, bins binaries) (v1.Hash, error) {
 	base, err := baseLayer(created)
 	if err != nil {
 		return v1.Hash{}, err
+	}
+	title := "indexed-batch-job"
+	if name != "manager" {
+		title = name
 	}
 	annotations := map[string]string{
 		"org.opencontainers.image.source":  source,
 		"org.opencontainers.image.version": tag,
 		"org.opencontainers.image.created": created.Format(time.RFC3339),
-		"org.opencontainers.image.title":   "indexed-batch-job",
+		"org.opencontainers.image.title":   title,
 	}
 	var index v1.ImageIndex = empty.Index
 	index = mutate.IndexMediaType(index, types.OCIImageIndex)
 	for _, b := range bins {
-		img, err := platformImage(base, b.platform, b.path, created, annotations)
+		img, err := platformImage(base, b.platform, name, b.path, created, annotations)
 		if err != nil {
 			return v1.Hash{}, err
 		}
@@ -127,13 +139,13 @@ func build(out, tag string, created time.Time, bins binaries) (v1.Hash, error) {
 }
 
 // platformImage is the image of one platform: the base layer, then the
-// manager binary.
-func platformImage(base v1.Layer, platform v1.Platform, binary string, created time.Time, annotations map[string]string) (v1.Image, error) {
-	manager, err := os.ReadFile(binary)
+// binary as /name.
+func platformImage(base v1.Layer, platform v1.Platform, name, binary string, created time.Time, annotations map[string]string) (v1.Image, error) {
+	data, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, err
 	}
-	managerLayer, err := layer(created, []file{{name: "manager", mode: 0o755, data: manager}})
+	binaryLayer, err := layer(created, []file{{name: name, mode: 0o755, data: data}})
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +155,8 @@ func platformImage(base v1.Layer, platform v1.Platform, binary string, created t
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{
 			Created: v1.Time{Time: created}, CreatedBy: "base: passwd, group, CA certificates, /tmp, /home/nonroot",
 		}},
-		mutate.Addendum{Layer: managerLayer, MediaType: types.OCILayer, History: v1.History{
-			Created: v1.Time{Time: created}, CreatedBy: "manager: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' ./cmd",
+		mutate.Addendum{Layer: binaryLayer, MediaType: types.OCILayer, History: v1.History{
+			Created: v1.Time{Time: created}, CreatedBy: name + ": CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' " + sourcePackage(name),
 		}},
 	)
 	if err != nil {
@@ -159,7 +171,7 @@ func platformImage(base v1.Layer, platform v1.Platform, binary string, created t
 	cfg.Created = v1.Time{Time: created}
 	cfg.Config = v1.Config{
 		User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
-		Entrypoint: []string{"/manager"},
+		Entrypoint: []string{"/" + name},
 		WorkingDir: "/",
 		Env: []string{
 			"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -172,6 +184,14 @@ func platformImage(base v1.Layer, platform v1.Platform, binary string, created t
 		return nil, err
 	}
 	return mutate.Annotations(img, annotations).(v1.Image), nil
+}
+
+// sourcePackage is the package a binary of the image is built from.
+func sourcePackage(name string) string {
+	if name == "manager" {
+		return "./cmd"
+	}
+	return "./test/nodeimages/" + name
 }
 
 // baseLayer holds what distroless/static:nonroot holds for a static Go

@@ -1,0 +1,57 @@
+// Command node-cluster runs the throwaway one-node cluster of make
+// node-cluster (real containers on containerd and runc; see
+// test/harness/nodecluster) until it gets SIGINT or SIGTERM, then stops it
+// and removes what it left on this host. Once the cluster is up it writes
+// the admin kubeconfig to <dir>/kubeconfig and creates <dir>/ready. It needs
+// root.
+//
+// usage: node-cluster --dir DIR [--root REPO] [--images DIR]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
+)
+
+func main() {
+	var dir, root, images string
+	flag.StringVar(&dir, "dir", "", "Directory for the kubeconfig, state and logs (required).")
+	flag.StringVar(&root, "root", ".", "Repository root: where bin/ and config/ are.")
+	flag.StringVar(&images, "images", "", "The OCI layouts of make node-images (default <root>/dist/node-images).")
+	flag.Parse()
+	if dir == "" {
+		fmt.Fprintln(os.Stderr, "node-cluster: --dir is required")
+		os.Exit(2)
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-cluster:", err)
+		os.Exit(1)
+	}
+	signals := []os.Signal{syscall.SIGTERM}
+	if !signal.Ignored(os.Interrupt) {
+		signals = append(signals, os.Interrupt)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	defer stop()
+	cluster, err := nodecluster.Start(ctx, nodecluster.Options{Root: root, Dir: dir, ImagesDir: images, Progress: os.Stdout})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node-cluster:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(cluster.Kubeconfig+"\n"), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "node-cluster:", err)
+	}
+	<-ctx.Done()
+	if err := cluster.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "node-cluster: stopping:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,114 @@
+// Command worker is the workload of the node specs (test/e2e, label node):
+// one static program whose flags say how its container behaves, by the
+// completion index the Job controller or the operator gives it
+// (JOB_COMPLETION_INDEX), so that one pod template makes some indexes fail.
+//
+//	worker [--duration D] [--fail-indexes 1,2] [--exit-code N]
+//	       [--term-delay D] [--alloc-mib N]
+//	worker scrape URL
+//
+// It prints what it does, so `kubectl logs` of an index's pod tells its story.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// tokenFile is where the kubelet mounts the pod's service account token.
+const tokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "scrape" {
+		os.Exit(scrape(os.Args[2:]))
+	}
+	var (
+		duration    = flag.Duration("duration", time.Second, "how long the container runs before it exits")
+		failIndexes = flag.String("fail-indexes", "", "comma-separated completion indexes that exit with --exit-code instead of 0")
+		exitCode    = flag.Int("exit-code", 1, "the exit code of a failing index")
+		termDelay   = flag.Duration("term-delay", 0, "on SIGTERM, wait this long before exiting with 143 (0: exit at once)")
+		allocMiB    = flag.Int("alloc-mib", 0, "MiB of memory to allocate and touch at the start, held until the end")
+	)
+	flag.Parse()
+	index := os.Getenv("JOB_COMPLETION_INDEX")
+	fmt.Printf("index %s: started, pod %s\n", index, os.Getenv("HOSTNAME"))
+
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+
+	var held [][]byte
+	for range *allocMiB {
+		chunk := make([]byte, 1<<20)
+		for i := 0; i < len(chunk); i += 4096 {
+			chunk[i] = 1
+		}
+		held = append(held, chunk)
+	}
+	if *allocMiB > 0 {
+		fmt.Printf("index %s: holding %d MiB\n", index, len(held))
+	}
+
+	code := 0
+	if index != "" && slices.Contains(strings.Split(*failIndexes, ","), index) {
+		code = *exitCode
+	}
+	select {
+	case <-time.After(*duration):
+		fmt.Printf("index %s: exiting with %d\n", index, code)
+		os.Exit(code)
+	case <-terms:
+		fmt.Printf("index %s: SIGTERM, exiting with 143 in %s\n", index, *termDelay)
+		time.Sleep(*termDelay)
+		os.Exit(143)
+	}
+}
+
+// scrape GETs a URL with the pod's service account token, as Prometheus
+// scrapes the operator's metrics Service, and prints the status and the
+// body's first lines. Its exit code is 0 only for a 200.
+func scrape(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: worker scrape URL")
+		return 2
+	}
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scrape:", err)
+		return 1
+	}
+	req, err := http.NewRequest(http.MethodGet, args[0], nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scrape:", err)
+		return 2
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	// The operator serves its metrics with a certificate of its own making,
+	// as Prometheus' kubebuilder scrape configuration trusts it.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a self-signed metrics certificate
+	}}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scrape:", err)
+		return 1
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	fmt.Printf("status %d\n", resp.StatusCode)
+	lines := strings.SplitN(string(body), "\n", 2001)
+	fmt.Println(strings.Join(lines[:min(len(lines), 2000)], "\n"))
+	if resp.StatusCode != http.StatusOK {
+		return 1
+	}
+	return 0
+}
+
