@@ -482,4 +482,3 @@ func tainted(node *corev1.Node) bool {
 	}
 	return false
 }
-

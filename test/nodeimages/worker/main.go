@@ -111,4 +111,3 @@ func scrape(args []string) int {
 	}
 	return 0
 }
-
