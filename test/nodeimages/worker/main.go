@@ -3,8 +3,8 @@
 // completion index the Job controller or the operator gives it
 // (JOB_COMPLETION_INDEX), so that one pod template makes some indexes fail.
 //
-//	worker [--duration D] [--fail-indexes 1,2] [--exit-code N]
-//	       [--term-delay D] [--alloc-mib N]
+//	worker [--duration D] [--fail-indexes 1,2] [--exit-code N] [--fail-after D]
+//	       [--term-delay D] [--alloc-mib N] [--alloc-indexes 1]
 //	worker scrape URL
 //
 // It prints what it does, so `kubectl logs` of an index's pod tells its story.
@@ -35,8 +35,10 @@ func main() {
 		duration    = flag.Duration("duration", time.Second, "how long the container runs before it exits")
 		failIndexes = flag.String("fail-indexes", "", "comma-separated completion indexes that exit with --exit-code instead of 0")
 		exitCode    = flag.Int("exit-code", 1, "the exit code of a failing index")
+		failAfter   = flag.Duration("fail-after", 0, "how long a failing index runs before it exits (0: --duration)")
 		termDelay   = flag.Duration("term-delay", 0, "on SIGTERM, wait this long before exiting with 143 (0: exit at once)")
 		allocMiB    = flag.Int("alloc-mib", 0, "MiB of memory to allocate and touch at the start, held until the end")
+		allocOnly   = flag.String("alloc-indexes", "", "comma-separated completion indexes that allocate --alloc-mib (empty: every index)")
 	)
 	flag.Parse()
 	index := os.Getenv("JOB_COMPLETION_INDEX")
@@ -46,23 +48,30 @@ func main() {
 	signal.Notify(terms, syscall.SIGTERM)
 
 	var held [][]byte
-	for range *allocMiB {
+	alloc := *allocMiB
+	if *allocOnly != "" && !listed(*allocOnly, index) {
+		alloc = 0
+	}
+	for range alloc {
 		chunk := make([]byte, 1<<20)
 		for i := 0; i < len(chunk); i += 4096 {
 			chunk[i] = 1
 		}
 		held = append(held, chunk)
 	}
-	if *allocMiB > 0 {
+	if alloc > 0 {
 		fmt.Printf("index %s: holding %d MiB\n", index, len(held))
 	}
 
-	code := 0
-	if index != "" && slices.Contains(strings.Split(*failIndexes, ","), index) {
+	code, runFor := 0, *duration
+	if listed(*failIndexes, index) {
 		code = *exitCode
+		if *failAfter > 0 {
+			runFor = *failAfter
+		}
 	}
 	select {
-	case <-time.After(*duration):
+	case <-time.After(runFor):
 		fmt.Printf("index %s: exiting with %d\n", index, code)
 		os.Exit(code)
 	case <-terms:
@@ -70,6 +79,11 @@ func main() {
 		time.Sleep(*termDelay)
 		os.Exit(143)
 	}
+}
+
+// listed reports whether index is in the comma-separated list.
+func listed(list, index string) bool {
+	return index != "" && slices.Contains(strings.Split(list, ","), index)
 }
 
 // scrape GETs a URL with the pod's service account token, as Prometheus

@@ -1,0 +1,328 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
+)
+
+// What dist/install.yaml installs.
+const (
+	operatorNamespace  = "indexed-batch-job-system"
+	operatorDeployment = "indexed-batch-job-controller-manager"
+)
+
+// A job runs as an IndexedBatchJob (kind ibj) and as a batch/v1 Job
+// (kind job) from the same spec.
+const (
+	ibjKind = "ibj"
+	jobKind = "job"
+)
+
+var resources = map[string]schema.GroupVersionResource{
+	ibjKind: {Group: "batch.indexedjob.dev", Version: "v1alpha1", Resource: "indexedbatchjobs"},
+	jobKind: {Group: "batch", Version: "v1", Resource: "jobs"},
+}
+
+// The labels each controller puts on its pods.
+var (
+	jobNameLabel = map[string]string{ibjKind: "batch.indexedjob.dev/job-name", jobKind: "batch.kubernetes.io/job-name"}
+	indexLabel   = map[string]string{ibjKind: "batch.indexedjob.dev/completion-index", jobKind: "batch.kubernetes.io/job-completion-index"}
+)
+
+// kubectl runs the pinned kubectl against the cluster, as a user would, with
+// stdin if not empty, and returns its combined output.
+func kubectlIn(stdin string, args ...string) (string, error) {
+	bin := filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
+	cmd.Dir = root
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func kubectl(args ...string) (string, error) { return kubectlIn("", args...) }
+
+func mustKubectl(args ...string) string {
+	GinkgoHelper()
+	out, err := kubectl(args...)
+	Expect(err).NotTo(HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+// newNamespace creates a namespace for one spec and, if the spec fails,
+// reports what was in it.
+func newNamespace(ctx context.Context) string {
+	GinkgoHelper()
+	ns, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "node-"}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func(ctx context.Context) {
+		if CurrentSpecReport().Failed() {
+			out, _ := kubectl("get", "ibj,jobs,pods", "-n", ns.Name, "-o", "wide")
+			AddReportEntry("objects", out)
+			out, _ = kubectl("get", "events", "-n", ns.Name, "--sort-by=.metadata.creationTimestamp")
+			AddReportEntry("events", out)
+		}
+		_ = clientset.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+	})
+	watchCtx, stop := context.WithCancel(context.Background())
+	DeferCleanup(stop)
+	recordPods(watchCtx, ns.Name)
+	// Pods need the namespace's default service account, which
+	// kube-controller-manager creates.
+	Eventually(func() error {
+		_, err := clientset.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return ns.Name
+}
+
+// jobManifest is an IndexedBatchJob or a batch/v1 Job with spec, a YAML
+// block indented by four spaces (the worker image's pods). The Job is
+// Indexed, as every IndexedBatchJob is.
+func jobManifest(kind, name, namespace, spec string) string {
+	head := "apiVersion: batch.indexedjob.dev/v1alpha1\nkind: IndexedBatchJob\n"
+	if kind == jobKind {
+		head = "apiVersion: batch/v1\nkind: Job\n"
+		spec = "    completionMode: Indexed\n" + spec
+	}
+	return fmt.Sprintf("%smetadata:\n  name: %s\n  namespace: %s\nspec:\n%s", head, name, namespace, spec)
+}
+
+// createBoth creates the job as an IndexedBatchJob and as a batch/v1 Job,
+// both named name.
+func createBoth(namespace, name, spec string) {
+	GinkgoHelper()
+	for _, kind := range []string{ibjKind, jobKind} {
+		out, err := kubectlIn(jobManifest(kind, name, namespace, spec), "create", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), "creating the %s:\n%s", kind, out)
+	}
+}
+
+// outcome is what the two controllers must agree on: the counts, the
+// index sets and the conditions that hold, by type and reason.
+type outcome struct {
+	Active, Ready, Succeeded, Failed, Terminating int64
+	CompletedIndexes, FailedIndexes               string
+	Conditions                                    []string
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("active %d, ready %d, succeeded %d, failed %d, terminating %d, completedIndexes %q, failedIndexes %q, conditions %v",
+		o.Active, o.Ready, o.Succeeded, o.Failed, o.Terminating, o.CompletedIndexes, o.FailedIndexes, o.Conditions)
+}
+
+func getOutcome(ctx context.Context, kind, namespace, name string) (outcome, error) {
+	u, err := dyn.Resource(resources[kind]).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return outcome{}, err
+	}
+	return outcomeOf(u), nil
+}
+
+func outcomeOf(u *unstructured.Unstructured) outcome {
+	var o outcome
+	o.Active, _, _ = unstructured.NestedInt64(u.Object, "status", "active")
+	o.Ready, _, _ = unstructured.NestedInt64(u.Object, "status", "ready")
+	o.Succeeded, _, _ = unstructured.NestedInt64(u.Object, "status", "succeeded")
+	o.Failed, _, _ = unstructured.NestedInt64(u.Object, "status", "failed")
+	o.Terminating, _, _ = unstructured.NestedInt64(u.Object, "status", "terminating")
+	o.CompletedIndexes, _, _ = unstructured.NestedString(u.Object, "status", "completedIndexes")
+	o.FailedIndexes, _, _ = unstructured.NestedString(u.Object, "status", "failedIndexes")
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, _ := c.(map[string]any)
+		if m["status"] == "True" {
+			o.Conditions = append(o.Conditions, fmt.Sprintf("%s/%s", m["type"], m["reason"]))
+		}
+	}
+	slices.Sort(o.Conditions)
+	return o
+}
+
+// finished reports whether the outcome has a terminal condition.
+func (o outcome) finished() bool {
+	for _, c := range o.Conditions {
+		if strings.HasPrefix(c, "Complete/") || strings.HasPrefix(c, "Failed/") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitBoth waits until both jobs have ended and no pod of either is left
+// running, and returns their outcomes.
+func waitBoth(ctx context.Context, namespace, name string, timeout time.Duration) (ibj, job outcome) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		var err error
+		ibj, err = getOutcome(ctx, ibjKind, namespace, name)
+		g.Expect(err).NotTo(HaveOccurred())
+		job, err = getOutcome(ctx, jobKind, namespace, name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ibj.finished()).To(BeTrue(), "IndexedBatchJob: %s", ibj)
+		g.Expect(job.finished()).To(BeTrue(), "Job: %s", job)
+		g.Expect(ibj.Terminating).To(BeZero())
+		g.Expect(job.Terminating).To(BeZero())
+	}).WithContext(ctx).WithTimeout(timeout).WithPolling(time.Second).Should(Succeed())
+	return ibj, job
+}
+
+// podReport is one pod as the kubelet reported it.
+type podReport struct {
+	Name     string
+	Index    int
+	Phase    corev1.PodPhase
+	ExitCode int32
+	Reason   string
+	// Disruption is the DisruptionTarget condition's reason, if any.
+	Disruption string
+}
+
+func (p podReport) String() string {
+	s := fmt.Sprintf("%s (index %d): %s, exit code %d (%s)", p.Name, p.Index, p.Phase, p.ExitCode, p.Reason)
+	if p.Disruption != "" {
+		s += ", DisruptionTarget " + p.Disruption
+	}
+	return s
+}
+
+// recorders keep, for each spec's namespace, the last state of every pod
+// seen in it: a pod deleted after it ended (a job's end deletes its running
+// pods; the kubelet then removes them) is reported as it was last.
+var (
+	recordersMu sync.Mutex
+	recorders   = map[string]*podRecorder{}
+)
+
+type podRecorder struct {
+	mu   sync.Mutex
+	pods map[string]*corev1.Pod
+}
+
+// recordPods watches the namespace's pods until ctx ends.
+func recordPods(ctx context.Context, namespace string) {
+	GinkgoHelper()
+	w, err := clientset.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	r := &podRecorder{pods: map[string]*corev1.Pod{}}
+	recordersMu.Lock()
+	recorders[namespace] = r
+	recordersMu.Unlock()
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok {
+				r.mu.Lock()
+				r.pods[pod.Name] = pod
+				r.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// podsOf lists the job's pods as last seen, by index then creation.
+func podsOf(kind, namespace, name string) []podReport {
+	GinkgoHelper()
+	recordersMu.Lock()
+	r := recorders[namespace]
+	recordersMu.Unlock()
+	Expect(r).NotTo(BeNil(), "no pods recorded in %s", namespace)
+	r.mu.Lock()
+	var pods []corev1.Pod
+	for _, pod := range r.pods {
+		if pod.Labels[jobNameLabel[kind]] == name {
+			pods = append(pods, *pod)
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(pods, func(a, b corev1.Pod) int {
+		if a.Labels[indexLabel[kind]] != b.Labels[indexLabel[kind]] {
+			return strings.Compare(a.Labels[indexLabel[kind]], b.Labels[indexLabel[kind]])
+		}
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	var reports []podReport
+	for _, pod := range pods {
+		r := podReport{Name: pod.Name, Phase: pod.Status.Phase, ExitCode: -1}
+		r.Index, _ = strconv.Atoi(pod.Labels[indexLabel[kind]])
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				r.ExitCode, r.Reason = cs.State.Terminated.ExitCode, cs.State.Terminated.Reason
+			}
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+				r.Disruption = c.Reason
+			}
+		}
+		reports = append(reports, r)
+	}
+	return reports
+}
+
+// exitCodes is the pods' exit codes by index, as the kubelet reported them.
+func exitCodes(pods []podReport) map[int][]int32 {
+	codes := map[int][]int32{}
+	for _, p := range pods {
+		codes[p.Index] = append(codes[p.Index], p.ExitCode)
+	}
+	return codes
+}
+
+// report records both jobs' outcomes and pods in the spec's report (and so
+// in the suite's verbose output), for the record of what the kubelet said.
+func report(ctx context.Context, namespace, name string, ibj, job outcome) {
+	var b strings.Builder
+	for _, kind := range []string{ibjKind, jobKind} {
+		o := ibj
+		if kind == jobKind {
+			o = job
+		}
+		fmt.Fprintf(&b, "%s %s: %s\n", kind, name, o)
+		for _, p := range podsOf(kind, namespace, name) {
+			fmt.Fprintf(&b, "  %s\n", p)
+		}
+	}
+	AddReportEntry(name, b.String())
+	fmt.Fprint(GinkgoWriter, b.String())
+}
+
+// workerTemplate is a pod template running the worker image with args.
+func workerTemplate(args ...string) string { return workerTemplateWith("", args...) }
+
+// workerTemplateWith is workerTemplate with more of the container's fields,
+// a YAML block indented by ten spaces.
+func workerTemplateWith(container string, args ...string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf(`    template:
+      spec:
+        restartPolicy: Never
+        terminationGracePeriodSeconds: 30
+        containers:
+        - name: main
+          image: %s
+          args: [%s]
+%s`, nodecluster.WorkerImage, strings.Join(quoted, ", "), container)
+}

@@ -1,0 +1,115 @@
+// Package node runs IndexedBatchJobs on real containers: a one-node cluster
+// whose kubelet runs them on containerd and runc (test/harness/nodecluster),
+// with the operator installed as users install it, from dist/install.yaml,
+// as a pod of its own image under its ServiceAccount and restricted Pod
+// Security, its webhook called through its Service. Each spec runs the same
+// job as a batch/v1 Job beside it, which the built-in Job controller of the
+// cluster's kube-controller-manager runs on the same node, and holds the two
+// statuses to each other and to the exact values, with the pod phases and
+// exit codes the kubelet reported.
+//
+// `make test-node` builds what the suite needs and runs it as root. Under a
+// plain `go test ./...` the suite skips itself; with IBJ_NODE=1 a missing
+// prerequisite fails it instead.
+package node
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
+)
+
+var (
+	root      string
+	imagesDir string
+	cluster   *nodecluster.Cluster
+	clientset kubernetes.Interface
+	dyn       dynamic.Interface
+)
+
+func TestNode(t *testing.T) {
+	RegisterFailHandler(Fail)
+	suiteConfig, reporterConfig := GinkgoConfiguration()
+	if suiteConfig.Timeout > 35*time.Minute {
+		suiteConfig.Timeout = 35 * time.Minute
+	}
+	RunSpecs(t, "IndexedBatchJob on a real node", suiteConfig, reporterConfig)
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	var err error
+	root, err = filepath.Abs(filepath.Join("..", ".."))
+	Expect(err).NotTo(HaveOccurred())
+	imagesDir = os.Getenv("IBJ_NODE_IMAGES")
+	if imagesDir == "" {
+		imagesDir = filepath.Join(root, "dist", "node-images")
+	}
+	if missing := nodecluster.Prerequisites(root, imagesDir); len(missing) > 0 || os.Getenv("IBJ_NODE") == "" {
+		if os.Getenv("IBJ_NODE") == "" {
+			Skip("node suite skipped: `make test-node` runs it (as root, on real containers)")
+		}
+		Fail("missing " + strings.Join(missing, "; "))
+	}
+
+	dir, err := os.MkdirTemp("", "ibj-node-")
+	Expect(err).NotTo(HaveOccurred())
+	By("starting the node cluster in " + dir)
+	cluster, err = nodecluster.Start(ctx, nodecluster.Options{Root: root, Dir: dir, ImagesDir: imagesDir, Progress: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	version, err := harness.CheckServerVersion(cluster.Config)
+	Expect(err).NotTo(HaveOccurred())
+	By("running against kube-apiserver " + version)
+	clientset, err = kubernetes.NewForConfig(cluster.Config)
+	Expect(err).NotTo(HaveOccurred())
+	dyn, err = dynamic.NewForConfig(cluster.Config)
+	Expect(err).NotTo(HaveOccurred())
+
+	By("installing the operator: kubectl apply -f install.yaml (image " + nodecluster.ManagerImage + ")")
+	mustKubectl("apply", "--server-side", "-f", filepath.Join(imagesDir, "install.yaml"))
+	mustKubectl("-n", operatorNamespace, "rollout", "status", "deployment/"+operatorDeployment, "--timeout=180s")
+	// The webhook answers once the operator has issued its certificate
+	// and the webhook configurations carry its CA: until then a create
+	// is refused for an unknown authority.
+	Eventually(func() error {
+		out, err := kubectlIn(jobManifest(ibjKind, "webhook-ready", "default", seedSpec), "create", "--dry-run=server", "-f", "-")
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}, NodeTimeout(6*time.Minute))
+
+var suiteFailed bool
+
+var _ = ReportAfterEach(func(report SpecReport) {
+	if report.Failed() {
+		suiteFailed = true
+	}
+})
+
+var _ = AfterSuite(func() {
+	if cluster == nil {
+		return
+	}
+	if suiteFailed {
+		out, _ := kubectl("-n", operatorNamespace, "logs", "deployment/"+operatorDeployment, "--tail=200")
+		fmt.Fprintf(GinkgoWriter, "operator log:\n%s\n", out)
+	}
+	Expect(cluster.Stop()).To(Succeed())
+	if suiteFailed || os.Getenv("IBJ_NODE_KEEP_LOGS") != "" {
+		fmt.Printf("node: cluster logs kept in %s\n", cluster.Dir)
+	} else {
+		_ = os.RemoveAll(cluster.Dir)
+	}
+})
