@@ -206,7 +206,7 @@ func (p podReport) String() string {
 }
 
 // recorders keep, for each spec's namespace, the last state of every pod
-// seen in it: a pod deleted after it ended (a job's end deletes its running
+// seen in it (by UID): a pod deleted after it ended (a job's end deletes its running
 // pods; the kubelet then removes them) is reported as it was last.
 var (
 	recordersMu sync.Mutex
@@ -232,7 +232,9 @@ func recordPods(ctx context.Context, namespace string) {
 		for ev := range w.ResultChan() {
 			if pod, ok := ev.Object.(*corev1.Pod); ok {
 				r.mu.Lock()
-				r.pods[pod.Name] = pod
+				// By UID: a job may give a later pod of an index
+				// the name of one that is gone.
+				r.pods[string(pod.UID)] = pod
 				r.mu.Unlock()
 			}
 		}

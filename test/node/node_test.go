@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
@@ -82,13 +83,23 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
     backoffLimit: 3
     podReplacementPolicy: Failed
 `+workerTemplate("--duration=1h", "--term-delay=10s"))
-		first := map[string]string{}
+		// The pods by UID: the operator names an index's next pod after
+		// its attempt, which starts again at 0 once the deleted pod is
+		// gone.
+		first := map[string]types.UID{}
+		names := map[string]string{}
 		for _, kind := range []string{ibjKind, jobKind} {
-			first[kind] = runningPod(ctx, kind, ns, "replace")
+			names[kind] = runningPod(ctx, kind, ns, "replace")
+			pod, err := clientset.CoreV1().Pods(ns).Get(ctx, names[kind], metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			first[kind] = pod.UID
 		}
 		deleted := time.Now()
 		for _, kind := range []string{ibjKind, jobKind} {
-			mustKubectl("-n", ns, "delete", "pod", first[kind], "--wait=false")
+			uid := first[kind]
+			Expect(clientset.CoreV1().Pods(ns).Delete(ctx, names[kind], metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &uid},
+			})).To(Succeed())
 		}
 
 		By("the deleted pods are counted as terminating, and nothing replaces them while the kubelet runs them")
@@ -107,7 +118,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 				var old *corev1.Pod
 				others := 0
 				for i := range pods.Items {
-					if pods.Items[i].Name == first[kind] {
+					if pods.Items[i].UID == first[kind] {
 						old = &pods.Items[i]
 					} else {
 						others++
@@ -124,7 +135,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 				if others > 0 {
 					// The replacement may exist only once the
 					// kubelet has reported the old pod Failed.
-					Expect(oldFailed).To(BeTrue(), "%s: a second pod for index 0 while %s has not failed", kind, first[kind])
+					Expect(oldFailed).To(BeTrue(), "%s: a second pod for index 0 while %s has not failed", kind, names[kind])
 					replacedAt[kind] = time.Since(deleted)
 				}
 			}
