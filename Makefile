@@ -58,9 +58,14 @@ fmt: ## Run go fmt.
 vet: ## Run go vet.
 	go vet ./...
 
+# What make controlplane builds. CI adds the node cluster's binaries
+# (NODE_BINARIES), so that one go build compiles the packages they share.
+CONTROLPLANE ?= etcd kube-apiserver kubectl
+NODE_BINARIES = etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kube-proxy kubelet
+
 .PHONY: controlplane
-controlplane: ## Build the pinned etcd, kube-apiserver and kubectl into bin/ (once; minutes on 2 cores).
-	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kubectl; fi
+controlplane: ## Build the pinned etcd, kube-apiserver and kubectl (CONTROLPLANE) into bin/ (once; minutes on 2 cores).
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh $(CONTROLPLANE); fi
 
 .PHONY: test
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
@@ -283,9 +288,13 @@ operator-binaries: ## Build bin/manager, bin/kubectl-ibj and bin/kwok-cluster.
 demo-binaries: ## Build what the demo runs: control plane, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (its pods run on the pod simulator: no kwok).
 	$(MAKE) --no-print-directory -j2 controlplane operator-binaries
 
+# NODE=real: the demo on real containers (make node-cluster; needs root).
+NODE ?=
+
 .PHONY: demo
-demo: demo-binaries ## Run the per-index sample on a throwaway local cluster (fake nodes), live; KEEP=1 leaves it running.
-	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
+demo: $(if $(filter real,$(NODE)),node-prereqs node-binaries node-images,demo-binaries) ## Run the per-index sample on a throwaway local cluster (fake nodes; NODE=real: real containers, as root), live; KEEP=1 leaves it running.
+	@case "$(NODE)" in ""|real) ;; *) echo "NODE must be real or empty, not $(NODE)"; exit 2 ;; esac
+	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) $(if $(filter real,$(NODE)),hack/demo/node-demo.sh,hack/demo/demo.sh)
 
 .PHONY: demo-kueue
 demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway local cluster (fake nodes); KEEP=1 leaves it running.
@@ -320,7 +329,7 @@ node-prereqs: ## Install Debian's containerd, runc, CNI plugins, iptables and ip
 
 .PHONY: node-binaries
 node-binaries: ## Build the node cluster's Kubernetes binaries (the control plane, kube-controller-manager, kube-scheduler, kube-proxy, kubelet) and bin/node-cluster.
-	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kube-proxy kubelet; fi
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh $(NODE_BINARIES); fi
 	go build -o $(LOCALBIN)/ ./cmd/kubectl-ibj ./test/harness/cmd/node-cluster
 
 .PHONY: node-images
@@ -349,8 +358,8 @@ node-cluster: node-prereqs node-binaries node-images ## Run the one-node cluster
 	$(LOCALBIN)/node-cluster --dir $(NODE_DIR) --images $(NODE_IMAGES)
 
 .PHONY: test-node
-test-node: node-prereqs node-binaries node-images ## Run the node specs (test/node): the operator installed from dist/install.yaml as a pod of its own image, jobs on real containers (needs root).
-	IBJ_NODE=1 IBJ_NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj go test -count=1 -timeout 40m ./test/node -v -ginkgo.v
+test-node: node-prereqs node-binaries node-images helm ## Run the node specs (test/node): the operator installed from install.yaml and by helm as a pod of its own image, jobs on real containers beside batch/v1 Jobs (needs root).
+	IBJ_NODE=1 IBJ_NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) IBJ_HELM=$(HELM) go test -count=1 -timeout 40m ./test/node -v -ginkgo.v
 
 ##@ Supported Kubernetes versions
 

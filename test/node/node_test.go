@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -324,6 +327,45 @@ spec:
 		phase, logs = scrape("scrape-unbound", "default")
 		Expect(phase).To(Equal(corev1.PodFailed), logs)
 		Expect(logs).To(HavePrefix("status 403"))
+	})
+
+	// Last, as it replaces the kubectl install: specs run in the order
+	// written within this container.
+	It("is installed with helm install of the chart, and runs the seed example the same", func(ctx SpecContext) {
+		helm := os.Getenv("IBJ_HELM")
+		if helm == "" {
+			Fail("IBJ_HELM names no helm binary: `make test-node` builds it")
+		}
+		By("removing the kubectl install (and with its CRD, every IndexedBatchJob)")
+		mustKubectl("delete", "-f", filepath.Join(imagesDir, "install.yaml"), "--wait=true", "--timeout=3m")
+
+		By("helm install of charts/indexed-batch-job with the imported image")
+		mustKubectl("create", "namespace", "ibj-helm")
+		mustKubectl("label", "namespace", "ibj-helm", "pod-security.kubernetes.io/enforce=restricted")
+		install := exec.CommandContext(ctx, helm, "install", "ibj", filepath.Join(root, "charts", "indexed-batch-job"),
+			"--kubeconfig", cluster.Kubeconfig, "--namespace", "ibj-helm",
+			"--set", "image.tag="+nodecluster.ManagerVersion, "--wait", "--timeout", "3m")
+		out, err := install.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "helm install:\n%s", out)
+		ns := newNamespace(ctx)
+		// The webhook serves once the operator has issued its certificate.
+		Eventually(func() error {
+			out, err := kubectlIn(jobManifest(ibjKind, "seed", ns, seedSpec), "create", "-f", "-")
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			return nil
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		Eventually(func(g Gomega) {
+			o, err := getOutcome(ctx, ibjKind, ns, "seed")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(o).To(Equal(outcome{Succeeded: 2, Failed: 4, CompletedIndexes: "0,3", FailedIndexes: "1,2",
+				Conditions: []string{"Failed/FailedIndexes", "FailureTarget/FailedIndexes"}}))
+		}).WithContext(ctx).WithTimeout(jobTimeout).WithPolling(time.Second).Should(Succeed())
+		pods, err := clientset.CoreV1().Pods("ibj-helm").List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pods.Items).To(HaveLen(1))
+		Expect(pods.Items[0].Spec.Containers[0].Image).To(Equal("indexed-batch-job:" + nodecluster.ManagerVersion))
 	})
 })
 

@@ -80,6 +80,10 @@ type Cluster struct {
 	runDir    string // sockets, under /run: a unix socket's path is short
 	processes []*kwokcluster.Process
 	kubelet   *kwokcluster.Process
+	// netnsBefore are the network namespaces of this host before the
+	// cluster started: the pods' that containerd leaves when its
+	// containers are killed are the others named cni-*.
+	netnsBefore map[string]bool
 }
 
 // Prerequisites lists what Start needs that this host lacks, each with
@@ -146,6 +150,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 
+	c.netnsBefore = netnsNames()
 	step("creating the network namespace")
 	if c.net, err = newNetwork(); err != nil {
 		return c, err
@@ -453,6 +458,13 @@ func (c *Cluster) Stop() error {
 		_ = exec.Command("pkill", "-KILL", "-f", "containerd-shim-runc-v2 .*-address "+c.socket).Run()
 	}
 	errs = append(errs, unmountUnder(c.Dir, c.runDir))
+	for name := range netnsNames() {
+		if strings.HasPrefix(name, "cni-") && c.netnsBefore != nil && !c.netnsBefore[name] {
+			if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", name, err, out))
+			}
+		}
+	}
 	if c.net != nil {
 		errs = append(errs, c.net.delete())
 		c.net = nil
@@ -461,6 +473,16 @@ func (c *Cluster) Stop() error {
 		_ = os.RemoveAll(c.runDir)
 	}
 	return errors.Join(errs...)
+}
+
+// netnsNames are the network namespaces ip netns lists.
+func netnsNames() map[string]bool {
+	names := map[string]bool{}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		names[e.Name()] = true
+	}
+	return names
 }
 
 func ready(node *corev1.Node) bool {
