@@ -460,4 +460,5 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.exp.forget(uid)
 	r.events.forget(uid)
 	r.takenNames.forget(uid)
+	r.gone.forget(uid)
 }

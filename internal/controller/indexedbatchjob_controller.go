@@ -61,6 +61,9 @@ type Reconciler struct {
 	// takenNames remembers the pod names found taken by pods a job does
 	// not control (taken_names.go).
 	takenNames *takenNames
+	// gone remembers the deleted failed pods the API server no longer
+	// has, for the job-wide backoff and the next pod's name.
+	gone *gonePods
 	// later removes, in the background, the finalizers of pods whose result
 	// is counted already (release.go).
 	later *laterReleases
@@ -92,7 +95,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
 		taken = utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), writes: maxWritesPerSync, takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken}
 	r.later = newLaterReleases(r)
 	return r
 }
@@ -228,10 +231,12 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 
 // syncInput is what syncJob decides from: the job, its pods, the time,
 // whether the cache shows every pod this process created for it, and the
-// pod names others hold (floors, from the cache, and takenNames).
+// pod names others hold (floors, from the cache, and takenNames), and the
+// deleted failed pods that are gone (gonePods).
 func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32) syncInput {
 	now := r.clock.Now()
 	r.exp.observeFinalizers(job.UID, pods, now)
+	gone := r.gone.observe(job, pods)
 	return syncInput{
 		job:                   job,
 		pods:                  pods,
@@ -239,7 +244,8 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		backoff:               r.backoff,
 		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
 		lastStatusWrite:       r.exp.lastStatusWrite(job.UID),
-		nameFloors:            r.takenNames.floors(job.UID, floors),
+		nameFloors:            r.takenNames.floors(job.UID, goneFloors(gone, floors)),
+		gone:                  gone,
 	}
 }
 

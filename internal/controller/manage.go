@@ -172,13 +172,17 @@ func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
 
 // globalBackoffLeft is the replacement delay of a job without per-index
 // backoff: it grows with the failures since the last success and runs from
-// the latest failure, as upstream's backoff record.
+// the latest failure, as upstream's backoff record, deleted pods that are
+// gone included (s.gone).
 func (s *syncState) globalBackoffLeft() time.Duration {
 	var ends jobpod.JobEnds
 	for _, st := range s.indexes {
 		for _, pod := range st.pods {
 			ends.Add(pod, jobpod.Classify(s.job, pod))
 		}
+	}
+	for _, pod := range s.gone {
+		ends.AddFailure(pod.finishedAt)
 	}
 	at := ends.RetryAt(s.backoff)
 	if at.IsZero() {

@@ -135,6 +135,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	out["finalizer_releases"] = r.later.size()
 	out["paced_events"] = r.events.size()
 	out["taken_pod_names"] = r.takenNames.size()
+	out["gone_pods"] = r.gone.size()
 	if r.pods != nil {
 		out["cached_pods"] = r.pods.Len()
 	}

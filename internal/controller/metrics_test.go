@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/prometheus/client_golang/prometheus"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -53,9 +54,11 @@ func TestTrackedEntries(t *testing.T) {
 	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
 	r.events.pacedEvents("job-a", "a", &plan{}, 2, now)
 	r.takenNames.take("job-b", 0, 0)
+	jobA := harness.MakeIndexedBatchJob("a", "ns").UID("job-a").Obj()
+	r.gone.observe(jobA, []*jobpod.Pod{makePod(jobA, 0).failedAt(now, 1).deletedAt(now).obj()})
 
 	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
-		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "paced_events": 1, "taken_pod_names": 1}
+		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "paced_events": 1, "taken_pod_names": 1, "gone_pods": 1}
 	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
 	}
@@ -67,7 +70,7 @@ func TestTrackedEntries(t *testing.T) {
 	r.later.drain(context.Background())
 	r.takenServices.Delete(k8stypes.UID("job-b"))
 	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
-		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "paced_events": 0, "taken_pod_names": 0}
+		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "paced_events": 0, "taken_pod_names": 0, "gone_pods": 0}
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}

@@ -42,8 +42,12 @@ type syncInput struct {
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
 	// nameFloors are, by index, the lowest attempt whose pod name no pod
-	// the job does not control holds (taken_names.go); nil when none.
+	// the job does not control holds (taken_names.go), nor a gone pod
+	// held; nil when none.
 	nameFloors map[int32]int32
+	// gone are the job's deleted failed pods that the API server no
+	// longer has (gone_pods.go): the job-wide backoff counts them.
+	gone []gonePod
 }
 
 // syncState is one sync's view of its job: what the last status recorded,

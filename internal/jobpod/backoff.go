@@ -94,6 +94,11 @@ func (e *JobEnds) Add(p *Pod, f Failure) {
 	}
 }
 
+// AddFailure takes in the failure, at finishedAt, of a pod that is gone.
+func (e *JobEnds) AddFailure(finishedAt time.Time) {
+	e.failures = append(e.failures, finishedAt)
+}
+
 // RetryAt is when the job-wide backoff lets a replacement start: the delay
 // grows with the failures that ended after the last success and runs from
 // the latest of them. Zero when no failure waits.

@@ -150,7 +150,18 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 			// The worker waits 10s after SIGTERM: the kubelet keeps the
 			// pod running that long.
 			Expect(failedAt[kind]).To(BeNumerically(">=", 9*time.Second), kind)
+			// The replacement waits out the job-wide backoff (10s from
+			// the pod's end), although the failed pod is gone from the
+			// API server by then.
+			Expect(replacedAt[kind]-failedAt[kind]).To(BeNumerically(">=", 8*time.Second), kind)
 		}
+		By("the replacement is the index's next attempt, named past the gone pod")
+		for _, p := range podsOf(ibjKind, ns, "replace") {
+			if p.Name == names[ibjKind] {
+				Expect(p.ExitCode).To(Equal(int32(143)), "the first pod")
+			}
+		}
+		Expect(podsOf(ibjKind, ns, "replace")).To(ContainElement(HaveField("Name", "replace-0-1")))
 		for _, kind := range []string{ibjKind, jobKind} {
 			pods := podsOf(kind, ns, "replace")
 			Expect(pods[0].ExitCode).To(Equal(int32(143)), "%s: %v", kind, pods)

@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+)
+
+// maxGonePerJob bounds what gonePods keeps of one job: the latest failures.
+// Past a dozen failures the job-wide delay is at its cap whatever the
+// backoff settings allow (spec.retryBackoff's bounds).
+const maxGonePerJob = 32
+
+// gonePods remembers, per job, its failed pods that were being deleted (a
+// pod deleted while it ran, evicted, preempted), so that what they said
+// outlives them once their finalizer goes and the API server removes them:
+// the job-wide backoff still counts their failures, as upstream's backoff
+// record does in memory, and the next pod of their index is named past
+// them rather than take the name of attempt 0 again. A failed pod that is
+// not deleted stays in the cache, which is where syncs read it from.
+// Like upstream's record, a restart forgets them; a job's entry goes with
+// the job.
+type gonePods struct {
+	mu   sync.Mutex
+	jobs map[types.UID][]gonePod
+}
+
+// gonePod is what a sync needs of a deleted failed pod.
+type gonePod struct {
+	uid        types.UID
+	index      int32
+	attempt    int32
+	finishedAt time.Time
+}
+
+func newGonePods() *gonePods { return &gonePods{jobs: map[types.UID][]gonePod{}} }
+
+// observe remembers the job's deleted pods whose end is a failure, and
+// returns what it remembers of those no longer among pods: the ones gone.
+func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gonePod {
+	present := make(map[types.UID]bool, len(pods))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	known := g.jobs[job.UID]
+	for _, pod := range pods {
+		present[pod.UID] = true
+		if pod.DeletionTimestamp == nil || !pod.IndexOK || pod.Discarded || !jobpod.Classify(job, pod).Failed {
+			continue
+		}
+		entry := gonePod{uid: pod.UID, index: pod.Index, attempt: pod.Attempt, finishedAt: pod.FinishedAt}
+		if i := slices.IndexFunc(known, func(e gonePod) bool { return e.uid == pod.UID }); i >= 0 {
+			known[i] = entry
+			continue
+		}
+		known = append(known, entry)
+	}
+	if len(known) > maxGonePerJob {
+		slices.SortFunc(known, func(a, b gonePod) int { return a.finishedAt.Compare(b.finishedAt) })
+		known = slices.Clone(known[len(known)-maxGonePerJob:])
+	}
+	if len(known) > 0 {
+		g.jobs[job.UID] = known
+	}
+	var gone []gonePod
+	for _, e := range known {
+		if !present[e.uid] {
+			gone = append(gone, e)
+		}
+	}
+	return gone
+}
+
+// forget drops what is known of a job that is gone.
+func (g *gonePods) forget(job types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.jobs, job)
+}
+
+// size is how many jobs have gone pods remembered, for trackedEntries.
+func (g *gonePods) size() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.jobs)
+}
+
+// goneFloors adds to floors (which may be nil) the attempts past the gone
+// pods' names, and returns the result.
+func goneFloors(gone []gonePod, floors map[int32]int32) map[int32]int32 {
+	for _, p := range gone {
+		if floors == nil {
+			floors = map[int32]int32{}
+		}
+		floors[p.index] = max(floors[p.index], p.attempt+1)
+	}
+	return floors
+}

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+)
+
+func TestGonePodsRememberDeletedFailuresUntilTheyAreGone(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(4).Parallelism(4).Obj()
+	deleted := makePod(job, 0).failedAt(testNow.Add(-5*time.Second), 143).deletedAt(testNow.Add(-15 * time.Second)).obj()
+	notDeleted := makePod(job, 1).failedAt(testNow.Add(-5*time.Second), 1).obj()
+	running := makePod(job, 2).running().deletedAt(testNow.Add(-time.Second)).obj()
+	succeeded := makePod(job, 3).succeededAt(testNow.Add(-time.Second)).deletedAt(testNow).obj()
+	g := newGonePods()
+
+	if gone := g.observe(job, []*jobpod.Pod{deleted, notDeleted, running, succeeded}); len(gone) != 0 {
+		t.Fatalf("gone while every pod is there: %+v", gone)
+	}
+	// The deleted failed pod is gone, and so is the running one deleted,
+	// whose deletion fails it (podReplacementPolicy TerminatingOrFailed);
+	// the others are no failure, or still in the cache.
+	gone := g.observe(job, []*jobpod.Pod{notDeleted})
+	want := []gonePod{
+		{uid: deleted.UID, index: 0, attempt: 0, finishedAt: deleted.FinishedAt},
+		{uid: running.UID, index: 2, attempt: 0, finishedAt: running.FinishedAt},
+	}
+	if !slices.Equal(gone, want) {
+		t.Fatalf("gone = %+v, want %+v", gone, want)
+	}
+	if floors := goneFloors(gone, map[int32]int32{2: 3}); floors[0] != 1 || floors[2] != 3 {
+		t.Errorf("floors = %v, want index 0 past attempt 0 and index 2's higher floor kept", floors)
+	}
+	if g.size() != 1 {
+		t.Errorf("size = %d, want 1 job", g.size())
+	}
+	g.forget(job.UID)
+	if g.size() != 0 || len(g.observe(job, nil)) != 0 {
+		t.Errorf("a forgotten job is still remembered")
+	}
+}
+
+func TestGonePodsKeepTheLatestFailuresOfAJob(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(100).Parallelism(100).Obj()
+	g := newGonePods()
+	var pods []*jobpod.Pod
+	for ix := range int32(maxGonePerJob + 10) {
+		at := testNow.Add(time.Duration(ix) * time.Second)
+		pods = append(pods, makePod(job, ix).failedAt(at, 143).deletedAt(at).obj())
+	}
+	g.observe(job, pods)
+	gone := g.observe(job, nil)
+	if len(gone) != maxGonePerJob {
+		t.Fatalf("kept %d, want %d", len(gone), maxGonePerJob)
+	}
+	for _, p := range gone {
+		if p.index < 10 {
+			t.Errorf("kept index %d, one of the oldest failures", p.index)
+		}
+	}
+}
+
+// A pod deleted while it ran (a user, an eviction) fails and, once its
+// finalizer goes, is removed by the API server: its failure still holds the
+// job-wide backoff back, and its index's next pod is not named after attempt
+// 0 again, as the node specs found on a real kubelet.
+func TestGlobalBackoffCountsAGoneDeletedPod(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(1).Parallelism(1).Obj()
+	cases := []struct {
+		name        string
+		finished    time.Duration // before testNow
+		wantCreate  bool
+		wantRequeue time.Duration
+	}{
+		{"within the backoff", 4 * time.Second, false, 6 * time.Second},
+		{"past the backoff", 11 * time.Second, true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished)}}
+			p := syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true,
+				gone: gone, nameFloors: goneFloors(gone, nil)})
+			if got := len(p.create) > 0; got != tc.wantCreate || p.requeueAfter != tc.wantRequeue {
+				t.Fatalf("created %v, requeueAfter %v; want %v, %v", p.create, p.requeueAfter, tc.wantCreate, tc.wantRequeue)
+			}
+			if tc.wantCreate && p.create[0].attempt != 1 {
+				t.Errorf("the replacement is attempt %d, want 1: past the gone pod's name", p.create[0].attempt)
+			}
+		})
+	}
+}
