@@ -41,9 +41,8 @@ keep=${KEEP:-0}
 kueue=${DEMO_KUEUE:-0}
 timeout=${DEMO_TIMEOUT:-180}
 
-if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
-say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
-die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=hack/demo/lib.sh
+. "$root/hack/demo/lib.sh"
 
 need=("$bin/kwok-cluster" "$bin/manager" "$kubectl")
 if [ "$kueue" = 1 ]; then need+=("$bin/kueue-demo"); fi
@@ -108,23 +107,10 @@ EOF
 trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM
 
-elapsed() { echo "$(( $(date +%s) - started ))s"; }
-
 say "Starting a throwaway cluster on loopback (state and logs in $dir)"
+start_cluster 120 "$bin/kwok-cluster" --dir "$dir" --root "$root" --kubelets podsim
 detach=()
 if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
-${detach[@]+"${detach[@]}"} "$bin/kwok-cluster" --dir "$dir" --root "$root" --kubelets podsim >"$dir/cluster.out" 2>&1 &
-cluster_pid=$!
-printed=0
-deadline=$(( $(date +%s) + 120 ))
-until [ -f "$dir/ready" ]; do
-  lines=$(wc -l <"$dir/cluster.out")
-  if [ "$lines" -gt "$printed" ]; then sed -n "$((printed + 1)),${lines}p" "$dir/cluster.out"; printed=$lines; fi
-  kill -0 "$cluster_pid" 2>/dev/null || { cat "$dir/cluster.out" >&2; cluster_pid=; die "the cluster did not start"; }
-  [ "$(date +%s)" -lt "$deadline" ] || die "the cluster did not start within 120s; see $dir"
-  sleep 0.2
-done
-sed -n "$((printed + 1)),\$p" "$dir/cluster.out"
 "$kubectl" get nodes
 
 if [ "$kueue" = 1 ]; then
@@ -230,21 +216,7 @@ sed -n '1,/^apiVersion/{/^#/p}' "$sample"
 "$kubectl" apply -f "$sample"
 
 say "Watching it (kubectl get ibj -o wide -w)"
-# The watch prints a row for every status change, also of fields it does not
-# show (ready, for one); awk drops the repeated rows.
-"$kubectl" get ibj "$job" -o wide -w > >(awk '$0 != prev { print; fflush(); prev = $0 }') &
-watch_pid=$!
-deadline=$(( $(date +%s) + timeout ))
-while :; do
-  phase=$("$kubectl" get ibj "$job" -o jsonpath='{.status.phase}')
-  case "$phase" in Complete|Failed) break ;; esac
-  [ "$(date +%s)" -lt "$deadline" ] || die "the job did not finish within ${timeout}s; see $dir/manager.log"
-  sleep 1
-done
-sleep 1 # let the watch print the last change
-kill "$watch_pid" 2>/dev/null || true
-wait "$watch_pid" 2>/dev/null || true
-watch_pid=
+watch_job "$job" "$timeout"
 
 say "Finished: $phase after $(elapsed)"
 echo "\$ kubectl get ibj"

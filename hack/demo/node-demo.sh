@@ -31,9 +31,8 @@ keep=${KEEP:-0}
 timeout=${DEMO_TIMEOUT:-180}
 job=per-index
 
-if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
-say() { printf '\n%s==> %s%s\n' "$bold" "$*" "$reset"; }
-die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=hack/demo/lib.sh
+. "$root/hack/demo/lib.sh"
 
 [ "$(id -u)" = 0 ] || die "the node cluster needs root (the kubelet, containerd, a network namespace)"
 for f in "$bin/node-cluster" "$bin/kubectl-ibj" "$kubectl" "$images/install.yaml"; do
@@ -87,23 +86,8 @@ EOF
 trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM
 
-elapsed() { echo "$(( $(date +%s) - started ))s"; }
-
 say "Starting a one-node cluster on real containers (state and logs in $dir)"
-detach=()
-if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
-${detach[@]+"${detach[@]}"} "$bin/node-cluster" --dir "$dir" --root "$root" --images "$images" >"$dir/cluster.out" 2>&1 &
-cluster_pid=$!
-printed=0
-deadline=$(( $(date +%s) + 240 ))
-until [ -f "$dir/ready" ]; do
-  lines=$(wc -l <"$dir/cluster.out")
-  if [ "$lines" -gt "$printed" ]; then sed -n "$((printed + 1)),${lines}p" "$dir/cluster.out"; printed=$lines; fi
-  kill -0 "$cluster_pid" 2>/dev/null || { cat "$dir/cluster.out" >&2; cluster_pid=; die "the cluster did not start"; }
-  [ "$(date +%s)" -lt "$deadline" ] || die "the cluster did not start within 240s; see $dir"
-  sleep 0.5
-done
-sed -n "$((printed + 1)),\$p" "$dir/cluster.out"
+start_cluster 240 "$bin/node-cluster" --dir "$dir" --root "$root" --images "$images"
 "$kubectl" get nodes -o wide
 
 say "Installing the operator: kubectl apply --server-side -f $images/install.yaml"
@@ -143,19 +127,7 @@ done
 echo "$out"
 
 say "Watching it (kubectl get ibj -o wide -w)"
-"$kubectl" get ibj "$job" -o wide -w > >(awk '$0 != prev { print; fflush(); prev = $0 }') &
-watch_pid=$!
-deadline=$(( $(date +%s) + timeout ))
-while :; do
-  phase=$("$kubectl" get ibj "$job" -o jsonpath='{.status.phase}')
-  case "$phase" in Complete|Failed) break ;; esac
-  [ "$(date +%s)" -lt "$deadline" ] || die "the job did not finish within ${timeout}s; see $dir"
-  sleep 1
-done
-sleep 1
-kill "$watch_pid" 2>/dev/null || true
-wait "$watch_pid" 2>/dev/null || true
-watch_pid=
+watch_job "$job" "$timeout"
 
 say "Finished: $phase after $(elapsed)"
 echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$job   (as the kubelet reported them)"

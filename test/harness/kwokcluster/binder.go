@@ -136,7 +136,7 @@ func (b *binder) schedule(ctx context.Context, pod *corev1.Pod, nodes []*corev1.
 
 // fits reports whether the pod may run on the node.
 func fits(pod *corev1.Pod, node *corev1.Node) bool {
-	if node.Spec.Unschedulable || node.DeletionTimestamp != nil || !nodeReady(node) {
+	if node.Spec.Unschedulable || node.DeletionTimestamp != nil || !NodeReady(node) {
 		return false
 	}
 	if !labels.SelectorFromSet(pod.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
@@ -153,7 +153,8 @@ func fits(pod *corev1.Pod, node *corev1.Node) bool {
 	return true
 }
 
-func nodeReady(node *corev1.Node) bool {
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

@@ -514,7 +514,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context, clientset kubernetes.Inter
 		if err == nil {
 			ready := 0
 			for i := range list.Items {
-				if nodeReady(&list.Items[i]) {
+				if NodeReady(&list.Items[i]) {
 					ready++
 				}
 			}

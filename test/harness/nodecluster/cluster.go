@@ -282,7 +282,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if err := c.waitFor(ctx, "the node to be Ready", 120*time.Second, func() bool {
 		node, err := clientset.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		return err == nil && ready(node) && !tainted(node)
+		return err == nil && kwokcluster.NodeReady(node) && !tainted(node)
 	}); err != nil {
 		return c, err
 	}
@@ -483,15 +483,6 @@ func netnsNames() map[string]bool {
 		names[e.Name()] = true
 	}
 	return names
-}
-
-func ready(node *corev1.Node) bool {
-	for _, cond := range node.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // tainted reports whether the node still has a taint that keeps pods off:

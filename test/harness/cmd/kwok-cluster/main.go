@@ -9,15 +9,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -48,14 +46,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	// A shell starts a background job with SIGINT ignored; so does the demo
-	// script, which on Ctrl-C stops the operator first and then this, with
-	// SIGTERM. Listening for SIGINT would undo that.
-	signals := []os.Signal{syscall.SIGTERM}
-	if !signal.Ignored(os.Interrupt) {
-		signals = append(signals, os.Interrupt)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	ctx, stop := harness.StopContext()
 	defer stop()
 	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: nodes, Kubelets: kind, Progress: os.Stdout})
 	if err != nil {

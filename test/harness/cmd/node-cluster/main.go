@@ -9,14 +9,12 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
 )
 
@@ -35,11 +33,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "node-cluster:", err)
 		os.Exit(1)
 	}
-	signals := []os.Signal{syscall.SIGTERM}
-	if !signal.Ignored(os.Interrupt) {
-		signals = append(signals, os.Interrupt)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	ctx, stop := harness.StopContext()
 	defer stop()
 	cluster, err := nodecluster.Start(ctx, nodecluster.Options{Root: root, Dir: dir, ImagesDir: images, Progress: os.Stdout})
 	if err != nil {
