@@ -21,7 +21,7 @@ const (
 	IndexFailureCountAnnotation = "batch.indexedjob.dev/job-index-failure-count"
 	// IndexIgnoredFailureCountAnnotation carries, on every pod, how many earlier
 	// pods of its index failed in a way a podFailurePolicy Ignore rule matched.
-	// The backoff delay still counts them, the limits do not.
+	// Neither the limits nor the backoff delay count them; it is a record.
 	IndexIgnoredFailureCountAnnotation = "batch.indexedjob.dev/job-index-ignored-failure-count"
 	// AttemptAnnotation numbers the pods of one index 0, 1, 2…; it is the
 	// last part of the pod's deterministic name, <job>-<index>-<attempt>.
@@ -213,9 +213,10 @@ type IndexedBatchJobSpec struct {
 	MaxFailedIndexes *int32 `json:"maxFailedIndexes,omitempty"`
 
 	// podFailurePolicy decides, by ordered rules matching exit codes or pod
-	// conditions, how a failed pod is handled. Immutable.
+	// conditions, how a failed pod is handled: batch/v1's, whose rules may
+	// also have a name and a retry delay. Immutable.
 	// +optional
-	PodFailurePolicy *batchv1.PodFailurePolicy `json:"podFailurePolicy,omitempty"`
+	PodFailurePolicy *PodFailurePolicy `json:"podFailurePolicy,omitempty"`
 
 	// successPolicy lets the job succeed before every index has. Immutable.
 	// +optional
@@ -276,7 +277,11 @@ type IndexedBatchJobSpec struct {
 	// replacement waits initialDelaySeconds, each further one twice as long as
 	// the one before, never more than maxDelaySeconds. Unset fields take the
 	// operator's defaults (--pod-failure-backoff and --pod-failure-backoff-max,
-	// 10 s and 10 min unless changed, as the built-in Job controller).
+	// 10 s and 10 min unless changed, as the built-in Job controller). A
+	// failure an Ignore rule matched is retried at once and grows no delay;
+	// a podFailurePolicy rule's retryDelaySeconds replaces the delay after
+	// the failures it matched; createRefusedDelaySeconds is the wait after a
+	// refused pod create.
 	// +optional
 	RetryBackoff *RetryBackoff `json:"retryBackoff,omitempty"`
 
@@ -324,9 +329,12 @@ type Network struct {
 	Subdomain *string `json:"subdomain,omitempty"`
 }
 
-// RetryBackoff is the exponential delay before a failed pod is replaced.
-// Without backoffLimitPerIndex it counts the job's failures since its last
-// success; with it, each index's own failures.
+// RetryBackoff is the exponential delay before a failed pod is replaced,
+// and the wait after a refused pod create. Without backoffLimitPerIndex the
+// exponential delay counts the job's failures since its last success; with
+// it, each index's own failures. Failures an Ignore rule of the
+// podFailurePolicy matched are never counted, and a Count or Ignore rule's
+// retryDelaySeconds replaces the delay after the failures it matched.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.initialDelaySeconds) || !has(self.maxDelaySeconds) || self.initialDelaySeconds <= self.maxDelaySeconds",message="retryBackoff.initialDelaySeconds must be less than or equal to maxDelaySeconds"
 type RetryBackoff struct {
@@ -345,6 +353,22 @@ type RetryBackoff struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
 	MaxDelaySeconds *int32 `json:"maxDelaySeconds,omitempty"`
+
+	// createRefusedDelaySeconds is how long the operator waits, after the
+	// API server refused one of the job's pod creates (a full
+	// ResourceQuota, Pod Security admission, a policy webhook: condition
+	// PodCreationFailed says which), before it tries to create the job's
+	// pods again. Failed pods, the job's end and its status are handled as
+	// usual meanwhile. Unset, a refused create is retried with the
+	// operator's retry of a failed sync: 5 ms, doubling on each refusal up
+	// to 60 s, and at once on any change of the job or its pods. The wait
+	// is kept in the operator's memory: a restarted operator tries once at
+	// once. 1 to 3600 (an hour; Kueue, not a longer wait, is the tool to
+	// queue a job for quota).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	CreateRefusedDelaySeconds *int32 `json:"createRefusedDelaySeconds,omitempty"`
 }
 
 // IndexedBatchJobStatus is the observed state of an IndexedBatchJob. Field

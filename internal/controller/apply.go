@@ -64,6 +64,16 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	deleteErr := r.deletePods(ctx, job, p.delete)
 	created, yielded, createErrs := r.createPods(ctx, job, p.create)
 	createErr := errors.Join(createErrs...)
+	if len(p.create) > 0 {
+		r.exp.createsRefused(job.UID, createErr != nil, r.clock.Now())
+	}
+	if d := createRefusedDelay(job); d > 0 && createErr != nil {
+		// The job asked to wait this long after a refusal (its status and
+		// a FailedCreate event say why): the next sync comes then, not
+		// with the rate limiter's retry of a failed sync.
+		createErr = nil
+		p.requeue(d)
+	}
 	if yielded {
 		// The rest after the jobs that wait now.
 		p.requeue(nextTurn)
@@ -116,7 +126,7 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		if err := r.client.Delete(ctx, podRef(d.pod)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting pod %s: %w", d.pod.Name, err)
 		}
-		podsDeleted.WithLabelValues(d.reason).Inc()
+		podsDeleted.WithLabelValues(metricReason(d.reason)).Inc()
 		logger.V(2).Info("Deleted pod", "pod", klog.KObj(d.pod), "reason", d.reason)
 		if d.event != nil {
 			r.emit(job, *d.event)

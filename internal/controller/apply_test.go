@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -159,6 +160,48 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "FailedCreate") || !strings.Contains(got[0], "and 1 more creates refused") ||
 		!strings.Contains(got[0], "93 more held back") {
 		t.Errorf("events %q, want one FailedCreate for the refused batch, counting the creates held back", got)
+	}
+}
+
+// A refused pod create is remembered, and a job with
+// retryBackoff.createRefusedDelaySeconds comes back after that delay
+// instead of failing the sync (whose retry the rate limiter would start
+// after 5 ms); creates that all go through forget the refusal.
+func TestApplyWaitsCreateRefusedDelayAfterARefusal(t *testing.T) {
+	quotaFull := func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a-0-0", errors.New("exceeded quota: compute"))
+	}
+	for _, tc := range []struct {
+		name        string
+		delay       *int32
+		refuse      bool
+		wantErr     bool
+		wantRequeue time.Duration
+		wantRefused time.Time
+	}{
+		{name: "refused, with a delay: the sync comes back then", delay: ptr.To[int32](30), refuse: true, wantRequeue: 30 * time.Second, wantRefused: testNow},
+		{name: "refused, without a delay: the sync fails and the rate limiter retries it", refuse: true, wantErr: true, wantRefused: testNow},
+		{name: "created: no refusal is remembered", delay: ptr.To[int32](30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(1).Obj()
+			job.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: tc.delay}
+			api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
+			funcs := interceptor.Funcs{}
+			if tc.refuse {
+				funcs.Create = quotaFull
+			}
+			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), DefaultBackoff)
+			// An earlier refusal, which a create that goes through forgets.
+			r.exp.createsRefused(job.UID, true, testNow.Add(-time.Hour))
+			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podToCreate{{index: 0}}})
+			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("apply = %+v, %v; want requeue after %v, error %v", res, err, tc.wantRequeue, tc.wantErr)
+			}
+			if got := r.exp.lastCreateRefused(job.UID); !got.Equal(tc.wantRefused) {
+				t.Errorf("last refusal %v, want %v", got, tc.wantRefused)
+			}
+		})
 	}
 }
 

@@ -20,7 +20,8 @@ const finalizerExpectationTimeout = time.Minute
 
 // expectations remembers, per job, what this process wrote and its cache
 // has not shown yet: the pods it created, the pods whose tracking finalizer
-// it removed, and the resourceVersion of its last status write. A sync acts
+// it removed, and the resourceVersion of its last status write; and when
+// the API server last refused one of its pod creates. A sync acts
 // on a cache that is current with its own writes, or not at all; this is
 // what keeps one pod per index when the cache lags. After a restart the
 // store is empty, and rightly so: the new cache was listed after every write
@@ -39,6 +40,10 @@ type jobExpectations struct {
 	statusVersion string
 	// statusWritten is when the status was last written.
 	statusWritten time.Time
+	// createRefused is when the API server last refused one of the job's
+	// pod creates, for spec.retryBackoff.createRefusedDelaySeconds; zero
+	// once a create went through.
+	createRefused time.Time
 }
 
 func newExpectations() *expectations {
@@ -84,6 +89,32 @@ func (e *expectations) lastStatusWrite(uid types.UID) time.Time {
 	defer e.mu.Unlock()
 	if j := e.jobs[uid]; j != nil {
 		return j.statusWritten
+	}
+	return time.Time{}
+}
+
+// createsRefused remembers whether the API server refused one of the job's
+// pod creates at now (refused), or took them all (it then forgets the
+// last refusal).
+func (e *expectations) createsRefused(uid types.UID, refused bool, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j := e.get(uid)
+	if refused {
+		j.createRefused = now
+	} else {
+		j.createRefused = time.Time{}
+	}
+}
+
+// lastCreateRefused is when the API server last refused one of the job's
+// pod creates, zero if it has not since the last create it took (or this
+// process has not tried).
+func (e *expectations) lastCreateRefused(uid types.UID) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[uid]; j != nil {
+		return j.createRefused
 	}
 	return time.Time{}
 }

@@ -31,13 +31,25 @@ func whyFailed(pod *jobpod.Pod, f jobpod.Failure) string {
 	default:
 		what = "pod failed"
 	}
-	if m := f.Match; m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex {
-		return fmt.Sprintf("%s matched rule %d (%s)", what, m.Rule, m.Action)
-	}
-	if m := f.Match; m != nil {
-		return fmt.Sprintf("%s matched rule %d (%s); backoffLimitPerIndex reached", what, m.Rule, m.Action)
+	m := f.Match
+	switch {
+	case m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex && m.Name != "":
+		return fmt.Sprintf("%s matched %s: reason %s", what, ruleRef(m), m.Reason())
+	case m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex:
+		return fmt.Sprintf("%s matched %s", what, ruleRef(m))
+	case m != nil:
+		return fmt.Sprintf("%s matched %s; backoffLimitPerIndex reached", what, ruleRef(m))
 	}
 	return what + "; backoffLimitPerIndex reached"
+}
+
+// ruleRef names a matched rule in words: its position, its name if it has
+// one, and its action, such as `rule 1 "bad_input" (FailIndex)`.
+func ruleRef(m *jobpod.Match) string {
+	if m.Name == "" {
+		return fmt.Sprintf("rule %d (%s)", m.Rule, m.Action)
+	}
+	return fmt.Sprintf("rule %d %q (%s)", m.Rule, m.Name, m.Action)
 }
 
 // attempts is "1 attempt" or "n attempts".

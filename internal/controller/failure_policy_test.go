@@ -27,7 +27,7 @@ func TestFailurePolicyMatching(t *testing.T) {
 	exit := func(code int32) *jobpod.Pod { return makePod(job, 0).failedAt(testNow, code).obj() }
 	cases := []struct {
 		name   string
-		policy *batchv1.PodFailurePolicy
+		policy *ibjv1.PodFailurePolicy
 		pod    *jobpod.Pod
 		want   batchv1.PodFailurePolicyAction
 	}{
@@ -114,7 +114,7 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 }
 
 // matchFailurePolicy is the rule that matches a cached pod, nil for none.
-func matchFailurePolicy(policy *batchv1.PodFailurePolicy, pod *jobpod.Pod) *jobpod.Match {
+func matchFailurePolicy(policy *ibjv1.PodFailurePolicy, pod *jobpod.Pod) *jobpod.Match {
 	return jobpod.MatchPolicy(policy, pod)
 }
 
@@ -133,11 +133,31 @@ type verdict struct {
 }
 
 func verdictOf(f jobpod.Failure) verdict {
-	return verdict{failed: f.Failed, ignored: f.Ignored, counted: f.Counted, failsIndex: f.FailsIndex, failsJob: f.FailsJob()}
+	v := verdict{failed: f.Failed, ignored: f.Ignored, counted: f.Counted, failsIndex: f.FailsIndex}
+	if m := f.FailsJob(); m != nil {
+		v.failsJob = m.Message
+	}
+	return v
 }
 
-func policyOf(rules ...batchv1.PodFailurePolicyRule) *batchv1.PodFailurePolicy {
-	return &batchv1.PodFailurePolicy{Rules: rules}
+// policyOf is a podFailurePolicy of the batch/v1 rules, unnamed.
+func policyOf(rules ...batchv1.PodFailurePolicyRule) *ibjv1.PodFailurePolicy {
+	return harness.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(rules...).Obj().Spec.PodFailurePolicy
+}
+
+// nameRules names the job's podFailurePolicy rules in order; "" leaves a
+// rule unnamed.
+func nameRules(job *ibjv1.IndexedBatchJob, names ...string) *ibjv1.IndexedBatchJob {
+	for i, name := range names {
+		job.Spec.PodFailurePolicy.Rules[i].Name = name
+	}
+	return job
+}
+
+// delayRule sets the retryDelaySeconds of the job's podFailurePolicy rule i.
+func delayRule(job *ibjv1.IndexedBatchJob, i int, seconds int32) *ibjv1.IndexedBatchJob {
+	job.Spec.PodFailurePolicy.Rules[i].RetryDelaySeconds = ptr.To(seconds)
+	return job
 }
 
 func TestClassifyFailure(t *testing.T) {
@@ -229,23 +249,31 @@ func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 		harness.OnPodCondition(batchv1.PodFailurePolicyActionFailIndex, corev1.DisruptionTarget, corev1.ConditionTrue),
 		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 42),
 	).Obj()
+	named := nameRules(job.DeepCopy(), "bad_input", "", "Fatal")
 	overLimit := podToCreate{attempt: 1, failures: 1}
 	cases := []struct {
 		name string
+		job  *ibjv1.IndexedBatchJob
 		pod  *jobpod.Pod
 		want string
 	}{
-		{"an exit code rule", makePod(job, 0).failedAt(testNow, 43).obj(), "exit code 43 of container main matched rule 0 (FailIndex)"},
-		{"a condition rule", makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj(),
+		{"an exit code rule", job, makePod(job, 0).failedAt(testNow, 43).obj(), "exit code 43 of container main matched rule 0 (FailIndex)"},
+		{"a condition rule", job, makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj(),
 			"condition DisruptionTarget matched rule 1 (FailIndex)"},
-		{"the limit, after a FailJob match", makePodFor(job, overLimit).failedAt(testNow, 42).obj(),
+		{"the limit, after a FailJob match", job, makePodFor(job, overLimit).failedAt(testNow, 42).obj(),
 			"exit code 42 of container main matched rule 2 (FailJob); backoffLimitPerIndex reached"},
-		{"the limit", makePodFor(job, overLimit).failedAt(testNow, 1).obj(), "exit code 1 of container main; backoffLimitPerIndex reached"},
-		{"the limit, deleted", makePodFor(job, overLimit).running().deletedAt(testNow).obj(), "deleted before it succeeded; backoffLimitPerIndex reached"},
+		{"the limit", job, makePodFor(job, overLimit).failedAt(testNow, 1).obj(), "exit code 1 of container main; backoffLimitPerIndex reached"},
+		{"the limit, deleted", job, makePodFor(job, overLimit).running().deletedAt(testNow).obj(), "deleted before it succeeded; backoffLimitPerIndex reached"},
+		{"a named FailIndex rule gives its reason", named, makePod(named, 0).failedAt(testNow, 43).obj(),
+			`exit code 43 of container main matched rule 0 "bad_input" (FailIndex): reason PodFailurePolicy_bad_input`},
+		{"an unnamed rule among named ones", named, makePod(named, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj(),
+			"condition DisruptionTarget matched rule 1 (FailIndex)"},
+		{"the limit, after a named FailJob match", named, makePodFor(named, overLimit).failedAt(testNow, 42).obj(),
+			`exit code 42 of container main matched rule 2 "Fatal" (FailJob); backoffLimitPerIndex reached`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := jobpod.Classify(job, tc.pod)
+			f := jobpod.Classify(tc.job, tc.pod)
 			if !f.FailsIndex {
 				t.Fatalf("classifyFailure = %+v, want the index failed", f)
 			}

@@ -30,12 +30,27 @@ type gonePods struct {
 	jobs map[types.UID][]gonePod
 }
 
-// gonePod is what a sync needs of a deleted failed pod.
+// gonePod is what a sync needs of a deleted failed pod: its name, its end,
+// and how its failure counts in the job-wide backoff.
 type gonePod struct {
 	uid        types.UID
 	index      int32
 	attempt    int32
 	finishedAt time.Time
+	// counted: the failure counted (no Ignore rule matched it); retryDelay
+	// is the matched rule's retryDelaySeconds, nil when unset.
+	counted    bool
+	retryDelay *time.Duration
+}
+
+// failure is how the gone pod's failure counts, as jobpod.Classify said
+// while the pod was there.
+func (p gonePod) failure() jobpod.Failure {
+	f := jobpod.Failure{Failed: true, Counted: p.counted, Ignored: !p.counted}
+	if p.retryDelay != nil {
+		f.Match = &jobpod.Match{RetryDelay: p.retryDelay}
+	}
+	return f
 }
 
 func newGonePods() *gonePods { return &gonePods{jobs: map[types.UID][]gonePod{}} }
@@ -49,10 +64,17 @@ func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gon
 	known := g.jobs[job.UID]
 	for _, pod := range pods {
 		present[pod.UID] = true
-		if pod.DeletionTimestamp == nil || !pod.IndexOK || pod.Discarded || !jobpod.Classify(job, pod).Failed {
+		if pod.DeletionTimestamp == nil || !pod.IndexOK || pod.Discarded {
 			continue
 		}
-		entry := gonePod{uid: pod.UID, index: pod.Index, attempt: pod.Attempt, finishedAt: pod.FinishedAt}
+		f := jobpod.Classify(job, pod)
+		if !f.Failed {
+			continue
+		}
+		entry := gonePod{uid: pod.UID, index: pod.Index, attempt: pod.Attempt, finishedAt: pod.FinishedAt, counted: f.Counted}
+		if f.Match != nil {
+			entry.retryDelay = f.Match.RetryDelay
+		}
 		if i := slices.IndexFunc(known, func(e gonePod) bool { return e.uid == pod.UID }); i >= 0 {
 			known[i] = entry
 			continue

@@ -25,8 +25,8 @@ func TestGonePodsRememberDeletedFailuresUntilTheyAreGone(t *testing.T) {
 	// the others are no failure, or still in the cache.
 	gone := g.observe(job, []*jobpod.Pod{notDeleted})
 	want := []gonePod{
-		{uid: deleted.UID, index: 0, attempt: 0, finishedAt: deleted.FinishedAt},
-		{uid: running.UID, index: 2, attempt: 0, finishedAt: running.FinishedAt},
+		{uid: deleted.UID, index: 0, attempt: 0, finishedAt: deleted.FinishedAt, counted: true},
+		{uid: running.UID, index: 2, attempt: 0, finishedAt: running.FinishedAt, counted: true},
 	}
 	if !slices.Equal(gone, want) {
 		t.Fatalf("gone = %+v, want %+v", gone, want)
@@ -80,7 +80,7 @@ func TestGlobalBackoffCountsAGoneDeletedPod(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished)}}
+			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished), counted: true}}
 			p := syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true,
 				gone: gone, nameFloors: goneFloors(gone, nil)})
 			if got := len(p.create) > 0; got != tc.wantCreate || p.requeueAfter != tc.wantRequeue {

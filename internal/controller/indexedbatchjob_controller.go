@@ -244,6 +244,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		backoff:               r.backoff,
 		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
 		lastStatusWrite:       r.exp.lastStatusWrite(job.UID),
+		lastCreateRefused:     r.exp.lastCreateRefused(job.UID),
 		nameFloors:            r.takenNames.floors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,
 	}

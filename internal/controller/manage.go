@@ -3,6 +3,7 @@ package controller
 import (
 	"time"
 
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -121,6 +122,10 @@ func (s *syncState) startPods() {
 		slots = maxCreatesPerSync
 		s.plan.requeue(time.Second)
 	}
+	if wait := s.createRefusedLeft(); wait > 0 {
+		s.plan.requeue(wait)
+		return
+	}
 	if s.job.Spec.BackoffLimitPerIndex == nil {
 		if wait := s.globalBackoffLeft(); wait > 0 {
 			s.plan.requeue(wait)
@@ -182,11 +187,32 @@ func (s *syncState) globalBackoffLeft() time.Duration {
 		}
 	}
 	for _, pod := range s.gone {
-		ends.AddFailure(pod.finishedAt)
+		ends.AddFailure(pod.finishedAt, pod.failure())
 	}
 	at := ends.RetryAt(s.backoff)
 	if at.IsZero() {
 		return 0
 	}
 	return at.Sub(s.now)
+}
+
+// createRefusedLeft is how long a job with
+// retryBackoff.createRefusedDelaySeconds still waits, after the API
+// server refused one of its pod creates, before it tries again; zero
+// without the field or a refusal.
+func (s *syncState) createRefusedLeft() time.Duration {
+	d := createRefusedDelay(s.job)
+	if d == 0 || s.lastCreateRefused.IsZero() {
+		return 0
+	}
+	return s.lastCreateRefused.Add(d).Sub(s.now)
+}
+
+// createRefusedDelay is the job's retryBackoff.createRefusedDelaySeconds,
+// zero when unset.
+func createRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
+	if rb := job.Spec.RetryBackoff; rb != nil && rb.CreateRefusedDelaySeconds != nil {
+		return time.Duration(*rb.CreateRefusedDelaySeconds) * time.Second
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,9 +68,20 @@ func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
 		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(p.newlyFailedIndexes))
 	}
 	if c := p.newlyFinished; c != nil {
-		jobsFinished.WithLabelValues(c.Type, c.Reason).Inc()
+		jobsFinished.WithLabelValues(c.Type, metricReason(c.Reason)).Inc()
 		log.FromContext(ctx).Info("Job finished", "condition", c.Type, "reason", c.Reason)
 	}
+}
+
+// metricReason is a reason as a metric label: PodFailurePolicy for every
+// PodFailurePolicy_<name>, so that the names users give their rules never
+// make the label's values unbounded (as KEP-4443 requires of upstream's
+// jobs_finished_total).
+func metricReason(reason string) string {
+	if strings.HasPrefix(reason, ibjv1.ReasonPodFailurePolicy+"_") {
+		return ibjv1.ReasonPodFailurePolicy
+	}
+	return reason
 }
 
 // trackedDesc describes the entries the operator keeps in memory per job

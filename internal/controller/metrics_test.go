@@ -82,3 +82,19 @@ func TestTrackedEntries(t *testing.T) {
 		t.Errorf("entries of a removed reconciler: %v, want none", got)
 	}
 }
+
+// A rule's name is in the job's condition reason, never in a metric label:
+// the names users give their rules would make the label's values
+// unbounded.
+func TestMetricReasonFoldsRuleNamesIntoPodFailurePolicy(t *testing.T) {
+	for reason, want := range map[string]string{
+		"PodFailurePolicy_bad_input": "PodFailurePolicy",
+		"PodFailurePolicy":           "PodFailurePolicy",
+		"BackoffLimitExceeded":       "BackoffLimitExceeded",
+		"job suspended":              "job suspended",
+	} {
+		if got := metricReason(reason); got != want {
+			t.Errorf("metricReason(%q) = %q, want %q", reason, got, want)
+		}
+	}
+}

@@ -38,6 +38,10 @@ type syncInput struct {
 	// lastStatusWrite is when this process last wrote the job's status,
 	// zero if it has not.
 	lastStatusWrite time.Time
+	// lastCreateRefused is when the API server last refused one of the
+	// job's pod creates (this process's record), zero if it has not since
+	// a create went through.
+	lastCreateRefused time.Time
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
@@ -83,9 +87,9 @@ type syncState struct {
 	// index the job does not run; they count as terminating until gone.
 	unwantedPods int
 
-	// failJob is the message of the first FailJob match among the pods
-	// recorded in this sync, "" without one.
-	failJob string
+	// failJob is the first FailJob match among the pods recorded in this
+	// sync, nil without one.
+	failJob *jobpod.Match
 	// indexFailures say why each index this sync failed for good did.
 	indexFailures []string
 	// ignoredFailures are failed pods an Ignore rule matched.
@@ -343,8 +347,8 @@ func (s *syncState) recordFinishedPods() {
 			}
 			s.uncountedFailed.Insert(pod.UID)
 			s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
-			if msg := f.FailsJob(); msg != "" && s.failJob == "" {
-				s.failJob = msg
+			if m := f.FailsJob(); m != nil && s.failJob == nil {
+				s.failJob = m
 			}
 			if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 				s.failedIndexes = s.failedIndexes.Add(ix)
@@ -354,15 +358,18 @@ func (s *syncState) recordFinishedPods() {
 	}
 }
 
-// failureOf is jobpod.Classify for a pod of this sync. A pod recorded as
-// failed stays a counted failure of its index even if it then succeeded: a
-// pod deleted under TerminatingOrFailed is recorded at once and may still
-// exit 0 afterwards; its index has lost that attempt all the same.
+// failureOf is jobpod.Classify for a pod of this sync (with the matched
+// rule, whose retry delay the index's next attempt waits). A pod recorded
+// as failed stays a counted failure of its index even if it then
+// succeeded: a pod deleted under TerminatingOrFailed is recorded at once
+// and may still exit 0 afterwards; its index has lost that attempt all the
+// same.
 func (s *syncState) failureOf(pod *jobpod.Pod) jobpod.Failure {
-	if s.uncountedFailed.Has(pod.UID) {
+	f := jobpod.Classify(s.job, pod)
+	if s.uncountedFailed.Has(pod.UID) && !f.Counted {
 		return jobpod.Failure{Failed: true, Counted: true}
 	}
-	return jobpod.Classify(s.job, pod)
+	return f
 }
 
 // decideTarget sets FailureTarget or SuccessCriteriaMet once the job reached
@@ -393,8 +400,10 @@ func (s *syncState) newTarget() *metav1.Condition {
 	switch {
 	case s.unreadableIndexes:
 		return nil
-	case s.failJob != "":
-		return fail(ibjv1.ReasonPodFailurePolicy, s.failJob)
+	case s.failJob != nil:
+		// PodFailurePolicy_<name> for a named rule (KEP-4443), with
+		// upstream's message.
+		return fail(s.failJob.Reason(), s.failJob.Message)
 	case s.exceedsBackoffLimit():
 		return fail(ibjv1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
 	case job.Spec.BackoffLimitPerIndex != nil && job.Spec.MaxFailedIndexes != nil && s.failedIndexes.Len() > int(*job.Spec.MaxFailedIndexes):

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -98,11 +99,34 @@ func TestSyncJob(t *testing.T) {
 	subsetDone.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, CompletedIndexes: "1,6", FailedIndexes: ptr.To("2"), Succeeded: 2, Failed: 1}
 	unreadableSubset := base.Clone().Completions(3).Parallelism(3).Indexes("2-1").Obj()
 
+	// Named rules and retry delays by failure kind.
+	namedFailJob := nameRules(failJob.DeepCopy(), "Fatal")
+	namedFailIndex := nameRules(failIndex.DeepCopy(), "bad_input")
+	disrupted := func(j *ibjv1.IndexedBatchJob, failures int32, ago time.Duration) *jobpod.Pod {
+		return makePodFor(j, podToCreate{attempt: failures, failures: failures}).failedAt(testNow.Add(-ago), 137).
+			condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
+	}
+	ignoreDisruption := base.Clone().Completions(1).BackoffLimitPerIndex(3).
+		PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj()
+	ignoreDisruptionDelayed := delayRule(ignoreDisruption.DeepCopy(), 0, 30)
+	countDelayed := delayRule(base.Clone().Completions(1).BackoffLimitPerIndex(3).
+		PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3)).Obj(), 0, 5)
+	refusedDelay := base.Clone().Completions(2).Parallelism(2).Obj()
+	refusedDelay.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To[int32](30)}
+	refusedCondition := metav1.Condition{Type: ibjv1.ConditionPodCreationFailed, Status: metav1.ConditionTrue, Reason: ibjv1.ReasonQuotaExceeded,
+		Message: "exceeded quota", LastTransitionTime: metav1.NewTime(testNow.Add(-time.Minute))}
+	refusedDelay.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}}
+	refusedNoDelay := refusedDelay.DeepCopy()
+	refusedNoDelay.Spec.RetryBackoff = nil
+
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob
 		pods func(*ibjv1.IndexedBatchJob) []*jobpod.Pod
-		want decision
+		// createRefusedAgo is how long ago the API server last refused
+		// one of the job's pod creates; zero: it has not.
+		createRefusedAgo time.Duration
+		want             decision
 	}{
 		{
 			name: "a new job starts the lowest indexes up to parallelism",
@@ -357,6 +381,102 @@ func TestSyncJob(t *testing.T) {
 			},
 		},
 		{
+			name: "a named FailJob rule fails the job with reason PodFailurePolicy_<name> and upstream's message",
+			job:  namedFailJob,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow, 42).obj(), makePod(j, 1).succeededAt(testNow).obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, CompletedIndexes: "1", Succeeded: 1, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseRunning,
+					Conditions: []metav1.Condition{condition(ibjv1.ConditionFailureTarget, "PodFailurePolicy_Fatal",
+						"Container main for pod ns/a-0-0 failed with exit code 42 matching FailJob rule at index 0")},
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0"}},
+				},
+				RemoveFinalizer: []string{"a-0-0"},
+				ReleaseLater:    []string{"a-1-0"},
+			},
+		},
+		{
+			name: "a named FailIndex rule gives its reason in the IndexFailed event",
+			job:  namedFailIndex,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow.Add(-time.Hour), 43).obj(), makePod(j, 1).running().obj(), makePod(j, 2).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, FailedIndexes: ptr.To("0"), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning,
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-0"}},
+				},
+				RemoveFinalizer: []string{"a-0-0"},
+				Events: []string{
+					`Warning IndexFailed: Index 0 failed for good after 1 attempt: exit code 43 of container main matched rule 0 "bad_input" (FailIndex): reason PodFailurePolicy_bad_input`,
+				},
+			},
+		},
+		{
+			// Upstream (since kubernetes#130881) would wait 20 s: the
+			// backoff of the index's two failures, the ignored one with it.
+			name: "an Ignore rule's failure is retried at once and grows no backoff",
+			job:  ignoreDisruption,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{disrupted(j, 1, 0)} },
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=1"},
+			},
+		},
+		{
+			name: "an Ignore rule's retryDelaySeconds delays its index's next pod, which keeps the finalizer until then",
+			job:  ignoreDisruptionDelayed,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{disrupted(j, 1, 10*time.Second)} },
+			want: decision{
+				Status:       ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseRunning},
+				RequeueAfter: 20 * time.Second,
+			},
+		},
+		{
+			// The exponential delay of the index's third failure is 40 s.
+			name: "a Count rule's retryDelaySeconds replaces the exponential delay, and the failure counts",
+			job:  countDelayed,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podToCreate{attempt: 2, failures: 2}).failedAt(testNow.Add(-time.Second), 3).obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{
+					StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseRunning,
+					UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"uid-a-0-2"}},
+				},
+				RequeueAfter: 4 * time.Second,
+			},
+		},
+		{
+			name:             "within createRefusedDelaySeconds of a refused create no pod is created",
+			job:              refusedDelay,
+			createRefusedAgo: 10 * time.Second,
+			want: decision{
+				Status:       ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}},
+				RequeueAfter: 20 * time.Second,
+			},
+		},
+		{
+			name:             "createRefusedDelaySeconds after a refused create the pods are tried again",
+			job:              refusedDelay,
+			createRefusedAgo: 30 * time.Second,
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0"},
+			},
+		},
+		{
+			name:             "without createRefusedDelaySeconds a refused create holds nothing back",
+			job:              refusedNoDelay,
+			createRefusedAgo: time.Second,
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0"},
+			},
+		},
+		{
 			name: "an unreadable spec.indexes starts nothing, removes nothing and says why",
 			job:  unreadableSubset,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 1).running().obj()} },
@@ -372,7 +492,11 @@ func TestSyncJob(t *testing.T) {
 			if tc.pods != nil {
 				pods = tc.pods(tc.job)
 			}
-			got := decisionOf(tc.job, syncOnce(tc.job, pods...))
+			in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
+			if tc.createRefusedAgo > 0 {
+				in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
+			}
+			got := decisionOf(tc.job, syncJob(in))
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}

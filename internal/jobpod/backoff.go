@@ -1,6 +1,7 @@
 package jobpod
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,13 +66,27 @@ func NextCounts(p *Pod, f Failure) (failures, ignored int32) {
 	return failures, ignored
 }
 
+// RetryDelay is the wait after a failure that counts as f, failures being
+// the counted failures it makes (its own included): the matched rule's
+// retryDelaySeconds where set, none after an ignored failure, the
+// exponential delay otherwise.
+func (b Backoff) RetryDelay(failures int32, f Failure) time.Duration {
+	switch {
+	case f.Match != nil && f.Match.RetryDelay != nil:
+		return *f.Match.RetryDelay
+	case f.Ignored:
+		return 0
+	}
+	return b.Delay(failures)
+}
+
 // IndexRetryAt is when, with backoffLimitPerIndex, the index of a failed
 // pod p (its latest, whose end counts as f) may start its next attempt:
-// the delay grows with every earlier failure of the index, ignored ones
-// included, and runs from p's end.
+// RetryDelay after p's end, the exponential delay growing with the index's
+// counted failures (ignored ones never count).
 func (b Backoff) IndexRetryAt(p *Pod, f Failure) time.Time {
-	failures, ignored := NextCounts(p, f)
-	return p.FinishedAt.Add(b.Delay(failures + ignored))
+	failures, _ := NextCounts(p, f)
+	return p.FinishedAt.Add(b.RetryDelay(failures, f))
 }
 
 // JobEnds gathers the ends that the job-wide backoff (a job without
@@ -79,7 +94,12 @@ func (b Backoff) IndexRetryAt(p *Pod, f Failure) time.Time {
 // failures since the last success.
 type JobEnds struct {
 	lastSuccess time.Time
-	failures    []time.Time
+	failures    []jobFailure
+}
+
+type jobFailure struct {
+	at time.Time
+	f  Failure
 }
 
 // Add takes in one pod of the job and how its end counts.
@@ -90,31 +110,39 @@ func (e *JobEnds) Add(p *Pod, f Failure) {
 			e.lastSuccess = p.FinishedAt
 		}
 	case f.Failed:
-		e.failures = append(e.failures, p.FinishedAt)
+		e.AddFailure(p.FinishedAt, f)
 	}
 }
 
-// AddFailure takes in the failure, at finishedAt, of a pod that is gone.
-func (e *JobEnds) AddFailure(finishedAt time.Time) {
-	e.failures = append(e.failures, finishedAt)
+// AddFailure takes in the failure, at finishedAt, of a pod that is gone,
+// f being how it counted.
+func (e *JobEnds) AddFailure(finishedAt time.Time, f Failure) {
+	e.failures = append(e.failures, jobFailure{at: finishedAt, f: f})
 }
 
-// RetryAt is when the job-wide backoff lets a replacement start: the delay
-// grows with the failures that ended after the last success and runs from
-// the latest of them. Zero when no failure waits.
+// RetryAt is when the job-wide backoff lets a replacement start: once each
+// failure since the last success has waited its RetryDelay, the
+// exponential delay of a counted failure growing with the counted failures
+// since the last success up to it (ignored ones never count). Without
+// rules, that is the latest failure's end plus the delay of all of them,
+// as upstream. Zero without a failure since the last success.
 func (e *JobEnds) RetryAt(b Backoff) time.Time {
-	var failures int32
-	var last time.Time
-	for _, t := range e.failures {
-		if t.After(e.lastSuccess) {
-			failures++
-			if t.After(last) {
-				last = t
-			}
+	since := make([]jobFailure, 0, len(e.failures))
+	for _, x := range e.failures {
+		if x.at.After(e.lastSuccess) {
+			since = append(since, x)
 		}
 	}
-	if failures == 0 {
-		return time.Time{}
+	slices.SortStableFunc(since, func(a, b jobFailure) int { return a.at.Compare(b.at) })
+	var counted int32
+	var at time.Time
+	for _, x := range since {
+		if x.f.Counted {
+			counted++
+		}
+		if t := x.at.Add(b.RetryDelay(counted, x.f)); t.After(at) {
+			at = t
+		}
 	}
-	return last.Add(b.Delay(failures))
+	return at
 }

@@ -89,7 +89,9 @@ func TestBackoffOfAJobTakesItsRetryBackoffOverTheDefaults(t *testing.T) {
 
 // The next attempt of an index carries its latest pod's counts, plus that
 // pod's own failure where it counted or an Ignore rule matched it; the
-// per-index retry waits the backoff of all of them from the pod's end.
+// per-index retry waits, from the pod's end, the backoff of the counted
+// failures, or the matched rule's retry delay; an ignored failure without
+// one waits nothing.
 func TestIndexRetryAtCountsTheLatestFailure(t *testing.T) {
 	end := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 	pod := &Pod{Failures: 2, Ignored: 1, FinishedAt: end}
@@ -99,9 +101,11 @@ func TestIndexRetryAtCountsTheLatestFailure(t *testing.T) {
 		wantFailures, wantIgnored int32
 		wantAt                    time.Time
 	}{
-		{"counted", Failure{Failed: true, Counted: true}, 3, 1, end.Add(80 * time.Second)},
-		{"ignored", Failure{Failed: true, Ignored: true}, 2, 2, end.Add(80 * time.Second)},
-		{"not a failure", Failure{}, 2, 1, end.Add(40 * time.Second)},
+		{"counted", Failure{Failed: true, Counted: true}, 3, 1, end.Add(40 * time.Second)},
+		{"ignored: at once", Failure{Failed: true, Ignored: true}, 2, 2, end},
+		{"not a failure", Failure{}, 2, 1, end.Add(20 * time.Second)},
+		{"counted by a rule with a delay: the rule's", Failure{Failed: true, Counted: true, Match: &Match{RetryDelay: ptr.To(5 * time.Second)}}, 3, 1, end.Add(5 * time.Second)},
+		{"ignored by a rule with a delay: the rule's", Failure{Failed: true, Ignored: true, Match: &Match{RetryDelay: ptr.To(90 * time.Second)}}, 2, 2, end.Add(90 * time.Second)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,8 +120,9 @@ func TestIndexRetryAtCountsTheLatestFailure(t *testing.T) {
 	}
 }
 
-// The job-wide backoff grows with the failures that ended after the last
-// success and runs from the latest of them.
+// The job-wide backoff grows with the counted failures that ended after
+// the last success and runs from the latest of them; an ignored failure
+// grows nothing, and a rule's retry delay is that failure's own wait.
 func TestJobEndsRetryAtCountsFailuresSinceTheLastSuccess(t *testing.T) {
 	t0 := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 	failed := Failure{Failed: true, Counted: true}
@@ -146,9 +151,21 @@ func TestJobEndsRetryAtCountsFailuresSinceTheLastSuccess(t *testing.T) {
 		{"failures before the last success wait for nothing", []end{
 			{ended(corev1.PodFailed, 0), failed}, {ended(corev1.PodSucceeded, time.Second), Failure{}},
 		}, time.Time{}},
-		{"a pod that failed without counting still ends a retry", []end{
+		{"an ignored failure is retried at once", []end{
 			{ended(corev1.PodFailed, 0), Failure{Failed: true, Ignored: true}},
-		}, t0.Add(10 * time.Second)},
+		}, t0},
+		{"an ignored failure between counted ones grows nothing", []end{
+			{ended(corev1.PodFailed, 0), failed}, {ended(corev1.PodFailed, time.Second), Failure{Failed: true, Ignored: true}},
+			{ended(corev1.PodFailed, 2*time.Second), failed},
+		}, t0.Add(22 * time.Second)},
+		{"an ignored failure waits its rule's delay", []end{
+			{ended(corev1.PodFailed, 0), failed},
+			{ended(corev1.PodFailed, time.Second), Failure{Failed: true, Ignored: true, Match: &Match{RetryDelay: ptr.To(time.Minute)}}},
+		}, t0.Add(61 * time.Second)},
+		{"a Count rule's delay is its failure's wait, and the failure still counts", []end{
+			{ended(corev1.PodFailed, 0), Failure{Failed: true, Counted: true, Match: &Match{RetryDelay: ptr.To(3 * time.Second)}}},
+			{ended(corev1.PodFailed, time.Second), failed},
+		}, t0.Add(21 * time.Second)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
@@ -52,9 +54,13 @@ func Conditions(pod *corev1.Pod) []Condition {
 
 // Match is the podFailurePolicy rule that matched a failed pod.
 type Match struct {
-	// Rule is the rule's position in the policy.
+	// Rule is the rule's position in the policy, Name its name ("" when
+	// unnamed).
 	Rule   int32
+	Name   string
 	Action batchv1.PodFailurePolicyAction
+	// RetryDelay is the rule's retryDelaySeconds, nil when unset.
+	RetryDelay *time.Duration
 	// Exit is the container whose exit code an onExitCodes rule matched;
 	// Condition the condition an onPodConditions rule matched.
 	Exit      *Exit
@@ -64,13 +70,24 @@ type Match struct {
 	Message string
 }
 
+// Reason is the reason a FailJob or FailIndex match gives the job's
+// condition or the index's failure: PodFailurePolicy_<name> for a named
+// rule, PodFailurePolicy (batch/v1's) for an unnamed one.
+func (m *Match) Reason() string {
+	if m.Name == "" {
+		return ibjv1.ReasonPodFailurePolicy
+	}
+	return ibjv1.ReasonPodFailurePolicy + "_" + m.Name
+}
+
 // Failure is how one pod's end counts.
 type Failure struct {
 	// Failed: the pod ended in failure (phase Failed, or deleted before it
 	// succeeded when terminating pods are replaced at once).
 	Failed bool
-	// Ignored: an Ignore rule matched; the failure counts against nothing,
-	// but still delays the index's next attempt.
+	// Ignored: an Ignore rule matched; the failure counts against nothing
+	// and grows no backoff: the next attempt waits only the rule's
+	// retryDelaySeconds, if set.
 	Ignored bool
 	// Counted: the failure counts against backoffLimit and its index's
 	// backoffLimitPerIndex.
@@ -82,12 +99,12 @@ type Failure struct {
 	Match *Match
 }
 
-// FailsJob is the message of a matched FailJob rule, "" otherwise.
-func (f Failure) FailsJob() string {
+// FailsJob is the matched FailJob rule, nil otherwise.
+func (f Failure) FailsJob() *Match {
 	if f.Counted && f.Match != nil && f.Match.Action == batchv1.PodFailurePolicyActionFailJob {
-		return f.Match.Message
+		return f.Match
 	}
-	return ""
+	return nil
 }
 
 // Classify decides how a pod of the job counts, as upstream's isPodFailed,
@@ -137,7 +154,7 @@ func countsAsFailed(p *Pod, onlyFailed bool) bool {
 // matchPodFailurePolicy; nil without a policy or when no rule matches (the
 // failure is then counted). A rule with an action from a newer API is
 // passed over, as upstream does.
-func MatchPolicy(policy *batchv1.PodFailurePolicy, p *Pod) *Match {
+func MatchPolicy(policy *ibjv1.PodFailurePolicy, p *Pod) *Match {
 	if policy == nil {
 		return nil
 	}
@@ -148,19 +165,25 @@ func MatchPolicy(policy *batchv1.PodFailurePolicy, p *Pod) *Match {
 		default:
 			continue
 		}
+		var m *Match
 		switch {
 		case rule.OnExitCodes != nil:
 			if e := matchExitCodes(p.Exits, rule.OnExitCodes); e != nil {
-				return &Match{Rule: int32(i), Action: rule.Action, Exit: e,
-					Message: fmt.Sprintf("Container %s for pod %s/%s failed with exit code %d matching %s rule at index %d",
-						e.Container, p.Namespace, p.Name, e.Code, rule.Action, i)}
+				m = &Match{Exit: e, Message: fmt.Sprintf("Container %s for pod %s/%s failed with exit code %d matching %s rule at index %d",
+					e.Container, p.Namespace, p.Name, e.Code, rule.Action, i)}
 			}
 		case rule.OnPodConditions != nil:
 			if c, ok := matchPodConditions(p.Conditions, rule.OnPodConditions); ok {
-				return &Match{Rule: int32(i), Action: rule.Action, Condition: c,
-					Message: fmt.Sprintf("Pod %s/%s has condition %s matching %s rule at index %d",
-						p.Namespace, p.Name, c, rule.Action, i)}
+				m = &Match{Condition: c, Message: fmt.Sprintf("Pod %s/%s has condition %s matching %s rule at index %d",
+					p.Namespace, p.Name, c, rule.Action, i)}
 			}
+		}
+		if m != nil {
+			m.Rule, m.Name, m.Action = int32(i), rule.Name, rule.Action
+			if d := rule.RetryDelaySeconds; d != nil && (rule.Action == batchv1.PodFailurePolicyActionCount || rule.Action == batchv1.PodFailurePolicyActionIgnore) {
+				m.RetryDelay = ptr.To(time.Duration(*d) * time.Second)
+			}
+			return m
 		}
 	}
 	return nil

@@ -2,11 +2,16 @@ package jobpod
 
 import (
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -54,11 +59,52 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got string
 			ended := Read(pod)
-			if m := MatchPolicy(&batchv1.PodFailurePolicy{Rules: tc.rules}, ended); m != nil {
+			policy := harness.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(tc.rules...).Obj().Spec.PodFailurePolicy
+			if m := MatchPolicy(policy, ended); m != nil {
 				got = m.Message
 			}
 			if got != tc.want {
 				t.Errorf("match %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A match carries its rule's name, the reason that name gives, and its
+// retry delay, which only Count and Ignore rules have.
+func TestMatchPolicyCarriesTheRuleNameAndRetryDelay(t *testing.T) {
+	pod := Read(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Status: corev1.PodStatus{
+		Phase:             corev1.PodFailed,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 42}}}},
+	}})
+	rule := func(name string, action batchv1.PodFailurePolicyAction, delay *int32) ibjv1.PodFailurePolicyRule {
+		return ibjv1.PodFailurePolicyRule{Name: name, Action: action, RetryDelaySeconds: delay,
+			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{42}}}
+	}
+	cases := []struct {
+		name       string
+		rule       ibjv1.PodFailurePolicyRule
+		wantReason string
+		wantDelay  *time.Duration
+	}{
+		{"unnamed FailJob", rule("", batchv1.PodFailurePolicyActionFailJob, nil), "PodFailurePolicy", nil},
+		{"named FailIndex", rule("bad_input", batchv1.PodFailurePolicyActionFailIndex, nil), "PodFailurePolicy_bad_input", nil},
+		{"Count with a delay", rule("Transient", batchv1.PodFailurePolicyActionCount, ptr.To[int32](30)), "PodFailurePolicy_Transient", ptr.To(30 * time.Second)},
+		{"Ignore with a zero delay", rule("", batchv1.PodFailurePolicyActionIgnore, ptr.To[int32](0)), "PodFailurePolicy", ptr.To(time.Duration(0))},
+		// Only a CRD without its validation lets a FailJob rule have a delay.
+		{"FailJob's delay is not read", rule("x", batchv1.PodFailurePolicyActionFailJob, ptr.To[int32](30)), "PodFailurePolicy_x", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := MatchPolicy(&ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{tc.rule}}, pod)
+			if m == nil {
+				t.Fatal("no match")
+			}
+			if m.Name != tc.rule.Name || m.Reason() != tc.wantReason {
+				t.Errorf("name %q reason %q, want %q %q", m.Name, m.Reason(), tc.rule.Name, tc.wantReason)
+			}
+			if diff := cmp.Diff(tc.wantDelay, m.RetryDelay); diff != "" {
+				t.Errorf("retry delay (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -347,7 +348,45 @@ func (d *description) retries() string {
 	}
 	b := d.view.backoff
 	parts = append(parts, fmt.Sprintf("backoff %s doubling to %s", duration.HumanDuration(b.Base), duration.HumanDuration(b.Max)))
+	parts = append(parts, ruleDelays(spec.PodFailurePolicy)...)
+	if delay := createRefusedDelay(d.view.job); delay > 0 {
+		parts = append(parts, fmt.Sprintf("a refused pod create waits %s (createRefusedDelaySeconds)", duration.HumanDuration(delay)))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// ruleDelays says, for each Count or Ignore rule whose retry differs from
+// the backoff, how long its failures wait: its retryDelaySeconds, or none
+// for an Ignore rule without one.
+func ruleDelays(policy *ibjv1.PodFailurePolicy) []string {
+	if policy == nil {
+		return nil
+	}
+	var out []string
+	for i, r := range policy.Rules {
+		name := fmt.Sprintf("rule %d", i)
+		if r.Name != "" {
+			name += fmt.Sprintf(" %q", r.Name)
+		}
+		switch {
+		case r.Action != batchv1.PodFailurePolicyActionCount && r.Action != batchv1.PodFailurePolicyActionIgnore:
+		case r.RetryDelaySeconds != nil:
+			out = append(out, fmt.Sprintf("%s (%s) retries after %s", name, r.Action,
+				duration.HumanDuration(time.Duration(*r.RetryDelaySeconds)*time.Second)))
+		case r.Action == batchv1.PodFailurePolicyActionIgnore:
+			out = append(out, fmt.Sprintf("%s (%s) retries at once", name, r.Action))
+		}
+	}
+	return out
+}
+
+// createRefusedDelay is the job's retryBackoff.createRefusedDelaySeconds,
+// zero when unset.
+func createRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
+	if rb := job.Spec.RetryBackoff; rb != nil && rb.CreateRefusedDelaySeconds != nil {
+		return time.Duration(*rb.CreateRefusedDelaySeconds) * time.Second
+	}
+	return 0
 }
 
 // next says what will happen next, one line a thing.
@@ -380,7 +419,11 @@ func (d *description) next() []string {
 	if ptr.Deref(spec.Suspend, false) {
 		return []string{"nothing until spec.suspend is false"}
 	}
-	if d.failingCreate() != nil {
+	if e := d.failingCreate(); e != nil {
+		if delay := createRefusedDelay(job); delay > 0 {
+			return []string{fmt.Sprintf("the operator tries again to create the pods at %s, createRefusedDelaySeconds after the last refusal; the FailedCreate event (State, Events) says what stops it",
+				when(e.last.Add(delay), now))}
+		}
 		return []string{"the operator tries again to create the pods; the FailedCreate event (State, Events) says what stops it"}
 	}
 	var lines []string

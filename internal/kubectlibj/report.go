@@ -91,9 +91,14 @@ type IndexStatus struct {
 	// not started; or where a row without pods comes from.
 	Reason string `json:"reason,omitempty"`
 	// Rule is the index in podFailurePolicy.rules of the rule that matched
-	// the latest pod, and Action that rule's action.
-	Rule   *int32 `json:"rule,omitempty"`
-	Action string `json:"action,omitempty"`
+	// the latest pod, RuleName its name (if it has one) and Action its
+	// action. FailureReason is the reason a FailIndex or FailJob match
+	// gives: PodFailurePolicy_<name> for a named rule, PodFailurePolicy
+	// for an unnamed one.
+	Rule          *int32 `json:"rule,omitempty"`
+	RuleName      string `json:"ruleName,omitempty"`
+	Action        string `json:"action,omitempty"`
+	FailureReason string `json:"failureReason,omitempty"`
 	// Message is the failure-policy match in words, or the pod's status
 	// message.
 	Message string `json:"message,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -247,7 +248,7 @@ func (v *jobView) stoppedByEnd(f *podFacts) bool {
 // retrying once its backoff has passed.
 func (v *jobView) afterFailure(s *IndexStatus, f *podFacts) {
 	s.Reason = v.failureReason(f)
-	if v.end != nil || f.failure.FailsIndex || f.failure.FailsJob() != "" {
+	if v.end != nil || f.failure.FailsIndex || f.failure.FailsJob() != nil {
 		s.State = StateFailed
 		return
 	}
@@ -279,8 +280,12 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 	s.Message = f.message
 	if m := f.failure.Match; m != nil {
 		s.Rule = ptr.To(m.Rule)
+		s.RuleName = m.Name
 		s.Action = string(m.Action)
 		s.Message = m.Message
+		if failsIndexOrJob(m) {
+			s.FailureReason = m.Reason()
+		}
 	}
 	if limit := v.job.Spec.BackoffLimitPerIndex; limit != nil {
 		used := f.Failures
@@ -309,9 +314,28 @@ func (v *jobView) failureReason(f *podFacts) string {
 		parts = append(parts, exitReason(f.exit))
 	}
 	if m := f.failure.Match; m != nil {
-		parts = append(parts, fmt.Sprintf("rule %d: %s", m.Rule, m.Action))
+		parts = append(parts, ruleMatch(m))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// ruleMatch says which rule matched: `rule 1: Ignore` for an unnamed rule;
+// for a named one its name, and the reason a FailIndex or FailJob match
+// gives, as in `rule 0 "bad_input": FailIndex (PodFailurePolicy_bad_input)`.
+func ruleMatch(m *jobpod.Match) string {
+	switch {
+	case m.Name == "":
+		return fmt.Sprintf("rule %d: %s", m.Rule, m.Action)
+	case failsIndexOrJob(m):
+		return fmt.Sprintf("rule %d %q: %s (%s)", m.Rule, m.Name, m.Action, m.Reason())
+	}
+	return fmt.Sprintf("rule %d %q: %s", m.Rule, m.Name, m.Action)
+}
+
+// failsIndexOrJob: the match's action is FailIndex or FailJob, the actions
+// that give a reason.
+func failsIndexOrJob(m *jobpod.Match) bool {
+	return m.Action == batchv1.PodFailurePolicyActionFailIndex || m.Action == batchv1.PodFailurePolicyActionFailJob
 }
 
 // exitReason is the container's termination reason (Error, OOMKilled), or

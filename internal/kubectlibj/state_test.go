@@ -83,8 +83,20 @@ func perIndex(limit int32) func(*ibjv1.IndexedBatchJob) {
 	return func(j *ibjv1.IndexedBatchJob) { j.Spec.BackoffLimitPerIndex = ptr.To(limit) }
 }
 
-func rules(rs ...batchv1.PodFailurePolicyRule) func(*ibjv1.IndexedBatchJob) {
-	return func(j *ibjv1.IndexedBatchJob) { j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: rs} }
+func rules(rs ...ibjv1.PodFailurePolicyRule) func(*ibjv1.IndexedBatchJob) {
+	return func(j *ibjv1.IndexedBatchJob) { j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: rs} }
+}
+
+// delayed sets a rule's retryDelaySeconds.
+func delayed(seconds int32, r ibjv1.PodFailurePolicyRule) ibjv1.PodFailurePolicyRule {
+	r.RetryDelaySeconds = ptr.To(seconds)
+	return r
+}
+
+// named names a rule.
+func named(name string, r ibjv1.PodFailurePolicyRule) ibjv1.PodFailurePolicyRule {
+	r.Name = name
+	return r
 }
 
 func ended(typ, reason string, d time.Duration) func(*ibjv1.IndexedBatchJob) {
@@ -93,12 +105,12 @@ func ended(typ, reason string, d time.Duration) func(*ibjv1.IndexedBatchJob) {
 	}
 }
 
-func exitRule(action batchv1.PodFailurePolicyAction, op batchv1.PodFailurePolicyOnExitCodesOperator, codes ...int32) batchv1.PodFailurePolicyRule {
-	return batchv1.PodFailurePolicyRule{Action: action, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: op, Values: codes}}
+func exitRule(action batchv1.PodFailurePolicyAction, op batchv1.PodFailurePolicyOnExitCodesOperator, codes ...int32) ibjv1.PodFailurePolicyRule {
+	return ibjv1.PodFailurePolicyRule{Action: action, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: op, Values: codes}}
 }
 
-func conditionRule(action batchv1.PodFailurePolicyAction, typ corev1.PodConditionType) batchv1.PodFailurePolicyRule {
-	return batchv1.PodFailurePolicyRule{Action: action, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: typ}}}
+func conditionRule(action batchv1.PodFailurePolicyAction, typ corev1.PodConditionType) ibjv1.PodFailurePolicyRule {
+	return ibjv1.PodFailurePolicyRule{Action: action, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: typ}}}
 }
 
 // indexState is the parts of an index's row these tests state.
@@ -143,11 +155,22 @@ func TestIndexState(t *testing.T) {
 		pods: []*corev1.Pod{testPod(attempt(1, 1, 0), exited(1, time.Second))},
 		want: indexState{State: StateFailed, RetriesLeft: ptr.To[int32](0), Reason: "exit code 1"},
 	}, {
-		name: "an Ignore rule on DisruptionTarget uses no retry, but the backoff counts it",
+		name: "an Ignore rule on DisruptionTarget uses no retry and is retried at once",
 		job:  testJob(perIndex(0), rules(conditionRule(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget))),
 		pods: []*corev1.Pod{testPod(attempt(1, 0, 1), exited(137, 0), withCondition(corev1.DisruptionTarget, "EvictionByEvictionAPI"))},
-		want: indexState{State: StateRetrying, RetryIn: 20 * time.Second, RetriesLeft: ptr.To[int32](0),
+		want: indexState{State: StateRetrying, RetriesLeft: ptr.To[int32](0),
 			Reason: "disruption (EvictionByEvictionAPI); rule 0: Ignore"},
+	}, {
+		name: "a named Ignore rule with a retry delay: retried that long after the pod ended",
+		job:  testJob(perIndex(0), rules(delayed(30, named("node_lost", conditionRule(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget))))),
+		pods: []*corev1.Pod{testPod(attempt(1, 0, 1), exited(137, 10*time.Second), withCondition(corev1.DisruptionTarget, "EvictionByEvictionAPI"))},
+		want: indexState{State: StateRetrying, RetryIn: 20 * time.Second, RetriesLeft: ptr.To[int32](0),
+			Reason: `disruption (EvictionByEvictionAPI); rule 0 "node_lost": Ignore`},
+	}, {
+		name: "a named FailIndex rule gives its reason",
+		job:  testJob(perIndex(5), rules(named("bad_input", exitRule(batchv1.PodFailurePolicyActionFailIndex, batchv1.PodFailurePolicyOnExitCodesOpIn, 3)))),
+		pods: []*corev1.Pod{testPod(attempt(0, 0, 0), exited(3, 0))},
+		want: indexState{State: StateFailed, RetriesLeft: ptr.To[int32](4), Reason: `exit code 3; rule 0 "bad_input": FailIndex (PodFailurePolicy_bad_input)`},
 	}, {
 		name: "FailIndex fails the index at once",
 		job:  testJob(perIndex(5), rules(exitRule(batchv1.PodFailurePolicyActionFailIndex, batchv1.PodFailurePolicyOnExitCodesOpIn, 3))),

@@ -151,10 +151,15 @@ func (w *JobWrapper) PodReplacementPolicy(p batchv1.PodReplacementPolicy) *JobWr
 	return w
 }
 
-// PodFailurePolicy sets spec.podFailurePolicy to the given rules, in order.
-// Called with no rules it sets a policy with an empty rule list.
+// PodFailurePolicy sets spec.podFailurePolicy to the given batch/v1 rules,
+// in order (unnamed, without retry delays). Called with no rules it sets a
+// policy with an empty rule list.
 func (w *JobWrapper) PodFailurePolicy(rules ...batchv1.PodFailurePolicyRule) *JobWrapper {
-	w.job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: append([]batchv1.PodFailurePolicyRule{}, rules...)}
+	policy := &v1alpha1.PodFailurePolicy{Rules: make([]v1alpha1.PodFailurePolicyRule, 0, len(rules))}
+	for _, r := range rules {
+		policy.Rules = append(policy.Rules, v1alpha1.PodFailurePolicyRule{Action: r.Action, OnExitCodes: r.OnExitCodes, OnPodConditions: r.OnPodConditions})
+	}
+	w.job.Spec.PodFailurePolicy = policy
 	return w
 }
 

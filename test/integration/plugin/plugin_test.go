@@ -89,17 +89,22 @@ func TestSeedExampleFinished(t *testing.T) {
 
 // TestRunningJobWithFailurePolicy is a job in the middle of its run, one
 // index in each situation: running, retrying after exit code 1 with no
-// retry left, evicted (an Ignore rule: no retry used), failed for good by a
-// FailIndex rule, not scheduled, deleted while running, not started.
+// retry left, evicted (a named Ignore rule with a retry delay: no retry
+// used), failed for good by a named FailIndex rule, not scheduled, deleted
+// while running, not started.
 func TestRunningJobWithFailurePolicy(t *testing.T) {
 	ns := namespace(t, "policies")
-	job := createJob(t, harness.MakeIndexedBatchJob("train", ns).Completions(7).Parallelism(6).BackoffLimitPerIndex(2).
+	spec := harness.MakeIndexedBatchJob("train", ns).Completions(7).Parallelism(6).BackoffLimitPerIndex(2).
 		RetryBackoff(30, 300).PodReplacementPolicy(batchv1.Failed).
 		PodFailurePolicy(
 			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
 			harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
 			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3),
-		).Obj(),
+		).Obj()
+	rules := spec.Spec.PodFailurePolicy.Rules
+	rules[1].Name, rules[1].RetryDelaySeconds = "node_lost", ptr.To[int32](60)
+	rules[2].Name = "bad_input"
+	job := createJob(t, spec,
 		ibjv1.IndexedBatchJobStatus{
 			Phase:         ibjv1.PhaseRunning,
 			StartTime:     ptr.To(at(3 * minute)),
@@ -169,7 +174,8 @@ func TestJobsThatEnded(t *testing.T) {
 }
 
 // TestWhyAJobDoesNotRun: describe says why no pod runs: the job-wide
-// backoff after two failures, pods the API server refuses to create, a
+// backoff after two failures, pods the API server refuses to create (and
+// when the job's createRefusedDelaySeconds lets the operator try again), a
 // suspended job queued in Kueue.
 func TestWhyAJobDoesNotRun(t *testing.T) {
 	ns := namespace(t, "stalled")
@@ -178,7 +184,9 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 	createPod(t, backoff, scriptedPod{index: 0, node: "n", phase: corev1.PodFailed, started: 50 * second, finished: 40 * second, exitCode: 2})
 	createPod(t, backoff, scriptedPod{index: 0, attempt: 1, node: "n", phase: corev1.PodFailed, started: 20 * second, finished: 5 * second, exitCode: 2})
 
-	quota := createJob(t, harness.MakeIndexedBatchJob("quota", ns).Completions(4).Parallelism(4).Obj(),
+	quotaSpec := harness.MakeIndexedBatchJob("quota", ns).Completions(4).Parallelism(4).Obj()
+	quotaSpec.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To[int32](120)}
+	quota := createJob(t, quotaSpec,
 		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, CompletedIndexes: "0"})
 	createPod(t, quota, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
 	newEvent(t, quota, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 10*minute)

@@ -386,8 +386,10 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = nil }, "managedBy is immutable"),
 		Entry("adding a podFailurePolicy", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
-				j.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{harness.OnExitCodes(failJob, "", in, 1)}}
+				j.Spec.PodFailurePolicy = job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj().Spec.PodFailurePolicy
 			}, "podFailurePolicy is immutable"),
+		Entry("naming a podFailurePolicy rule", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodFailurePolicy.Rules[0].Name = "Fatal" }, "podFailurePolicy is immutable"),
 		Entry("of a podFailurePolicy rule", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.PodFailurePolicy.Rules[0].Action = ignore }, "podFailurePolicy is immutable"),
 		Entry("adding a successPolicy", job().Obj(),
