@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"fmt"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -56,6 +57,9 @@ const (
 	msgServiceNameFromJobName   = "metadata.name must start with a letter when network.enableDNSHostnames is true and network.subdomain is unset: the name is then the headless Service's, which must be a DNS-1035 label; or set network.subdomain"
 	msgTemplateSubdomain        = "template.spec.subdomain must be unset or equal to the headless Service's name (network.subdomain, or metadata.name when that is unset) when network.enableDNSHostnames is true"
 	msgNetworkImmutable         = "network is immutable"
+	msgRuleNameFormat           = "podFailurePolicy rule name must be letters, digits and '_', starting with a letter and ending with a letter or digit (it becomes the condition reason PodFailurePolicy_<name>, where '-' is not allowed)"
+	msgRuleNamesUnique          = "podFailurePolicy rule names must be unique"
+	msgRetryDelayAction         = "podFailurePolicy retryDelaySeconds can only be set on a rule whose action is Count or Ignore"
 )
 
 // Messages the API server writes for the OpenAPI schema's own bounds.
@@ -118,6 +122,34 @@ func failurePolicyRules(n int) []batchv1.PodFailurePolicyRule {
 		out[i] = harness.OnExitCodes(failJob, "", in, int32(i+1))
 	}
 	return out
+}
+
+// withRules is the job w builds, its podFailurePolicy rules changed by
+// edit (to name them, or give them a retry delay).
+func withRules(w *harness.JobWrapper, edit func(rules []v1alpha1.PodFailurePolicyRule)) *v1alpha1.IndexedBatchJob {
+	j := w.Obj()
+	edit(j.Spec.PodFailurePolicy.Rules)
+	return j
+}
+
+// named is job() with one FailJob rule of the given name.
+func named(name string) *v1alpha1.IndexedBatchJob {
+	return withRules(job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)),
+		func(r []v1alpha1.PodFailurePolicyRule) { r[0].Name = name })
+}
+
+// delayed is job() (with backoffLimitPerIndex, for FailIndex) with one rule
+// of the given action and retryDelaySeconds.
+func delayed(action batchv1.PodFailurePolicyAction, seconds int32) *v1alpha1.IndexedBatchJob {
+	return withRules(job().BackoffLimitPerIndex(1).PodFailurePolicy(harness.OnExitCodes(action, "", in, 1)),
+		func(r []v1alpha1.PodFailurePolicyRule) { r[0].RetryDelaySeconds = ptr.To(seconds) })
+}
+
+// createRefusedDelay is job() with retryBackoff.createRefusedDelaySeconds.
+func createRefusedDelay(seconds int32) *v1alpha1.IndexedBatchJob {
+	j := job().Obj()
+	j.Spec.RetryBackoff = &v1alpha1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To(seconds)}
+	return j
 }
 
 func successPolicyRules(n int) []batchv1.SuccessPolicyRule {
@@ -224,6 +256,22 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("an onPodConditions pattern without a type",
 			job().PodFailurePolicy(harness.OnPodCondition(ignore, "", corev1.ConditionTrue)).Obj(), "should be at least 1 chars long"),
 
+		// Named rules and retry delays (beyond batch/v1).
+		Entry("a rule name with '-', which no condition reason may hold", named("exit-42"), msgRuleNameFormat),
+		Entry("a rule name starting with a digit", named("42exit"), msgRuleNameFormat),
+		Entry("a rule name ending with '_'", named("exit_"), msgRuleNameFormat),
+		Entry("a rule name with a space", named("exit 42"), msgRuleNameFormat),
+		Entry("a rule name of 64 characters", named(nameOfLength(64)), msgAtMost63Bytes),
+		Entry("two rules of the same name",
+			withRules(job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1), harness.OnExitCodes(count, "", in, 2)),
+				func(r []v1alpha1.PodFailurePolicyRule) { r[0].Name, r[1].Name = "Same", "Same" }), msgRuleNamesUnique),
+		Entry("a retryDelaySeconds on a FailJob rule", delayed(failJob, 10), msgRetryDelayAction),
+		Entry("a retryDelaySeconds on a FailIndex rule", delayed(failIndex, 10), msgRetryDelayAction),
+		Entry("a negative retryDelaySeconds", delayed(count, -1), msgNotNegative),
+		Entry("a retryDelaySeconds above a day", delayed(ignore, 86401), "should be less than or equal to 86400"),
+		Entry("a createRefusedDelaySeconds of 0, which would retry in a loop", createRefusedDelay(0), "should be greater than or equal to 1"),
+		Entry("a createRefusedDelaySeconds above an hour", createRefusedDelay(3601), "should be less than or equal to 3600"),
+
 		// Pod replacement policy.
 		Entry("podReplacementPolicy TerminatingOrFailed with a podFailurePolicy",
 			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
@@ -317,6 +365,27 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			).Obj()),
 		Entry("podReplacementPolicy Failed with a podFailurePolicy",
 			job().PodReplacementPolicy(batchv1.Failed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj()),
+		Entry("rule names as upstream's examples write them", named("ExitCode42")),
+		Entry("a rule name with '_'", named("bad_input")),
+		Entry("a one-letter rule name", named("a")),
+		Entry("a 63-character rule name", named(nameOfLength(63))),
+		Entry("named and unnamed rules together",
+			withRules(job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1), harness.OnExitCodes(count, "", in, 2), harness.OnExitCodes(count, "", in, 3)),
+				func(r []v1alpha1.PodFailurePolicyRule) { r[1].Name = "Transient" })),
+		Entry("20 named rules with retry delays, the most the policy holds",
+			withRules(job().PodFailurePolicy(failurePolicyRules(20)...), func(r []v1alpha1.PodFailurePolicyRule) {
+				for i := range r {
+					r[i].Name, r[i].Action, r[i].RetryDelaySeconds = nameOfLength(60)+fmt.Sprintf("%03d", i), count, ptr.To[int32](86400)
+				}
+			})),
+		Entry("a retryDelaySeconds of 0 on an Ignore rule", delayed(ignore, 0)),
+		Entry("a retryDelaySeconds of a day on a Count rule", delayed(count, 86400)),
+		Entry("a createRefusedDelaySeconds of 1", createRefusedDelay(1)),
+		Entry("a createRefusedDelaySeconds of an hour with the other retryBackoff fields", func() *v1alpha1.IndexedBatchJob {
+			j := createRefusedDelay(3600)
+			j.Spec.RetryBackoff.InitialDelaySeconds, j.Spec.RetryBackoff.MaxDelaySeconds = ptr.To[int32](5), ptr.To[int32](60)
+			return j
+		}()),
 		Entry("podReplacementPolicy TerminatingOrFailed without a podFailurePolicy", job().PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()),
 		Entry("20 successPolicy rules", job().SuccessPolicy(successPolicyRules(20)...).Obj()),
 		Entry("succeededCount equal to completions", job().Completions(4).SuccessPolicy(harness.SucceededCount(4)).Obj()),
