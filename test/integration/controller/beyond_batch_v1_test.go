@@ -1,10 +1,14 @@
 package controller_test
 
 import (
+	"sort"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -13,7 +17,8 @@ import (
 )
 
 // What the operator adds to batch/v1 Job's behaviour: elastic indexes, a
-// chosen subset of indexes, and a retry backoff set on the job.
+// chosen subset of indexes, a retry backoff set on the job, named pod
+// failure policy rules and retry delays by failure kind.
 var _ = Describe("Beyond batch/v1", func() {
 
 	It("scales an elastic job 4 → 8 → 2 with exact status", func() {
@@ -111,6 +116,90 @@ var _ = Describe("Beyond batch/v1", func() {
 		// Timestamps have whole seconds: a 3 s delay shows as at least 2 s.
 		Expect(pods[1].CreationTimestamp.Sub(failedAt)).To(BeNumerically(">=", 2*time.Second),
 			"the replacement came before the job's 3 s backoff (the operator's default here is 200 ms)")
+	})
+
+	It("names the rule that failed the job (condition reason PodFailurePolicy_<name>) or an index (the IndexFailed event)", func() {
+		failJob := harness.MakeIndexedBatchJob("named-fail-job", ns).Completions(2).Parallelism(2).
+			PodFailurePolicy(
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 1),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 42),
+			).Obj()
+		failJob.Spec.PodFailurePolicy.Rules[1].Name = "ExitCode42"
+		failIndex := harness.MakeIndexedBatchJob("named-fail-index", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(2).
+			PodFailurePolicy(harness.OnExitCodes(batchv1.PodFailurePolicyActionFailIndex, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3)).Obj()
+		failIndex.Spec.PodFailurePolicy.Rules[0].Name = "bad_input"
+		for _, j := range []*ibjv1.IndexedBatchJob{failJob, failIndex} {
+			Expect(k8sClient.Create(ctx, j)).To(Succeed())
+		}
+		exit := func(code int32) func(ix, _ int) podsim.Plan {
+			return func(ix, _ int) podsim.Plan {
+				if ix == 1 {
+					return podsim.Plan{ExitCode: code}
+				}
+				return podsim.Plan{}
+			}
+		}
+		k1 := startKubelet(ns, failJob.Name, exit(42))
+		defer k1.Stop()
+		k2 := startKubelet(ns, failIndex.Name, exit(3))
+		defer k2.Stop()
+
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, failJob.Name)
+			for _, typ := range []string{ibjv1.ConditionFailureTarget, ibjv1.ConditionFailed} {
+				c := apimeta.FindStatusCondition(j.Status.Conditions, typ)
+				g.Expect(c).NotTo(BeNil(), typ)
+				g.Expect(c.Reason).To(Equal("PodFailurePolicy_ExitCode42"))
+				g.Expect(c.Message).To(Equal("Container main for pod " + ns + "/named-fail-job-1-0 failed with exit code 42 matching FailJob rule at index 1"))
+			}
+			g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseFailed))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, failIndex.Name)
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes), "a FailIndex rule's name is not the job's reason")
+			g.Expect(j.Status.FailedIndexes).To(Equal(ptr.To("1")))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		Eventually(func() []string { return eventNotes(ctx, ns, failIndex.Name) }, 10*time.Second).Should(ContainElement(
+			`IndexFailed: Index 1 failed for good after 1 attempt: exit code 3 of container main matched rule 0 "bad_input" (FailIndex): reason PodFailurePolicy_bad_input`))
+	})
+
+	It("retries an Ignore rule's failure at once and a Count rule's after its retryDelaySeconds, not after retryBackoff's delay", func() {
+		job := harness.MakeIndexedBatchJob("delay-by-kind", ns).Completions(1).BackoffLimitPerIndex(3).RetryBackoff(60, 60).
+			PodFailurePolicy(
+				harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 5),
+			).Obj()
+		job.Spec.PodFailurePolicy.Rules[1].Name, job.Spec.PodFailurePolicy.Rules[1].RetryDelaySeconds = "transient", ptr.To[int32](3)
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, func(_, attempt int) podsim.Plan {
+			switch attempt {
+			case 0:
+				return podsim.Plan{Disrupted: true}
+			case 1:
+				return podsim.Plan{ExitCode: 5}
+			}
+			return podsim.Plan{}
+		})
+		defer k.Stop()
+
+		// Under the job's 60 s backoff alone this would take two minutes.
+		expectCompleted(ctx, ns, job.Name, 1, "0", 30*time.Second)
+		j := getJob(ctx, ns, job.Name)
+		Expect(j.Status.Failed).To(Equal(int32(1)), "the Count rule's failure counts, the Ignore rule's does not")
+		pods := jobPods(ctx, ns, job.Name)
+		sort.Slice(pods, func(a, b int) bool {
+			return pods[a].Annotations[ibjv1.AttemptAnnotation] < pods[b].Annotations[ibjv1.AttemptAnnotation]
+		})
+		Expect(pods).To(HaveLen(3))
+		finished := func(p corev1.Pod) time.Time { return p.Status.ContainerStatuses[0].State.Terminated.FinishedAt.Time }
+		// Timestamps have whole seconds.
+		Expect(pods[1].CreationTimestamp.Sub(finished(pods[0]))).To(BeNumerically("<=", 2*time.Second),
+			"the evicted pod (Ignore, no retryDelaySeconds) is replaced at once")
+		Expect(pods[2].CreationTimestamp.Sub(finished(pods[1]))).To(And(BeNumerically(">=", 2*time.Second), BeNumerically("<", 30*time.Second)),
+			"the exit code 5 pod is replaced after its rule's 3 s, not the job's 60 s")
+		Expect(pods[2].Annotations[ibjv1.IndexFailureCountAnnotation]).To(Equal("1"))
+		Expect(pods[2].Annotations[ibjv1.IndexIgnoredFailureCountAnnotation]).To(Equal("1"))
 	})
 })
 

@@ -9,6 +9,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -94,6 +95,32 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		}, timeout, 100*time.Millisecond).Should(Succeed())
 		expectNoFinalizers(ctx, ns, job.Name)
 		Expect(k.Doubles()).To(BeEmpty())
+	})
+
+	It("waits retryBackoff.createRefusedDelaySeconds between tries after a refused create", func() {
+		createQuota(1, 1)
+		job := harness.MakeIndexedBatchJob("quota-wait", ns).Completions(1).Obj()
+		job.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To[int32](4)}
+		failed := func() float64 {
+			return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		}
+		before := failed()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		k := startKubelet(ns, job.Name, succeedAll)
+		defer k.Stop()
+		Eventually(func() ibjv1.Phase { return getJob(ctx, ns, job.Name).Status.Phase }, timeout, 100*time.Millisecond).
+			Should(Equal(ibjv1.PhaseQuotaExceeded))
+
+		By("trying again only after the delay, whatever syncs the job's own status writes bring")
+		first := failed()
+		Expect(first-before).To(Equal(1.0), "one create a try (slow start stops at the first refusal)")
+		Consistently(failed, 3*time.Second, 100*time.Millisecond).Should(Equal(first))
+		Eventually(failed, 5*time.Second, 100*time.Millisecond).Should(Equal(first + 1))
+
+		By("creating the pod at the next try once the quota frees")
+		setQuota(10, 1)
+		expectCompleted(ctx, ns, job.Name, 1, "0", 15*time.Second)
+		expectNoFinalizers(ctx, ns, job.Name)
 	})
 
 	It("shows a pod forbidden by Pod Security as PodForbidden, and runs once the namespace allows it", func() {
