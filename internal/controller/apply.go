@@ -67,7 +67,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	if len(p.create) > 0 {
 		r.exp.createsRefused(job.UID, createErr != nil, r.clock.Now())
 	}
-	if d := createRefusedDelay(job); d > 0 && createErr != nil {
+	if d := jobpod.CreateRefusedDelay(job); d > 0 && createErr != nil {
 		// The job asked to wait this long after a refusal (its status and
 		// a FailedCreate event say why): the next sync comes then, not
 		// with the rate limiter's retry of a failed sync.

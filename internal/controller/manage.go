@@ -3,7 +3,6 @@ package controller
 import (
 	"time"
 
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -201,18 +200,9 @@ func (s *syncState) globalBackoffLeft() time.Duration {
 // server refused one of its pod creates, before it tries again; zero
 // without the field or a refusal.
 func (s *syncState) createRefusedLeft() time.Duration {
-	d := createRefusedDelay(s.job)
+	d := jobpod.CreateRefusedDelay(s.job)
 	if d == 0 || s.lastCreateRefused.IsZero() {
 		return 0
 	}
 	return s.lastCreateRefused.Add(d).Sub(s.now)
-}
-
-// createRefusedDelay is the job's retryBackoff.createRefusedDelaySeconds,
-// zero when unset.
-func createRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
-	if rb := job.Spec.RetryBackoff; rb != nil && rb.CreateRefusedDelaySeconds != nil {
-		return time.Duration(*rb.CreateRefusedDelaySeconds) * time.Second
-	}
-	return 0
 }

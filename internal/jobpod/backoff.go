@@ -52,6 +52,16 @@ func (b Backoff) ForJob(job *ibjv1.IndexedBatchJob) Backoff {
 	return b
 }
 
+// CreateRefusedDelay is the job's retryBackoff.createRefusedDelaySeconds:
+// how long after a refused pod create the operator tries again; zero when
+// unset (the operator's retry of a failed sync decides).
+func CreateRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
+	if rb := job.Spec.RetryBackoff; rb != nil && rb.CreateRefusedDelaySeconds != nil {
+		return time.Duration(*rb.CreateRefusedDelaySeconds) * time.Second
+	}
+	return 0
+}
+
 // NextCounts are the failure counts the next pod of p's index carries, p
 // being the index's latest pod and f how its end counts: p's own counts,
 // plus its failure where it counted or an Ignore rule matched it.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // describeEvents is how many of the latest events about the job describe
@@ -349,7 +350,7 @@ func (d *description) retries() string {
 	b := d.view.backoff
 	parts = append(parts, fmt.Sprintf("backoff %s doubling to %s", duration.HumanDuration(b.Base), duration.HumanDuration(b.Max)))
 	parts = append(parts, ruleDelays(spec.PodFailurePolicy)...)
-	if delay := createRefusedDelay(d.view.job); delay > 0 {
+	if delay := jobpod.CreateRefusedDelay(d.view.job); delay > 0 {
 		parts = append(parts, fmt.Sprintf("a refused pod create waits %s (createRefusedDelaySeconds)", duration.HumanDuration(delay)))
 	}
 	return strings.Join(parts, "; ")
@@ -378,15 +379,6 @@ func ruleDelays(policy *ibjv1.PodFailurePolicy) []string {
 		}
 	}
 	return out
-}
-
-// createRefusedDelay is the job's retryBackoff.createRefusedDelaySeconds,
-// zero when unset.
-func createRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
-	if rb := job.Spec.RetryBackoff; rb != nil && rb.CreateRefusedDelaySeconds != nil {
-		return time.Duration(*rb.CreateRefusedDelaySeconds) * time.Second
-	}
-	return 0
 }
 
 // next says what will happen next, one line a thing.
@@ -420,7 +412,7 @@ func (d *description) next() []string {
 		return []string{"nothing until spec.suspend is false"}
 	}
 	if e := d.failingCreate(); e != nil {
-		if delay := createRefusedDelay(job); delay > 0 {
+		if delay := jobpod.CreateRefusedDelay(job); delay > 0 {
 			return []string{fmt.Sprintf("the operator tries again to create the pods at %s, createRefusedDelaySeconds after the last refusal; the FailedCreate event (State, Events) says what stops it",
 				when(e.last.Add(delay), now))}
 		}
