@@ -1,7 +1,6 @@
 package jobpod
 
 import (
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,16 +100,23 @@ func (b Backoff) IndexRetryAt(p *Pod, f Failure) time.Time {
 
 // JobEnds gathers the ends that the job-wide backoff (a job without
 // backoffLimitPerIndex) is decided from, as upstream's backoff record: the
-// failures since the last success.
+// failures since the last success. It keeps a time or two per failure,
+// never the pods: the kubectl plugin feeds it every pod of a job a page at
+// a time.
 type JobEnds struct {
 	lastSuccess time.Time
-	failures    []jobFailure
+	// counted are the ends of the counted failures; exponential those of
+	// the counted failures that wait the exponential delay (no rule's
+	// retryDelaySeconds).
+	counted, exponential []time.Time
+	// fixed are the failures that wait a fixed delay: a rule's
+	// retryDelaySeconds, or none after an ignored failure.
+	fixed []fixedWait
 }
 
-type jobFailure struct {
-	at time.Time
-	f  Failure
-}
+// fixedWait is a failure's end and the time its fixed delay lets the next
+// pod start.
+type fixedWait struct{ end, until time.Time }
 
 // Add takes in one pod of the job and how its end counts.
 func (e *JobEnds) Add(p *Pod, f Failure) {
@@ -124,34 +130,50 @@ func (e *JobEnds) Add(p *Pod, f Failure) {
 	}
 }
 
-// AddFailure takes in the failure, at finishedAt, of a pod that is gone,
-// f being how it counted.
+// AddFailure takes in a failure that ended at finishedAt and counts as f:
+// that of a pod of the job, or of one that is gone.
 func (e *JobEnds) AddFailure(finishedAt time.Time, f Failure) {
-	e.failures = append(e.failures, jobFailure{at: finishedAt, f: f})
+	if f.Counted {
+		e.counted = append(e.counted, finishedAt)
+	}
+	if f.Counted && (f.Match == nil || f.Match.RetryDelay == nil) {
+		e.exponential = append(e.exponential, finishedAt)
+		return
+	}
+	var wait time.Duration // an ignored failure without a rule's delay waits nothing
+	if f.Match != nil && f.Match.RetryDelay != nil {
+		wait = *f.Match.RetryDelay
+	}
+	e.fixed = append(e.fixed, fixedWait{end: finishedAt, until: finishedAt.Add(wait)})
 }
 
 // RetryAt is when the job-wide backoff lets a replacement start: once each
-// failure since the last success has waited its RetryDelay, the
-// exponential delay of a counted failure growing with the counted failures
-// since the last success up to it (ignored ones never count). Without
-// rules, that is the latest failure's end plus the delay of all of them,
-// as upstream. Zero without a failure since the last success.
+// failure since the last success has waited its RetryDelay. A counted
+// failure without a rule's retryDelaySeconds waits the exponential delay
+// of the counted failures since the last success up to its end (ignored
+// ones never count), so these together wait from the latest of them, as
+// upstream's record does; a failure with a rule's delay waits that from
+// its end, an ignored one without nothing. Zero without a failure since
+// the last success.
 func (e *JobEnds) RetryAt(b Backoff) time.Time {
-	since := make([]jobFailure, 0, len(e.failures))
-	for _, x := range e.failures {
-		if x.at.After(e.lastSuccess) {
-			since = append(since, x)
+	var at, lastExponential time.Time
+	for _, t := range e.exponential {
+		if t.After(e.lastSuccess) && t.After(lastExponential) {
+			lastExponential = t
 		}
 	}
-	slices.SortStableFunc(since, func(a, b jobFailure) int { return a.at.Compare(b.at) })
-	var counted int32
-	var at time.Time
-	for _, x := range since {
-		if x.f.Counted {
-			counted++
+	if !lastExponential.IsZero() {
+		var n int32
+		for _, t := range e.counted {
+			if t.After(e.lastSuccess) && !t.After(lastExponential) {
+				n++
+			}
 		}
-		if t := x.at.Add(b.RetryDelay(counted, x.f)); t.After(at) {
-			at = t
+		at = lastExponential.Add(b.Delay(n))
+	}
+	for _, w := range e.fixed {
+		if w.end.After(e.lastSuccess) && (at.IsZero() || w.until.After(at)) {
+			at = w.until
 		}
 	}
 	return at
