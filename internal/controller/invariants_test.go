@@ -428,9 +428,18 @@ func (c *cluster) sync() plan {
 	c.checkPlan(in, p)
 	a := newApplying(in, p, fault, c.seen)
 	c.applying = a
-	_, err = c.r.apply(ctx, job, p)
+	res, err := c.r.apply(ctx, job, p)
 	c.applying = nil
-	switch refused := a.refusedIn(stepDelete, stepDiscard); {
+	refused := a.refusedIn(stepDelete, stepDiscard)
+	if d := jobpod.CreateRefusedDelay(job); d > 0 && a.refusedIn(stepCreate, stepCreate) > 0 {
+		// The job's createRefusedDelaySeconds: refused creates are tried
+		// again by a requeue after it, not by the error's retry.
+		refused -= a.refusedIn(stepCreate, stepCreate)
+		if err == nil && (res.RequeueAfter <= 0 || res.RequeueAfter > d) {
+			c.errorf("creates were refused, but the sync comes back after %v, not within createRefusedDelaySeconds (%v)", res.RequeueAfter, d)
+		}
+	}
+	switch {
 	case refused == 0 && err != nil:
 		c.errorf("apply failed: %v", err)
 	case refused > 0 && err == nil:
@@ -1083,6 +1092,20 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 	if b[3]&4 != 0 {
 		w.Suspend(true)
 	}
+	if b[3]&16 != 0 {
+		w.RetryBackoff(10, 60)
+	}
+	job := w.Obj()
+	if b[3]&8 != 0 && withPolicy {
+		// Named rules, the Ignore rule's failures retried after 30 s.
+		for i := range job.Spec.PodFailurePolicy.Rules {
+			job.Spec.PodFailurePolicy.Rules[i].Name = fmt.Sprintf("rule_%d", i)
+		}
+		job.Spec.PodFailurePolicy.Rules[0].RetryDelaySeconds = ptr.To[int32](30)
+	}
+	if b[3]&16 != 0 {
+		job.Spec.RetryBackoff.CreateRefusedDelaySeconds = ptr.To[int32](20)
+	}
 	// An oracle for the Ignore rules that does not use the code under test.
 	ignores := func(p *corev1.Pod) bool {
 		if !withPolicy || p.Status.Phase != corev1.PodFailed {
@@ -1102,7 +1125,7 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 		}
 		return false
 	}
-	return w.Obj(), ignores
+	return job, ignores
 }
 
 // FuzzSyncInvariants drives a small job through a sequence of pod events,
@@ -1123,6 +1146,9 @@ func FuzzSyncInvariants(f *testing.F) {
 	f.Add([]byte{8, 0, 6, 0, 0x85, 25, 0x80, 0, 0, 1, 10, 0, 10, 0})
 	// A crash between stripping a suspended pod's finalizer and deleting it.
 	f.Add([]byte{3, 0, 6, 0, 0x85, 9, 7, 0, 10, 0, 7, 0, 10, 0})
+	// Named rules with a retry delay on Ignore, exit code 42 ignored twice,
+	// and a refused create waiting createRefusedDelaySeconds.
+	f.Add([]byte{4, 0x50, 0, 0x18, 1, 0x10, 6, 1, 1, 0x10, 0x85, 25, 0, 0, 6, 3, 10, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			return
