@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
@@ -63,6 +68,25 @@ func TestGonePodsKeepTheLatestFailuresOfAJob(t *testing.T) {
 	}
 }
 
+// A gone pod keeps how its failure counted: one an Ignore rule matched
+// stays ignored, with its rule's retry delay.
+func TestGonePodsKeepHowTheFailureCounted(t *testing.T) {
+	job := delayRule(harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(2).Parallelism(2).
+		PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj(), 0, 30)
+	evicted := makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).deletedAt(testNow).obj()
+	killed := makePod(job, 1).failedAt(testNow, 137).deletedAt(testNow).obj()
+	g := newGonePods()
+	g.observe(job, []*jobpod.Pod{evicted, killed})
+	gone := g.observe(job, nil)
+	want := []gonePod{
+		{uid: evicted.UID, index: 0, finishedAt: evicted.FinishedAt, retryDelay: ptr.To(30 * time.Second)},
+		{uid: killed.UID, index: 1, finishedAt: killed.FinishedAt, counted: true},
+	}
+	if diff := cmp.Diff(want, gone, cmp.AllowUnexported(gonePod{})); diff != "" {
+		t.Errorf("gone (-want +got):\n%s", diff)
+	}
+}
+
 // A pod deleted while it ran (a user, an eviction) fails and, once its
 // finalizer goes, is removed by the API server: its failure still holds the
 // job-wide backoff back, and its index's next pod is not named after attempt
@@ -72,15 +96,21 @@ func TestGlobalBackoffCountsAGoneDeletedPod(t *testing.T) {
 	cases := []struct {
 		name        string
 		finished    time.Duration // before testNow
+		ignored     bool          // an Ignore rule matched it
+		retryDelay  *time.Duration
 		wantCreate  bool
 		wantRequeue time.Duration
 	}{
-		{"within the backoff", 4 * time.Second, false, 6 * time.Second},
-		{"past the backoff", 11 * time.Second, true, 0},
+		{name: "within the backoff", finished: 4 * time.Second, wantRequeue: 6 * time.Second},
+		{name: "past the backoff", finished: 11 * time.Second, wantCreate: true},
+		// Counted while it was there or gone, a failure waits alike.
+		{name: "ignored: at once", finished: time.Second, ignored: true, wantCreate: true},
+		{name: "ignored, within its rule's delay", finished: 10 * time.Second, ignored: true, retryDelay: ptr.To(30 * time.Second), wantRequeue: 20 * time.Second},
+		{name: "counted, within its rule's delay", finished: 20 * time.Second, retryDelay: ptr.To(30 * time.Second), wantRequeue: 10 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished), counted: true}}
+			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished), counted: !tc.ignored, retryDelay: tc.retryDelay}}
 			p := syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true,
 				gone: gone, nameFloors: goneFloors(gone, nil)})
 			if got := len(p.create) > 0; got != tc.wantCreate || p.requeueAfter != tc.wantRequeue {
