@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,6 +32,21 @@ const (
 	// is set in the same patch that removes the finalizer, so a later sync
 	// never takes the pod's end for a failure of its index.
 	DiscardedAnnotation = "batch.indexedjob.dev/discarded"
+	// OOMKillsAnnotation carries, on every pod of a job with
+	// retryResources.onOOMKilled, how many pods of its index in a row
+	// before it were OOM-killed: its memory is the template's raised that
+	// many times. A restarted operator continues from it, as from the
+	// failure counts.
+	OOMKillsAnnotation = "batch.indexedjob.dev/oom-kills"
+	// MemoryAnnotation records, on every pod of a job with
+	// retryResources.onOOMKilled, the memory its containers got, as
+	// <container>=<limit, or request without a limit>, comma-separated, for
+	// the containers that have one; kubectl ibj indexes shows it.
+	MemoryAnnotation = "batch.indexedjob.dev/memory"
+	// QueueNameLabel is the job label that has Kueue queue and admit a job.
+	// Kueue admits the template's memory requests; the pods of such a job
+	// never request more than that, whatever retryResources says.
+	QueueNameLabel = "kueue.x-k8s.io/queue-name"
 	// TrackingFinalizer keeps a finished pod until its result is in the job's status.
 	TrackingFinalizer = "batch.indexedjob.dev/tracking"
 	// CompletionIndexEnvName is set in every container and init container.
@@ -51,7 +67,7 @@ var ReservedPodLabels = []string{CompletionIndexLabel, JobNameLabel, ControllerU
 // as ReservedPodLabels.
 var ReservedPodAnnotations = []string{
 	CompletionIndexLabel, AttemptAnnotation, IndexFailureCountAnnotation,
-	IndexIgnoredFailureCountAnnotation, DiscardedAnnotation,
+	IndexIgnoredFailureCountAnnotation, DiscardedAnnotation, OOMKillsAnnotation, MemoryAnnotation,
 }
 
 // Condition types. They are those of batch/v1 Job.
@@ -285,6 +301,12 @@ type IndexedBatchJobSpec struct {
 	// +optional
 	RetryBackoff *RetryBackoff `json:"retryBackoff,omitempty"`
 
+	// retryResources raises the resources of an index's next pod after its
+	// pod failed in a way more resources may cure. Unset, every pod gets the
+	// template's resources.
+	// +optional
+	RetryResources *RetryResources `json:"retryResources,omitempty"`
+
 	// network gives the pods stable DNS names through a headless Service
 	// the operator creates for the job (peer DNS, as JobSet's spec.network).
 	// Unset, the operator creates no Service and the pods get the template's
@@ -369,6 +391,47 @@ type RetryBackoff struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	CreateRefusedDelaySeconds *int32 `json:"createRefusedDelaySeconds,omitempty"`
+}
+
+// RetryResources says how an index's next pod's resources grow after a
+// failure of a given kind.
+type RetryResources struct {
+	// onOOMKilled raises the memory of an index's next pod after its latest
+	// pod failed with a container OOM-killed (a container, or init
+	// container, terminated with reason OOMKilled): each memory request and
+	// limit of the template's containers and init containers is multiplied
+	// by factorPercent/100 once per OOM kill of the index in a row, rounded
+	// up to a whole Mi, and capped at maxMemory. Containers with neither a
+	// memory request nor a limit are left as they are. Other indexes keep
+	// the template's resources, and a pod of the index that ends any other
+	// way gives the next one the template's again. For a job labelled
+	// kueue.x-k8s.io/queue-name, requests stay at the template's (what Kueue
+	// admitted) and only limits grow; an event says when that held an
+	// increase back.
+	// +optional
+	OnOOMKilled *OOMKilledResources `json:"onOOMKilled,omitempty"`
+}
+
+// OOMKilledResources is how memory grows after an OOM kill.
+//
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.maxMemory)).isGreaterThan(quantity('0'))",message="retryResources.onOOMKilled.maxMemory must be greater than 0"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.maxMemory)).compareTo(quantity('64Ti')) <= 0",message="retryResources.onOOMKilled.maxMemory must be at most 64Ti"
+type OOMKilledResources struct {
+	// factorPercent multiplies the memory of the next pod of an OOM-killed
+	// index, in percent: 150 gives it 1.5 times its last pod's memory. An
+	// integer percent, as the Kubernetes API writes its ratios
+	// (targetAverageUtilization, maxUnavailable), so that it needs no float
+	// or decimal parsing and round-trips exactly. 101 to 1000.
+	// +required
+	// +kubebuilder:validation:Minimum=101
+	// +kubebuilder:validation:Maximum=1000
+	FactorPercent int32 `json:"factorPercent"`
+
+	// maxMemory caps each container's raised memory request and limit. It
+	// must be at least every memory request and limit of the template (the
+	// admission webhook refuses a job otherwise), at most 64Ti.
+	// +required
+	MaxMemory resource.Quantity `json:"maxMemory"`
 }
 
 // IndexedBatchJobStatus is the observed state of an IndexedBatchJob. Field

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"time"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -137,6 +138,7 @@ func (s *syncState) startPods() {
 		}
 		if next, ok := s.nextPod(ix); ok {
 			s.plan.create = append(s.plan.create, next)
+			s.reportRaisedMemory(next)
 			slots--
 			s.active++
 		}
@@ -166,12 +168,35 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 }
 
 // nextAttempt numbers the index's next pod and carries its failure counts
-// forward from the latest pod's annotations, so that they survive restarts
-// the way upstream's job-index-failure-count annotation does.
+// and OOM kills forward from the latest pod's annotations, so that they
+// survive restarts the way upstream's job-index-failure-count annotation
+// does.
 func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
-	failures, ignored := jobpod.NextCounts(last, s.failureOf(last))
+	f := s.failureOf(last)
+	failures, ignored := jobpod.NextCounts(last, f)
 	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
-	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored}
+	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored,
+		oomKills: jobpod.NextOOMKills(s.job, last, f)}
+}
+
+// reportRaisedMemory plans the event of a pod created with more memory
+// than the template's after OOM kills of its index, and the warning that
+// its queue held part of the raise back.
+func (s *syncState) reportRaisedMemory(next podToCreate) {
+	if next.oomKills == 0 {
+		return
+	}
+	spec := s.job.Spec.Template.Spec.DeepCopy()
+	m := raiseMemory(s.job, spec, next.oomKills)
+	name := podName(s.job, next.index, next.attempt)
+	if m.raised {
+		s.plan.inform("MemoryRaised", "Pod %s of index %d gets memory %s (OOM kills of the index: %d)",
+			name, next.index, memoryRecord(spec), next.oomKills)
+	}
+	if len(m.heldBack) > 0 {
+		s.plan.warn("MemoryRaiseHeldBack", "Kept the memory requests of containers %s of pod %s (index %d) at the template's, "+
+			"which is what Kueue admitted; only their limits were raised", strings.Join(m.heldBack, ","), name, next.index)
+	}
 }
 
 // globalBackoffLeft is the replacement delay of a job without per-index

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ type podToCreate struct {
 	attempt  int32
 	failures int32 // earlier failures of the index that counted
 	ignored  int32 // earlier failures of the index an Ignore rule matched
+	oomKills int32 // earlier pods of the index OOM-killed (retryResources.onOOMKilled)
 }
 
 // podName is deterministic per (job, index, attempt). Together with the
@@ -31,7 +33,9 @@ func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 // newPod builds the pod for one index from the job's template: the fixed
 // labels and annotations of the API (api/v1alpha1), JOB_COMPLETION_INDEX in every container,
 // hostname <job>-<index> (in the job's headless Service's subdomain with peer
-// DNS), the owner reference and the tracking finalizer.
+// DNS), the owner reference and the tracking finalizer; for a job with
+// retryResources.onOOMKilled, the memory raised for the index's OOM kills
+// and the annotations that record them.
 func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	tmpl := job.Spec.Template.DeepCopy()
 	index := strconv.Itoa(int(p.index))
@@ -71,6 +75,11 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(int(p.failures))
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.ignored))
 	}
+	if rr := job.Spec.RetryResources; rr != nil && rr.OnOOMKilled != nil {
+		raiseMemory(job, &pod.Spec, p.oomKills)
+		pod.Annotations[ibjv1.OOMKillsAnnotation] = strconv.Itoa(int(p.oomKills))
+		pod.Annotations[ibjv1.MemoryAnnotation] = memoryRecord(&pod.Spec)
+	}
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.index)
 	pod.Spec.Subdomain = podSubdomain(job)
 	for i := range pod.Spec.InitContainers {
@@ -87,6 +96,18 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 // so that a job is judged by exactly the pods it would get.
 func FirstPod(job *ibjv1.IndexedBatchJob, index int32) *corev1.Pod {
 	return newPod(job, podToCreate{index: index})
+}
+
+// MostMemoryPod is the pod of index with the most memory
+// retryResources.onOOMKilled can give it (every raised container at
+// maxMemory, or as near as its queue allows), nil for a job without
+// onOOMKilled. The admission webhook dry-runs it beside FirstPod, so that a
+// raise is never what the API server refuses.
+func MostMemoryPod(job *ibjv1.IndexedBatchJob, index int32) *corev1.Pod {
+	if rr := job.Spec.RetryResources; rr == nil || rr.OnOOMKilled == nil {
+		return nil
+	}
+	return newPod(job, podToCreate{index: index, oomKills: math.MaxInt32})
 }
 
 // controllerRef makes the job the controller of a pod or Service it

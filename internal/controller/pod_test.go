@@ -56,6 +56,7 @@ func (w *podWrapper) succeededAt(t time.Time) *podWrapper {
 func (w *podWrapper) failedAt(t time.Time, code int32) *podWrapper {
 	return w.then(w.w.FailedAt(t, code))
 }
+func (w *podWrapper) oomKilledAt(t time.Time) *podWrapper { return w.then(w.w.OOMKilledAt(t)) }
 func (w *podWrapper) failedWithoutStatus() *podWrapper { return w.then(w.w.FailedWithoutStatus()) }
 func (w *podWrapper) initFailedAt(t time.Time, name string, code int32) *podWrapper {
 	return w.then(w.w.InitFailedAt(t, name, code))
@@ -347,6 +348,8 @@ func TestNewPodIgnoresReservedKeysOfTheTemplate(t *testing.T) {
 		{ibjv1.IndexFailureCountAnnotation, true, ""},
 		{ibjv1.IndexIgnoredFailureCountAnnotation, true, ""},
 		{ibjv1.DiscardedAnnotation, true, ""},
+		{ibjv1.OOMKillsAnnotation, true, ""},
+		{ibjv1.MemoryAnnotation, true, ""},
 	}
 	if want := len(ibjv1.ReservedPodLabels) + len(ibjv1.ReservedPodAnnotations); len(cases) != want {
 		t.Fatalf("%d cases for %d reserved keys: a reserved key has no row", len(cases), want)

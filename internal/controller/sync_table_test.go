@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -40,7 +41,11 @@ type decision struct {
 func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	d := decision{Status: p.status, RequeueAfter: p.requeueAfter}
 	for _, c := range p.create {
-		d.Create = append(d.Create, fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.index, c.attempt), c.failures, c.ignored))
+		create := fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.index, c.attempt), c.failures, c.ignored)
+		if c.oomKills > 0 {
+			create += fmt.Sprintf(" oomKills=%d", c.oomKills)
+		}
+		d.Create = append(d.Create, create)
 	}
 	for _, del := range p.delete {
 		name := del.pod.Name
@@ -118,6 +123,15 @@ func TestSyncJob(t *testing.T) {
 	refusedDelay.Status = ibjv1.IndexedBatchJobStatus{StartTime: now, Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}}
 	refusedNoDelay := refusedDelay.DeepCopy()
 	refusedNoDelay.Spec.RetryBackoff = nil
+
+	// Memory after an OOM kill: main requests 512Mi with a 1Gi limit.
+	oomRetry := base.Clone().Completions(2).Parallelism(2).BackoffLimit(6).RetryBackoff(0, 0).RetryOnOOMKilled(150, "4Gi").
+		Requests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
+		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+	oomQueued := oomRetry.DeepCopy()
+	oomQueued.Labels = map[string]string{ibjv1.QueueNameLabel: "q"}
+	oomOff := oomRetry.DeepCopy()
+	oomOff.Spec.RetryResources = nil
 
 	cases := []struct {
 		name string
@@ -474,6 +488,70 @@ func TestSyncJob(t *testing.T) {
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseQuotaExceeded, Conditions: []metav1.Condition{refusedCondition}},
 				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0"},
+			},
+		},
+		{
+			name: "an OOM-killed index's next pod gets more memory and carries the kill; the other index keeps the template's",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "a second OOM kill compounds the raise",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).oomKilledAt(testNow).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=2"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=2304Mi (OOM kills of the index: 2)"},
+			},
+		},
+		{
+			name: "a failure of another kind keeps the raised memory",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).failedAt(testNow, 1).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "under Kueue the raise of a request is held back, with a warning",
+			job:  oomQueued,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{
+					"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)",
+					"Warning MemoryRaiseHeldBack: Kept the memory requests of containers main of pod a-0-1 (index 0) at the template's, which is what Kueue admitted; only their limits were raised",
+				},
+			},
+		},
+		{
+			name: "without onOOMKilled an OOM kill raises nothing",
+			job:  oomOff,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0"},
 			},
 		},
 		{

@@ -34,6 +34,10 @@ type Pod struct {
 	Attempt  int32
 	Failures int32 // the index-failure-count annotation
 	Ignored  int32 // the index-ignored-failure-count annotation
+	OOMKills int32 // the oom-kills annotation
+	// Memory is the memory annotation as written, "" without one: what
+	// kubectl ibj shows of the pod's attempt.
+	Memory string
 
 	Phase     corev1.PodPhase
 	Tracked   bool // carries the tracking finalizer
@@ -47,6 +51,9 @@ type Pod struct {
 	// podFailurePolicy rule matches. Kept only for pods not Succeeded.
 	Exits      []Exit
 	Conditions []Condition
+	// OOMKilled: a container or init container terminated with reason
+	// OOMKilled. Kept only for pods not Succeeded.
+	OOMKilled bool
 }
 
 // Read takes the facts of a pod. The pods of a job share one copy of the
@@ -66,6 +73,8 @@ func Read(pod *corev1.Pod) *Pod {
 		Attempt:  Count(pod.Annotations, ibjv1.AttemptAnnotation),
 		Failures: Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
 		Ignored:  Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
+		OOMKills: Count(pod.Annotations, ibjv1.OOMKillsAnnotation),
+		Memory:   pod.Annotations[ibjv1.MemoryAnnotation],
 		Phase:    internPhase(pod.Status.Phase),
 	}
 	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {
@@ -97,6 +106,7 @@ func Read(pod *corev1.Pod) *Pod {
 	if c.Phase != corev1.PodSucceeded {
 		c.Exits = Exits(pod)
 		c.Conditions = Conditions(pod)
+		c.OOMKilled = OOMKilled(pod)
 	}
 	c.FinishedAt = FinishTime(pod)
 	return c

@@ -13,6 +13,7 @@ package harness
 import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -325,6 +326,20 @@ func (w *JobWrapper) Annotation(key, value string) *JobWrapper {
 		w.job.Annotations = map[string]string{}
 	}
 	w.job.Annotations[key] = value
+	return w
+}
+
+// Limits sets the resource limits of the template's first container.
+func (w *JobWrapper) Limits(limits corev1.ResourceList) *JobWrapper {
+	w.job.Spec.Template.Spec.Containers[0].Resources.Limits = limits
+	return w
+}
+
+// RetryOnOOMKilled sets spec.retryResources.onOOMKilled.
+func (w *JobWrapper) RetryOnOOMKilled(factorPercent int32, maxMemory string) *JobWrapper {
+	w.job.Spec.RetryResources = &v1alpha1.RetryResources{OnOOMKilled: &v1alpha1.OOMKilledResources{
+		FactorPercent: factorPercent, MaxMemory: resource.MustParse(maxMemory),
+	}}
 	return w
 }
 

@@ -109,6 +109,16 @@ func (w *PodWrapper) FailedAt(t time.Time, code int32) *PodWrapper {
 	return w
 }
 
+// OOMKilledAt: the first container was OOM-killed at t (exit code 137,
+// reason OOMKilled), the others exited with 0.
+func (w *PodWrapper) OOMKilledAt(t time.Time) *PodWrapper {
+	w.FailedAt(t, 137)
+	if len(w.Status.ContainerStatuses) > 0 {
+		w.Status.ContainerStatuses[0].State.Terminated.Reason = "OOMKilled"
+	}
+	return w
+}
+
 // FailedWithoutStatus: phase Failed with no container status, as a pod the
 // kubelet rejected or a pod GC'd from a lost node.
 func (w *PodWrapper) FailedWithoutStatus() *PodWrapper {

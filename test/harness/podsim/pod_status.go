@@ -70,6 +70,17 @@ func MarkTerminated(pod *corev1.Pod, exitCode int32, disrupted bool, now time.Ti
 	}
 }
 
+// MarkOOMKilled gives every terminated container of pod the reason a
+// kubelet writes when the kernel killed it for going over its memory limit
+// (OOMKilled), after MarkTerminated with exit code 137.
+func MarkOOMKilled(pod *corev1.Pod) {
+	for i := range pod.Status.ContainerStatuses {
+		if t := pod.Status.ContainerStatuses[i].State.Terminated; t != nil {
+			t.Reason = "OOMKilled"
+		}
+	}
+}
+
 // terminal reports whether the pod has ended.
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed

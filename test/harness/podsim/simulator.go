@@ -59,6 +59,10 @@ type Plan struct {
 	// DisruptionTarget, every container killed (ExitKilled). It wins over
 	// ExitCode.
 	Disrupted bool
+	// OOMKilled ends the pod as the kernel's OOM killer does: every
+	// container terminated with exit code 137 (ExitKilled) and reason
+	// OOMKilled. It wins over ExitCode; Disrupted wins over it.
+	OOMKilled bool
 	// Hold keeps the pod running past Run: the simulator asks Script again
 	// every Options.Recheck until a plan says otherwise, so a test can let
 	// the pod end later.
@@ -522,7 +526,7 @@ func (s *Simulator) markRunning(ctx context.Context, key string, pod *corev1.Pod
 // deleted pod, killed; then books it and makes the final delete.
 func (s *Simulator) end(ctx context.Context, pod *corev1.Pod, r *run, plan Plan, deleted bool) error {
 	exit, disrupted := plan.ExitCode, plan.Disrupted
-	if disrupted || deleted {
+	if disrupted || deleted || plan.OOMKilled {
 		exit = ExitKilled
 	}
 	disrupted = disrupted && !deleted
@@ -533,6 +537,9 @@ func (s *Simulator) end(ctx context.Context, pod *corev1.Pod, r *run, plan Plan,
 	}
 	s.mu.Unlock()
 	MarkTerminated(out, exit, disrupted, time.Now())
+	if plan.OOMKilled && !disrupted && !deleted {
+		MarkOOMKilled(out)
+	}
 	written, err := s.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+)
+
+// memory is a container's memory request and limit as a row states them,
+// "" for one it does not have.
+type memory struct{ Request, Limit string }
+
+func memoryOf(c corev1.Container) memory {
+	var m memory
+	if q, ok := c.Resources.Requests[corev1.ResourceMemory]; ok {
+		m.Request = q.String()
+	}
+	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		m.Limit = q.String()
+	}
+	return m
+}
+
+func mem(request, limit string) corev1.ResourceRequirements {
+	r := corev1.ResourceRequirements{}
+	if request != "" {
+		r.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(request)}
+	}
+	if limit != "" {
+		r.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(limit)}
+	}
+	return r
+}
+
+func TestNewPodRaisesMemoryAfterOOMKills(t *testing.T) {
+	// main: 512Mi requested, 1Gi limit; sidecar: CPU only; init: 256Mi
+	// limit, no request.
+	job := func(factor int32, maxMemory string) *ibjv1.IndexedBatchJob {
+		j := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(factor, maxMemory).Container("sidecar").Obj()
+		j.Spec.Template.Spec.Containers[0].Resources = mem("512Mi", "1Gi")
+		j.Spec.Template.Spec.Containers[1].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+		}
+		j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.DefaultImage, Resources: mem("", "256Mi")}}
+		return j
+	}
+	type want struct {
+		Init, Main, Sidecar memory
+		Annotations         map[string]string
+	}
+	cases := []struct {
+		name     string
+		job      *ibjv1.IndexedBatchJob
+		oomKills int32
+		want     want
+	}{
+		{
+			name: "an index never OOM-killed gets the template's memory, recorded on the pod",
+			job:  job(150, "4Gi"),
+			want: want{Init: memory{Limit: "256Mi"}, Main: memory{"512Mi", "1Gi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "0", ibjv1.MemoryAnnotation: "init=256Mi,main=1Gi"}},
+		},
+		{
+			name:     "one OOM kill multiplies requests and limits by the factor; a container without memory keeps none",
+			job:      job(150, "4Gi"),
+			oomKills: 1,
+			want: want{Init: memory{Limit: "384Mi"}, Main: memory{"768Mi", "1536Mi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "1", ibjv1.MemoryAnnotation: "init=384Mi,main=1536Mi"}},
+		},
+		{
+			name:     "OOM kills compound",
+			job:      job(150, "4Gi"),
+			oomKills: 2,
+			want: want{Init: memory{Limit: "576Mi"}, Main: memory{"1152Mi", "2304Mi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "2", ibjv1.MemoryAnnotation: "init=576Mi,main=2304Mi"}},
+		},
+		{
+			name:     "maxMemory caps the request and the limit alike, so the limit stays at least the request",
+			job:      job(200, "3Gi"),
+			oomKills: 3,
+			want: want{Init: memory{Limit: "2Gi"}, Main: memory{"3Gi", "3Gi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "3", ibjv1.MemoryAnnotation: "init=2Gi,main=3Gi"}},
+		},
+		{
+			name:     "a raise is rounded up to a whole Mi",
+			job:      job(101, "4Gi"),
+			oomKills: 1,
+			// 512Mi * 1.01 = 517.12Mi, 1Gi * 1.01 = 1034.24Mi, 256Mi * 1.01 = 258.56Mi.
+			want: want{Init: memory{Limit: "259Mi"}, Main: memory{"518Mi", "1035Mi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "1", ibjv1.MemoryAnnotation: "init=259Mi,main=1035Mi"}},
+		},
+		{
+			// Kueue admitted 512Mi for main and, since init has no
+			// request, its 256Mi limit as its request.
+			name:     "under Kueue requests stay at what Kueue admitted and only limits grow",
+			job:      func() *ibjv1.IndexedBatchJob {
+				j := job(150, "4Gi")
+				j.Labels = map[string]string{ibjv1.QueueNameLabel: "q"}
+				return j
+			}(),
+			oomKills: 1,
+			want: want{Init: memory{"256Mi", "384Mi"}, Main: memory{"512Mi", "1536Mi"},
+				Annotations: map[string]string{ibjv1.OOMKillsAnnotation: "1", ibjv1.MemoryAnnotation: "init=384Mi,main=1536Mi"}},
+		},
+		{
+			name: "a job without onOOMKilled records nothing",
+			job: func() *ibjv1.IndexedBatchJob {
+				j := job(150, "4Gi")
+				j.Spec.RetryResources = nil
+				return j
+			}(),
+			want: want{Init: memory{Limit: "256Mi"}, Main: memory{"512Mi", "1Gi"}, Annotations: map[string]string{}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(tc.job, podToCreate{index: 1, oomKills: tc.oomKills})
+			got := want{
+				Init: memoryOf(pod.Spec.InitContainers[0]), Main: memoryOf(pod.Spec.Containers[0]), Sidecar: memoryOf(pod.Spec.Containers[1]),
+				Annotations: map[string]string{},
+			}
+			for _, key := range []string{ibjv1.OOMKillsAnnotation, ibjv1.MemoryAnnotation} {
+				if v, ok := pod.Annotations[key]; ok {
+					got.Annotations[key] = v
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pod (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.job.Spec.Template.Spec.Containers[0].Resources, mem("512Mi", "1Gi")); diff != "" {
+				t.Errorf("the job's template changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMostMemoryPodHasEveryRaisedContainerAtMaxMemory(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "3Gi").Obj()
+	job.Spec.Template.Spec.Containers[0].Resources = mem("512Mi", "1Gi")
+	if got, want := memoryOf(MostMemoryPod(job, 0).Spec.Containers[0]), (memory{"3Gi", "3Gi"}); got != want {
+		t.Errorf("MostMemoryPod's main container = %+v, want %+v", got, want)
+	}
+	job.Spec.RetryResources = nil
+	if pod := MostMemoryPod(job, 0); pod != nil {
+		t.Errorf("MostMemoryPod of a job without onOOMKilled = %s, want nil", pod.Name)
+	}
+}
+
+func TestPodRecordKeepsTheOOMKillAndTheMemory(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "4Gi").
+		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+	killed := jobpod.Read(makePodFor(job, podToCreate{index: 1, attempt: 2, oomKills: 2}).oomKilledAt(testNow).api())
+	if !killed.OOMKilled || killed.OOMKills != 2 || killed.Memory != "main=2304Mi" {
+		t.Errorf("OOM-killed pod cached with OOMKilled=%v OOMKills=%d Memory=%q, want true, 2, main=2304Mi", killed.OOMKilled, killed.OOMKills, killed.Memory)
+	}
+	if failed := jobpod.Read(makePod(job, 1).failedAt(testNow, 137).api()); failed.OOMKilled {
+		t.Error("a pod that exited 137 without reason OOMKilled is cached as OOM-killed")
+	}
+}

@@ -1,0 +1,40 @@
+package jobpod
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// ReasonOOMKilled is the reason a kubelet gives a container's termination
+// when the kernel killed it for going over its memory limit.
+const ReasonOOMKilled = "OOMKilled"
+
+// OOMKilled reports whether a container or init container of the pod
+// terminated with reason OOMKilled.
+func OOMKilled(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if t := cs.State.Terminated; t != nil && t.Reason == ReasonOOMKilled {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// NextOOMKills is the OOM kills the next pod of p's index carries, p being
+// the index's latest pod and f how its end counts: p's own, plus one when p
+// failed OOM-killed; none for a job without retryResources.onOOMKilled. A
+// failure of another kind (an eviction, an application error) keeps the
+// count: it says nothing of the memory the work needs, and going back to a
+// size that was OOM-killed would only repeat the kill.
+func NextOOMKills(job *ibjv1.IndexedBatchJob, p *Pod, f Failure) int32 {
+	if job.Spec.RetryResources == nil || job.Spec.RetryResources.OnOOMKilled == nil {
+		return 0
+	}
+	if f.Failed && p.OOMKilled {
+		return p.OOMKills + 1
+	}
+	return p.OOMKills
+}
