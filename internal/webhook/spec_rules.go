@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -11,9 +12,48 @@ import (
 
 // specErrors are the rules of a job's spec that the CRD's schema cannot
 // state (or cannot afford to): the keys the operator reserves on its pods,
-// and the success policy's counts against its index sets.
+// the success policy's counts against its index sets, and the template's
+// memory against retryResources.onOOMKilled.maxMemory.
 func specErrors(job *ibjv1.IndexedBatchJob) field.ErrorList {
-	return append(reservedKeyErrors(job), successPolicyErrors(job)...)
+	errs := append(reservedKeyErrors(job), successPolicyErrors(job)...)
+	return append(errs, oomMemoryErrors(job)...)
+}
+
+// oomMemoryErrors refuses a template whose memory request or limit is above
+// retryResources.onOOMKilled.maxMemory: a raise after an OOM kill caps
+// memory at maxMemory, which would then lower it (and could put a request
+// above its limit). A CEL rule would have to walk every container of the
+// template, over the CRD's cost budget.
+func oomMemoryErrors(job *ibjv1.IndexedBatchJob) field.ErrorList {
+	rr := job.Spec.RetryResources
+	if rr == nil || rr.OnOOMKilled == nil {
+		return nil
+	}
+	maxMemory := rr.OnOOMKilled.MaxMemory
+	var errs field.ErrorList
+	spec := field.NewPath("spec", "template", "spec")
+	for _, list := range []struct {
+		path       *field.Path
+		containers []corev1.Container
+	}{
+		{spec.Child("initContainers"), job.Spec.Template.Spec.InitContainers},
+		{spec.Child("containers"), job.Spec.Template.Spec.Containers},
+	} {
+		for i, c := range list.containers {
+			resources := list.path.Index(i).Child("resources")
+			for _, r := range []struct {
+				name string
+				list corev1.ResourceList
+			}{{"requests", c.Resources.Requests}, {"limits", c.Resources.Limits}} {
+				if q, ok := r.list[corev1.ResourceMemory]; ok && q.Cmp(maxMemory) > 0 {
+					errs = append(errs, field.Invalid(resources.Child(r.name).Key(string(corev1.ResourceMemory)), q.String(),
+						fmt.Sprintf("must be less than or equal to spec.retryResources.onOOMKilled.maxMemory (%s): "+
+							"a raise after an OOM kill never lowers a container's memory", maxMemory.String())))
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // reservedKeyErrors refuses a pod template that sets a label or annotation

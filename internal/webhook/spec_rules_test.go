@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -32,6 +34,8 @@ func TestReservedKeysAreRefusedInThePodTemplate(t *testing.T) {
 		{ibjv1.IndexFailureCountAnnotation, true, field.Forbidden(annotations.Key(ibjv1.IndexFailureCountAnnotation), annotationReason)},
 		{ibjv1.IndexIgnoredFailureCountAnnotation, true, field.Forbidden(annotations.Key(ibjv1.IndexIgnoredFailureCountAnnotation), annotationReason)},
 		{ibjv1.DiscardedAnnotation, true, field.Forbidden(annotations.Key(ibjv1.DiscardedAnnotation), annotationReason)},
+		{ibjv1.OOMKillsAnnotation, true, field.Forbidden(annotations.Key(ibjv1.OOMKillsAnnotation), annotationReason)},
+		{ibjv1.MemoryAnnotation, true, field.Forbidden(annotations.Key(ibjv1.MemoryAnnotation), annotationReason)},
 		{"team", false, nil},
 		{"batch.indexedjob.dev/something-else", true, nil},
 	}
@@ -92,6 +96,43 @@ func TestSucceededCountBeyondItsIndexesIsRefused(t *testing.T) {
 			job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: tc.rules}
 			if diff := cmp.Diff(tc.want, specErrors(job)); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A template memory above retryResources.onOOMKilled.maxMemory is refused:
+// a raise after an OOM kill would lower it.
+func TestTemplateMemoryAboveMaxMemoryIsRefused(t *testing.T) {
+	memory := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
+	}
+	message := "must be less than or equal to spec.retryResources.onOOMKilled.maxMemory (2Gi): a raise after an OOM kill never lowers a container's memory"
+	spec := field.NewPath("spec", "template", "spec")
+	cases := []struct {
+		name       string
+		main, init corev1.ResourceRequirements
+		want       field.ErrorList
+	}{
+		{"memory at maxMemory", corev1.ResourceRequirements{Requests: memory("1Gi"), Limits: memory("2Gi")}, corev1.ResourceRequirements{}, nil},
+		{"a limit above maxMemory", corev1.ResourceRequirements{Requests: memory("1Gi"), Limits: memory("3Gi")}, corev1.ResourceRequirements{}, field.ErrorList{
+			field.Invalid(spec.Child("containers").Index(0).Child("resources", "limits").Key("memory"), "3Gi", message),
+		}},
+		{"an init container's request above maxMemory", corev1.ResourceRequirements{}, corev1.ResourceRequirements{Requests: memory("4Gi")}, field.ErrorList{
+			field.Invalid(spec.Child("initContainers").Index(0).Child("resources", "requests").Key("memory"), "4Gi", message),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := harness.MakeIndexedBatchJob("train", "ns").Completions(2).InitContainer("setup").RetryOnOOMKilled(150, "2Gi").Obj()
+			job.Spec.Template.Spec.Containers[0].Resources = tc.main
+			job.Spec.Template.Spec.InitContainers[0].Resources = tc.init
+			if diff := cmp.Diff(tc.want, specErrors(job)); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			job.Spec.RetryResources = nil
+			if errs := specErrors(job); len(errs) > 0 {
+				t.Errorf("without onOOMKilled: errors %v, want none", errs)
 			}
 		})
 	}

@@ -69,9 +69,10 @@ func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
 	return apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
 }
 
-// ValidateUpdate judges the template only when the update changes it (what
-// else the pod depends on, the job's name, namespace, network and
-// backoffLimitPerIndex, cannot change). An unchanged template was judged
+// ValidateUpdate judges the template only when the update changes it or
+// retryResources, which makes the pods' memory (what else the pod depends
+// on, the job's name, namespace, network and backoffLimitPerIndex, cannot
+// change). An unchanged template was judged
 // when it was written; judging it again would block, for example, the
 // suspend and resume of a queueing system, or the labels of a job admitted
 // before the webhook was installed, and cost a dry run per update.
@@ -84,10 +85,15 @@ func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedB
 			return nil, invalid(job, errs)
 		}
 	}
-	if equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template) {
+	templateChanged := !equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template)
+	oomChanged := !equality.Semantic.DeepEqual(old.Spec.RetryResources, job.Spec.RetryResources)
+	if !templateChanged && !oomChanged {
 		return nil, nil
 	}
-	errs := append(containersChangedBeyondResources(old, job), reservedKeyErrors(job)...)
+	errs := oomMemoryErrors(job)
+	if templateChanged {
+		errs = append(errs, append(containersChangedBeyondResources(old, job), reservedKeyErrors(job)...)...)
+	}
 	if len(errs) > 0 {
 		return nil, invalid(job, errs)
 	}
@@ -129,20 +135,40 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 	return nil, nil
 }
 
-// judgePods dry-runs the job's first pod. The API server's answer decides:
+// judgePods dry-runs the job's first pod and, for a job with
+// retryResources.onOOMKilled, the pod with the most memory a raise can give
+// it (controller.MostMemoryPod), so that a raise after an OOM kill never
+// makes a pod the API server refuses. The API server's answer decides:
 //   - Invalid (422): the job is rejected with the Pod API's causes, their
 //     fields under spec.template (see jobField);
 //   - Forbidden (403: a full ResourceQuota, Pod Security admission, a
-//     policy engine): the job is admitted with a warning. A quota frees up
-//     and a namespace's policy can change, and the controller reports what
-//     stops the pods in the job's status (condition PodCreationFailed);
+//     policy engine, a LimitRange's maximum): the job is admitted with a
+//     warning. A quota frees up and a namespace's policy can change, and the
+//     controller reports what stops the pods in the job's status (condition
+//     PodCreationFailed);
 //   - any other error (a timeout, an unavailable webhook of another
 //     component, a webhook that does not support dry runs): the job is
 //     admitted with a warning. The webhook cannot judge, and refusing every
 //     job while the API server struggles would be worse than the status
 //     the controller reports later.
 func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
-	pod := controller.FirstPod(job, 0)
+	warnings, err := v.judgePod(ctx, job, controller.FirstPod(job, 0), "")
+	if err != nil || len(warnings) > 0 {
+		return warnings, err
+	}
+	if most := controller.MostMemoryPod(job, 0); most != nil {
+		return v.judgePod(ctx, job, most, raisedPodWords)
+	}
+	return nil, nil
+}
+
+// raisedPodWords begin what the API server says of the pod with the most
+// memory, so that a refusal says which pod it is about.
+const raisedPodWords = "with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, "
+
+// judgePod dry-runs one pod of the job and turns the API server's answer
+// into the job's (see judgePods); about, when set, begins each message.
+func (v *Validator) judgePod(ctx context.Context, job *ibjv1.IndexedBatchJob, pod *corev1.Pod, about string) (admission.Warnings, error) {
 	// A generated name: the pod the controller made for index 0 may exist.
 	pod.GenerateName, pod.Name = pod.Name+"-", ""
 	for i := range pod.OwnerReferences {
@@ -158,15 +184,35 @@ func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (
 	case err == nil:
 		return nil, nil
 	case apierrors.IsInvalid(err) && errors.As(err, &status):
-		return nil, invalidJob(job, status.Status())
+		st := status.Status()
+		if about != "" {
+			st = aboutPod(st, about)
+		}
+		return nil, invalidJob(job, st)
 	case apierrors.IsForbidden(err):
-		return admission.Warnings{fmt.Sprintf("the API server forbids this job's pods now, so none will start until that changes "+
-			"(the job's condition PodCreationFailed will say so): %s", apiMessage(err))}, nil
+		return admission.Warnings{fmt.Sprintf("%sthe API server forbids this job's pods now, so none will start until that changes "+
+			"(the job's condition PodCreationFailed will say so): %s", about, apiMessage(err))}, nil
 	default:
 		log.FromContext(ctx).Info("Admitted a job whose pod template could not be checked", "job", client.ObjectKeyFromObject(job), "error", err)
-		return admission.Warnings{fmt.Sprintf("the pod template was not checked (dry-run create of its first pod: %s); "+
-			"if its pods are refused, the job's condition PodCreationFailed will say why", apiMessage(err))}, nil
+		return admission.Warnings{fmt.Sprintf("%sthe pod template was not checked (dry-run create of its first pod: %s); "+
+			"if its pods are refused, the job's condition PodCreationFailed will say why", about, apiMessage(err))}, nil
 	}
+}
+
+// aboutPod is the API server's refusal with about before its message and
+// each cause's.
+func aboutPod(st metav1.Status, about string) metav1.Status {
+	st.Message = about + st.Message
+	if st.Details != nil {
+		details := *st.Details
+		details.Causes = make([]metav1.StatusCause, len(st.Details.Causes))
+		for i, c := range st.Details.Causes {
+			c.Message = about + c.Message
+			details.Causes[i] = c
+		}
+		st.Details = &details
+	}
+	return st
 }
 
 // invalidJob is the API server's refusal of the pod, restated for the job:
