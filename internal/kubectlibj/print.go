@@ -32,6 +32,7 @@ var indexColumns = []metav1.TableColumnDefinition{
 	{Name: "Duration", Type: "string", Description: "How long the latest pod ran (so far)."},
 	{Name: "Pod", Type: "string", Priority: 1, Description: "The latest pod."},
 	{Name: "Finished", Type: "string", Priority: 1, Description: "When the latest pod ended."},
+	{Name: "Memory", Type: "string", Priority: 1, Description: "The latest pod's memory per container, raised after OOM kills (retryResources.onOOMKilled)."},
 	{Name: "Message", Type: "string", Priority: 1, Description: "The podFailurePolicy match, or the pod's status message."},
 }
 
@@ -43,7 +44,7 @@ func indexTable(rows []IndexStatus, now time.Time) *metav1.Table {
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			indexText(s), stateText(s, now), orDash(s.Attempts), orDash(s.RetriesLeft), orDash(s.ExitCode),
 			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now),
-			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Message),
+			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Memory), dashIfEmpty(s.Message),
 		}})
 	}
 	return t

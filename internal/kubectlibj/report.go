@@ -107,6 +107,12 @@ type IndexStatus struct {
 	Node       string       `json:"node,omitempty"`
 	StartTime  *metav1.Time `json:"startTime,omitempty"`
 	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// Memory is the latest pod's memory per container as the operator
+	// recorded it (container=limit, or request without a limit), and
+	// OOMKills the OOM kills of the index before that pod, for a job with
+	// retryResources.onOOMKilled; unset otherwise.
+	Memory   string `json:"memory,omitempty"`
+	OOMKills *int32 `json:"oomKills,omitempty"`
 }
 
 // span is the number of indexes the item stands for.

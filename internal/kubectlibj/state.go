@@ -278,6 +278,10 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 		s.Container = f.exit.container
 	}
 	s.Message = f.message
+	if rr := v.job.Spec.RetryResources; rr != nil && rr.OnOOMKilled != nil && f.Memory != "" {
+		s.Memory = f.Memory
+		s.OOMKills = ptr.To(f.OOMKills)
+	}
 	if m := f.failure.Match; m != nil {
 		s.Rule = ptr.To(m.Rule)
 		s.RuleName = m.Name

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -316,5 +317,42 @@ func TestRerunJobKeepsTheSpecAndDropsServerState(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got.Object); diff != "" {
 		t.Errorf("rerun (-want +got):\n%s", diff)
+	}
+}
+
+func TestIndexRowShowsTheMemoryRaisedAfterOOMKills(t *testing.T) {
+	oomJob := testJob(perIndex(3), func(j *ibjv1.IndexedBatchJob) {
+		j.Spec.RetryResources = &ibjv1.RetryResources{OnOOMKilled: &ibjv1.OOMKilledResources{FactorPercent: 150, MaxMemory: resource.MustParse("4Gi")}}
+	})
+	raised := func(p *corev1.Pod) {
+		p.Annotations[ibjv1.OOMKillsAnnotation] = "1"
+		p.Annotations[ibjv1.MemoryAnnotation] = "main=1536Mi"
+	}
+	oomKilled := func(p *corev1.Pod) { p.Status.ContainerStatuses[0].State.Terminated.Reason = jobpod.ReasonOOMKilled }
+	type row struct {
+		Memory   string
+		OOMKills *int32
+		Reason   string
+	}
+	cases := []struct {
+		name string
+		job  *ibjv1.IndexedBatchJob
+		pod  *corev1.Pod
+		want row
+	}{
+		{"a raised pod that was OOM-killed again", oomJob, testPod(attempt(1, 1, 0), raised, exited(137, 0), oomKilled),
+			row{Memory: "main=1536Mi", OOMKills: ptr.To[int32](1), Reason: "OOMKilled"}},
+		{"a job without onOOMKilled shows no memory", testJob(perIndex(3)), testPod(attempt(1, 1, 0), raised, exited(137, 0), oomKilled),
+			row{Reason: "OOMKilled"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			scan := newPodScan(tc.job)
+			scan.add(tc.pod)
+			s := newJobView(tc.job, scan, now, jobpod.DefaultBackoff).status(0)
+			if diff := cmp.Diff(tc.want, row{Memory: s.Memory, OOMKills: s.OOMKills, Reason: s.Reason}); diff != "" {
+				t.Errorf("index 0 (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
