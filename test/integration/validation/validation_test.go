@@ -60,6 +60,8 @@ const (
 	msgRuleNameFormat           = "podFailurePolicy rule name must be letters, digits and '_', starting with a letter and ending with a letter or digit (it becomes the condition reason PodFailurePolicy_<name>, where '-' is not allowed)"
 	msgRuleNamesUnique          = "podFailurePolicy rule names must be unique"
 	msgRetryDelayAction         = "podFailurePolicy retryDelaySeconds can only be set on a rule whose action is Count or Ignore"
+	msgMaxMemoryPositive        = "retryResources.onOOMKilled.maxMemory must be greater than 0"
+	msgMaxMemoryBound           = "retryResources.onOOMKilled.maxMemory must be at most 64Ti"
 )
 
 // Messages the API server writes for the OpenAPI schema's own bounds.
@@ -143,6 +145,11 @@ func named(name string) *v1alpha1.IndexedBatchJob {
 func delayed(action batchv1.PodFailurePolicyAction, seconds int32) *v1alpha1.IndexedBatchJob {
 	return withRules(job().BackoffLimitPerIndex(1).PodFailurePolicy(harness.OnExitCodes(action, "", in, 1)),
 		func(r []v1alpha1.PodFailurePolicyRule) { r[0].RetryDelaySeconds = ptr.To(seconds) })
+}
+
+// onOOMKilled is job() with retryResources.onOOMKilled.
+func onOOMKilled(factorPercent int32, maxMemory string) *v1alpha1.IndexedBatchJob {
+	return job().RetryOnOOMKilled(factorPercent, maxMemory).Obj()
 }
 
 // createRefusedDelay is job() with retryBackoff.createRefusedDelaySeconds.
@@ -272,6 +279,13 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("a createRefusedDelaySeconds of 0, which would retry in a loop", createRefusedDelay(0), "should be greater than or equal to 1"),
 		Entry("a createRefusedDelaySeconds above an hour", createRefusedDelay(3601), "should be less than or equal to 3600"),
 
+		// Memory after an OOM kill.
+		Entry("an onOOMKilled factorPercent of 100, which raises nothing", onOOMKilled(100, "1Gi"), "should be greater than or equal to 101"),
+		Entry("an onOOMKilled factorPercent above 1000", onOOMKilled(1001, "1Gi"), "should be less than or equal to 1000"),
+		Entry("an onOOMKilled maxMemory of 0", onOOMKilled(150, "0"), msgMaxMemoryPositive),
+		Entry("a negative onOOMKilled maxMemory", onOOMKilled(150, "-1Gi"), msgMaxMemoryPositive),
+		Entry("an onOOMKilled maxMemory above 64Ti", onOOMKilled(150, "65Ti"), msgMaxMemoryBound),
+
 		// Pod replacement policy.
 		Entry("podReplacementPolicy TerminatingOrFailed with a podFailurePolicy",
 			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
@@ -381,6 +395,9 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("a retryDelaySeconds of 0 on an Ignore rule", delayed(ignore, 0)),
 		Entry("a retryDelaySeconds of a day on a Count rule", delayed(count, 86400)),
 		Entry("a createRefusedDelaySeconds of 1", createRefusedDelay(1)),
+		Entry("an onOOMKilled factorPercent of 101", onOOMKilled(101, "1Mi")),
+		Entry("an onOOMKilled factorPercent of 1000 and a maxMemory of 64Ti", onOOMKilled(1000, "64Ti")),
+		Entry("an onOOMKilled maxMemory in bytes", onOOMKilled(150, "1073741824")),
 		Entry("a createRefusedDelaySeconds of an hour with the other retryBackoff fields", func() *v1alpha1.IndexedBatchJob {
 			j := createRefusedDelay(3600)
 			j.Spec.RetryBackoff.InitialDelaySeconds, j.Spec.RetryBackoff.MaxDelaySeconds = ptr.To[int32](5), ptr.To[int32](60)
@@ -583,6 +600,29 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("of retryBackoff", job().RetryBackoff(10, 600).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.RetryBackoff.InitialDelaySeconds = ptr.To[int32](0) }),
 	)
+
+	// A quantity may be written as a JSON number, which typed Go clients
+	// never send: the maxMemory rules must read it too.
+	It("judges an onOOMKilled maxMemory written as a number", func() {
+		for _, tc := range []struct {
+			bytes int64
+			ok    bool
+		}{{1 << 30, true}, {0, false}} {
+			raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(onOOMKilled(150, "1Gi"))
+			Expect(err).NotTo(HaveOccurred())
+			u := &unstructured.Unstructured{Object: raw}
+			u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("IndexedBatchJob"))
+			u.SetName(fmt.Sprintf("oom-bytes-%d", tc.bytes))
+			Expect(unstructured.SetNestedField(u.Object, tc.bytes, "spec", "retryResources", "onOOMKilled", "maxMemory")).To(Succeed())
+			err = k8sClient.Create(ctx, u)
+			if tc.ok {
+				Expect(err).NotTo(HaveOccurred())
+				Expect(k8sClient.Delete(ctx, u)).To(Succeed())
+			} else {
+				expectRejected(err, msgMaxMemoryPositive)
+			}
+		}
+	})
 
 	// kubectl users often leave out the template's metadata, which typed Go
 	// clients always send (as {}); adding labels later must still be allowed.
