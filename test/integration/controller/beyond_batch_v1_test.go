@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -18,7 +19,8 @@ import (
 
 // What the operator adds to batch/v1 Job's behaviour: elastic indexes, a
 // chosen subset of indexes, a retry backoff set on the job, named pod
-// failure policy rules and retry delays by failure kind.
+// failure policy rules and retry delays by failure kind, memory raised
+// after an OOM kill.
 var _ = Describe("Beyond batch/v1", func() {
 
 	It("scales an elastic job 4 → 8 → 2 with exact status", func() {
@@ -200,6 +202,43 @@ var _ = Describe("Beyond batch/v1", func() {
 			"the exit code 5 pod is replaced after its rule's 3 s, not the job's 60 s")
 		Expect(pods[2].Annotations[ibjv1.IndexFailureCountAnnotation]).To(Equal("1"))
 		Expect(pods[2].Annotations[ibjv1.IndexIgnoredFailureCountAnnotation]).To(Equal("1"))
+	})
+
+	It("raises an OOM-killed index's memory per OOM kill up to maxMemory, and leaves the other index's as the template's", func() {
+		job := harness.MakeIndexedBatchJob("oom", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(3).RetryBackoff(0, 0).
+			RetryOnOOMKilled(150, "2Gi").
+			Requests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
+			Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		// Index 0 is OOM-killed three times, then fits; index 1 fits at once.
+		k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
+			if ix == 0 && attempt < 3 {
+				return podsim.Plan{OOMKilled: true}
+			}
+			return podsim.Plan{}
+		})
+		defer k.Stop()
+
+		expectCompleted(ctx, ns, job.Name, 2, "0,1", 30*time.Second)
+		type attemptMemory struct{ Pod, Request, Limit, OOMKills, Record string }
+		var got []attemptMemory
+		pods := jobPods(ctx, ns, job.Name)
+		sort.Slice(pods, func(a, b int) bool { return pods[a].Name < pods[b].Name })
+		for _, p := range pods {
+			res := p.Spec.Containers[0].Resources
+			got = append(got, attemptMemory{p.Name, ptr.To(res.Requests[corev1.ResourceMemory]).String(), ptr.To(res.Limits[corev1.ResourceMemory]).String(),
+				p.Annotations[ibjv1.OOMKillsAnnotation], p.Annotations[ibjv1.MemoryAnnotation]})
+		}
+		Expect(got).To(Equal([]attemptMemory{
+			{"oom-0-0", "512Mi", "1Gi", "0", "main=1Gi"},
+			{"oom-0-1", "768Mi", "1536Mi", "1", "main=1536Mi"},
+			{"oom-0-2", "1152Mi", "2Gi", "2", "main=2Gi"}, // the limit's 2304Mi capped
+			{"oom-0-3", "1728Mi", "2Gi", "3", "main=2Gi"},
+			{"oom-1-0", "512Mi", "1Gi", "0", "main=1Gi"},
+		}))
+		Expect(getJob(ctx, ns, job.Name).Status.Failed).To(Equal(int32(3)), "an OOM kill counts as any failure")
+		Eventually(func() []string { return eventNotes(ctx, ns, job.Name) }, 10*time.Second).Should(ContainElement(
+			"MemoryRaised: Pod oom-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"))
 	})
 })
 
