@@ -240,6 +240,59 @@ var _ = Describe("What the CRD's schema cannot state", func() {
 	})
 })
 
+var _ = Describe("Memory after an OOM kill", func() {
+	memory := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(q)}
+	}
+	// oomJob's main container asks for 512Mi with a 1Gi limit; a raise
+	// takes both up to 2Gi.
+	oomJob := func(name, ns string) *ibjv1.IndexedBatchJob {
+		return harness.MakeIndexedBatchJob(name, ns).RetryOnOOMKilled(150, "2Gi").Requests(memory("512Mi")).Limits(memory("1Gi")).Obj()
+	}
+
+	It("refuses a template memory above maxMemory, naming the field", func() {
+		ns := newNamespace(nil)
+		job := oomJob("above-max", ns)
+		job.Spec.Template.Spec.Containers[0].Resources.Limits = memory("3Gi")
+		err := k8sClient.Create(ctx, job)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err).To(MatchError(ContainSubstring(`spec.template.spec.containers[0].resources.limits[memory]: Invalid value: "3Gi": ` +
+			`must be less than or equal to spec.retryResources.onOOMKilled.maxMemory (2Gi): a raise after an OOM kill never lowers a container's memory`)))
+	})
+
+	It("refuses a job whose pod raised to maxMemory the Pod API refuses, though its first pod is valid", func() {
+		ns := newNamespace(nil)
+		// A pod-level memory limit of 1Gi holds the first pod's container
+		// (1Gi) but not the raised one (2Gi).
+		job := oomJob("pod-level", ns)
+		job.Spec.Template.Spec.Resources = &corev1.ResourceRequirements{Limits: memory("1Gi")}
+		err := k8sClient.Create(ctx, job)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err).To(MatchError(ContainSubstring("with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, ")))
+
+		By("without onOOMKilled the same template is admitted")
+		job = oomJob("pod-level", ns)
+		job.Spec.Template.Spec.Resources = &corev1.ResourceRequirements{Limits: memory("1Gi")}
+		job.Spec.RetryResources = nil
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	})
+
+	It("admits, with a warning, a job whose raised pod a LimitRange forbids now", func() {
+		ns := newNamespace(nil)
+		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
+			ObjectMeta: metav1.ObjectMeta{Name: "max", Namespace: ns},
+			Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+				Type: corev1.LimitTypeContainer, Max: memory("1536Mi"),
+			}}},
+		})).To(Succeed())
+		warnings.take()
+		Expect(k8sClient.Create(ctx, oomJob("limited", ns))).To(Succeed())
+		Expect(warnings.take()).To(ContainElement(And(
+			HavePrefix("with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, the API server forbids this job's pods now"),
+			ContainSubstring("maximum memory usage per Container is 1536Mi"))))
+	})
+})
+
 var _ = Describe("Defaults", func() {
 	It("writes backoffLimit and podReplacementPolicy into a new job, as batch/v1 does", func() {
 		ns := newNamespace(nil)
