@@ -37,14 +37,15 @@ const (
 // IndexedBatchJobs until a replica serves the webhook again), and the
 // validating webhook's own dry run is bounded by DefaultDryRunTimeout, well
 // inside the 10 s. The validating webhook's matchCondition sends it only
-// creates and template changes, what the Validator judges: an update that
-// leaves the template alone (a queueing system's suspend or resume, a
-// label) neither waits for the webhook nor fails while it is down. The namespaceSelector that
+// creates and changes of the template or of retryResources (which makes
+// the pods' memory), what the Validator judges: an update that leaves them
+// alone (a queueing system's suspend or resume, a label) neither waits for
+// the webhook nor fails while it is down. The namespaceSelector that
 // leaves out the operator's own namespace is added in config/default and
 // the chart, which know that namespace.
 //
 // +kubebuilder:webhook:path=/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create,versions=v1alpha1,name=mindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template"}]}`
+// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-or-retry-resources-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template || (has(object.spec.retryResources) ? !has(oldObject.spec.retryResources) || object.spec.retryResources != oldObject.spec.retryResources : has(oldObject.spec.retryResources))"}]}`
 
 // Register serves the defaulting and validating webhooks on srv.
 func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, d Defaulter, v *Validator) {

@@ -277,6 +277,16 @@ var _ = Describe("Memory after an OOM kill", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 	})
 
+	It("refuses an update of maxMemory below the template's memory (the webhook is called for retryResources changes)", func() {
+		ns := newNamespace(nil)
+		job := oomJob("lowered", ns)
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		job.Spec.RetryResources.OnOOMKilled.MaxMemory = resource.MustParse("768Mi")
+		err := k8sClient.Update(ctx, job)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(causeFields(err)).To(ConsistOf("spec.template.spec.containers[0].resources.limits[memory]"))
+	})
+
 	It("admits, with a warning, a job whose raised pod a LimitRange forbids now", func() {
 		ns := newNamespace(nil)
 		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
