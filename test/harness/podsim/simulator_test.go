@@ -143,6 +143,7 @@ func TestForJobEndsEachPodAsItsPlanSays(t *testing.T) {
 	cases := map[string]struct {
 		plan         Plan
 		want         podState
+		wantReason   string // the first container's termination reason; "" to leave unchecked
 		wantFinished int
 	}{
 		"exit code 0 succeeds": {
@@ -157,6 +158,19 @@ func TestForJobEndsEachPodAsItsPlanSays(t *testing.T) {
 		"a disruption fails it killed, with DisruptionTarget": {
 			plan:         Plan{Disrupted: true, ExitCode: 3},
 			want:         podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled, Disrupted: true},
+			wantReason:   "Error",
+			wantFinished: 1,
+		},
+		"an OOM kill fails it killed, with reason OOMKilled": {
+			plan:         Plan{OOMKilled: true, ExitCode: 3},
+			want:         podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled},
+			wantReason:   "OOMKilled",
+			wantFinished: 1,
+		},
+		"a disruption wins over an OOM kill": {
+			plan:         Plan{Disrupted: true, OOMKilled: true},
+			want:         podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled, Disrupted: true},
+			wantReason:   "Error",
 			wantFinished: 1,
 		},
 		"Hold keeps it running": {
@@ -173,6 +187,15 @@ func TestForJobEndsEachPodAsItsPlanSays(t *testing.T) {
 			cs := fakeAPI(t, jobPod("j-0", 0, 0))
 			sim := start(t, ForJob(cs, "ns", "j", func(int, int) Plan { return tc.plan }))
 			settled(t, cs, "j-0", tc.want)
+			if tc.wantReason != "" {
+				pod, err := cs.CoreV1().Pods("ns").Get(context.Background(), "j-0", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := pod.Status.ContainerStatuses[0].State.Terminated.Reason; got != tc.wantReason {
+					t.Errorf("termination reason = %q, want %q", got, tc.wantReason)
+				}
+			}
 			if sim.Finished() != tc.wantFinished {
 				t.Errorf("Finished() = %d, want %d", sim.Finished(), tc.wantFinished)
 			}
