@@ -33,10 +33,9 @@ const (
 	// never takes the pod's end for a failure of its index.
 	DiscardedAnnotation = "batch.indexedjob.dev/discarded"
 	// OOMKillsAnnotation carries, on every pod of a job with
-	// retryResources.onOOMKilled, how many pods of its index in a row
-	// before it were OOM-killed: its memory is the template's raised that
-	// many times. A restarted operator continues from it, as from the
-	// failure counts.
+	// retryResources.onOOMKilled, how many earlier pods of its index were
+	// OOM-killed: its memory is the template's raised that many times. A
+	// restarted operator continues from it, as from the failure counts.
 	OOMKillsAnnotation = "batch.indexedjob.dev/oom-kills"
 	// MemoryAnnotation records, on every pod of a job with
 	// retryResources.onOOMKilled, the memory its containers got, as
@@ -400,11 +399,11 @@ type RetryResources struct {
 	// pod failed with a container OOM-killed (a container, or init
 	// container, terminated with reason OOMKilled): each memory request and
 	// limit of the template's containers and init containers is multiplied
-	// by factorPercent/100 once per OOM kill of the index in a row, rounded
-	// up to a whole Mi, and capped at maxMemory. Containers with neither a
-	// memory request nor a limit are left as they are. Other indexes keep
-	// the template's resources, and a pod of the index that ends any other
-	// way gives the next one the template's again. For a job labelled
+	// by factorPercent/100 once per OOM kill of the index so far, each step
+	// rounded up to a whole Mi, and capped at maxMemory. Containers with
+	// neither a memory request nor a limit are left as they are. Other
+	// indexes keep the template's resources; a pod of the index that fails
+	// another way passes its memory on unchanged. For a job labelled
 	// kueue.x-k8s.io/queue-name, requests stay at the template's (what Kueue
 	// admitted) and only limits grow; an event says when that held an
 	// increase back.

@@ -56,7 +56,6 @@ func (w *podWrapper) succeededAt(t time.Time) *podWrapper {
 func (w *podWrapper) failedAt(t time.Time, code int32) *podWrapper {
 	return w.then(w.w.FailedAt(t, code))
 }
-func (w *podWrapper) oomKilledAt(t time.Time) *podWrapper { return w.then(w.w.OOMKilledAt(t)) }
 func (w *podWrapper) failedWithoutStatus() *podWrapper { return w.then(w.w.FailedWithoutStatus()) }
 func (w *podWrapper) initFailedAt(t time.Time, name string, code int32) *podWrapper {
 	return w.then(w.w.InitFailedAt(t, name, code))

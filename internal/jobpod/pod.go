@@ -35,9 +35,6 @@ type Pod struct {
 	Failures int32 // the index-failure-count annotation
 	Ignored  int32 // the index-ignored-failure-count annotation
 	OOMKills int32 // the oom-kills annotation
-	// Memory is the memory annotation as written, "" without one: what
-	// kubectl ibj shows of the pod's attempt.
-	Memory string
 
 	Phase     corev1.PodPhase
 	Tracked   bool // carries the tracking finalizer
@@ -74,7 +71,6 @@ func Read(pod *corev1.Pod) *Pod {
 		Failures: Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
 		Ignored:  Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
 		OOMKills: Count(pod.Annotations, ibjv1.OOMKillsAnnotation),
-		Memory:   pod.Annotations[ibjv1.MemoryAnnotation],
 		Phase:    internPhase(pod.Status.Phase),
 	}
 	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {

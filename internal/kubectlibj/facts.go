@@ -30,6 +30,9 @@ type podFacts struct {
 	podReason, message string
 	// waiting says why a pod that is not running yet has not started.
 	waiting string
+	// memory is the memory annotation, "" without one (the operator's
+	// cache leaves it out: no sync reads it).
+	memory string
 	// failure is how the pod's end counts, as the operator decides it; its
 	// Match is the podFailurePolicy rule that matched, if any.
 	failure jobpod.Failure
@@ -54,6 +57,7 @@ func newPodFacts(job *ibjv1.IndexedBatchJob, pod *corev1.Pod) (f *podFacts, ok b
 		node:      pod.Spec.NodeName,
 		podReason: pod.Status.Reason,
 		message:   pod.Status.Message,
+		memory:    pod.Annotations[ibjv1.MemoryAnnotation],
 	}
 	if p.Finished() {
 		f.finished = p.FinishedAt

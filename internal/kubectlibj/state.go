@@ -278,8 +278,8 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 		s.Container = f.exit.container
 	}
 	s.Message = f.message
-	if rr := v.job.Spec.RetryResources; rr != nil && rr.OnOOMKilled != nil && f.Memory != "" {
-		s.Memory = f.Memory
+	if rr := v.job.Spec.RetryResources; rr != nil && rr.OnOOMKilled != nil && f.memory != "" {
+		s.Memory = f.memory
 		s.OOMKills = ptr.To(f.OOMKills)
 	}
 	if m := f.failure.Match; m != nil {
