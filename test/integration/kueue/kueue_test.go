@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -381,6 +382,71 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 // The suite's integration runs with manageJobsWithoutQueueName on and
 // Kueue's default managedJobsNamespaceSelector (suite_test.go); the
 // integration with the setting off is test/integration/kueuestart's.
+var _ = Describe("Memory after an OOM kill under Kueue", func() {
+	It("never raises a pod's memory request past what Kueue admitted: only the limit grows, and an event says so", func() {
+		name := fmt.Sprintf("oom-%d", spec)
+		Expect(k8sClient.Create(ctx, &kueuev1beta2.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &kueuev1beta2.ClusterQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: kueuev1beta2.ClusterQueueSpec{
+				NamespaceSelector: &metav1.LabelSelector{},
+				ResourceGroups: []kueuev1beta2.ResourceGroup{{
+					CoveredResources: []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory},
+					Flavors: []kueuev1beta2.FlavorQuotas{{
+						Name: kueuev1beta2.ResourceFlavorReference(name),
+						Resources: []kueuev1beta2.ResourceQuota{
+							{Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("4")},
+							{Name: corev1.ResourceMemory, NominalQuota: resource.MustParse("4Gi")},
+						},
+					}},
+				}},
+			},
+		})).To(Succeed())
+		makeLocalQueue(name)
+		// Index 0's first pod is OOM-killed; every other pod succeeds.
+		k := podsim.New(podsim.ForJob(env.Clientset, ns, "oom", func(index, attempt int) podsim.Plan {
+			return podsim.Plan{Run: 200 * time.Millisecond, OOMKilled: index == 0 && attempt == 0}
+		}))
+		Expect(k.Run(context.Background())).To(Succeed())
+		DeferCleanup(k.Stop)
+		job := queuedJob("oom", 2, 1).RetryBackoff(0, 0).RetryOnOOMKilled(200, "2Gi").Obj()
+		job.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("512Mi")
+		job.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+		Eventually(finished("oom", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		var admitted resource.Quantity
+		Eventually(func(g Gomega) {
+			wl := workloadOf(g, "oom")
+			g.Expect(wl.Status.Admission).NotTo(BeNil())
+			psa := wl.Status.Admission.PodSetAssignments[0]
+			g.Expect(ptr.Deref(psa.Count, 0)).To(Equal(int32(1)))
+			admitted = psa.ResourceUsage[corev1.ResourceMemory]
+		}, timeout).Should(Succeed())
+		Expect(admitted.String()).To(Equal("512Mi"), "Kueue admitted the template's request for the one pod")
+
+		raised := &corev1.Pod{}
+		Expect(k8sClient.Get(ctx, types.NamespacedName{Namespace: ns, Name: "oom-0-1"}, raised)).To(Succeed())
+		res := raised.Spec.Containers[0].Resources
+		Expect(ptr.To(res.Requests[corev1.ResourceMemory]).String()).To(Equal(admitted.String()), "the request stays at what Kueue admitted")
+		Expect(ptr.To(res.Limits[corev1.ResourceMemory]).String()).To(Equal("2Gi"), "the limit is raised (1Gi x 2)")
+		Expect(raised.Annotations).To(HaveKeyWithValue(ibjv1.OOMKillsAnnotation, "1"))
+
+		Eventually(func(g Gomega) {
+			var list eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == "oom" {
+					notes = append(notes, e.Reason+": "+e.Note)
+				}
+			}
+			g.Expect(notes).To(ContainElement("MemoryRaiseHeldBack: Kept the memory requests of containers main of pod oom-0-1 (index 0) " +
+				"at the template's, which is what Kueue admitted; only their limits were raised"))
+		}, timeout).Should(Succeed())
+	})
+})
+
 var _ = Describe("Kueue's manageJobsWithoutQueueName and managedJobsNamespaceSelector", func() {
 	It("queues a job without a queue name in a selected namespace in its LocalQueue default: created suspended, admitted, run", func() {
 		cq := makeQueues(2, false)
