@@ -134,6 +134,29 @@ func TestRunningJobWithFailurePolicy(t *testing.T) {
 	})
 }
 
+// TestMemoryRaisedAfterOOMKills: a job with retryResources.onOOMKilled
+// whose index 0 was OOM-killed and runs again with 1.5 times the memory;
+// -o wide and -o json show each index's memory.
+func TestMemoryRaisedAfterOOMKills(t *testing.T) {
+	ns := namespace(t, "oom")
+	job := createJob(t, harness.MakeIndexedBatchJob("oom", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(3).RetryBackoff(0, 0).
+		RetryOnOOMKilled(150, "4Gi").Obj(),
+		ibjv1.IndexedBatchJobStatus{
+			Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(5 * minute)), Active: 1, Ready: ptr.To[int32](1),
+			Succeeded: 1, Failed: 1, CompletedIndexes: "1", FailedIndexes: ptr.To(""),
+		})
+	createPod(t, job, scriptedPod{index: 0, node: "n", phase: corev1.PodFailed, started: 5 * minute, finished: 4 * minute,
+		exitCode: 137, reason: "OOMKilled", memory: "main=1Gi"})
+	createPod(t, job, scriptedPod{index: 0, attempt: 1, failures: 1, oomKills: 1, node: "n", phase: corev1.PodRunning, started: 4 * minute,
+		memory: "main=1536Mi"})
+	createPod(t, job, scriptedPod{index: 1, node: "n", phase: corev1.PodSucceeded, started: 5 * minute, finished: 3 * minute, memory: "main=1Gi"})
+
+	checkGolden(t, ns, "oom", []goldenCommand{
+		{"indexes-wide", []string{"indexes", "oom", "-o", "wide"}},
+		{"indexes-json", []string{"indexes", "oom", "-o", "json"}},
+	})
+}
+
 // TestJobsThatEnded: a FailJob rule's exit code 42, and the deadline (the
 // pod it stopped fails with DeadlineExceeded, the index that never ran is
 // stopped).

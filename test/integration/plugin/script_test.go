@@ -62,6 +62,12 @@ type scriptedPod struct {
 	waiting string
 	// deleted deletes the pod once written; the tracking finalizer keeps it.
 	deleted bool
+	// oomKills and memory are the annotations of a job with
+	// retryResources.onOOMKilled; reason replaces the terminated
+	// container's reason (OOMKilled).
+	oomKills int
+	memory   string
+	reason   string
 }
 
 // createPod writes the pod, its status, and deletes it if it is to be
@@ -97,6 +103,10 @@ func createPod(t *testing.T, job *ibjv1.IndexedBatchJob, sp scriptedPod) {
 		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(sp.failures)
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(sp.ignored)
 	}
+	if job.Spec.RetryResources != nil {
+		pod.Annotations[ibjv1.OOMKillsAnnotation] = strconv.Itoa(sp.oomKills)
+		pod.Annotations[ibjv1.MemoryAnnotation] = sp.memory
+	}
 	if err := k8sClient.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +139,9 @@ func (sp scriptedPod) status(container string) corev1.PodStatus {
 		reason := "Completed"
 		if sp.exitCode != 0 {
 			reason = "Error"
+		}
+		if sp.reason != "" {
+			reason = sp.reason
 		}
 		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: sp.exitCode, Reason: reason,
 			StartedAt: at(sp.started), FinishedAt: at(sp.finished)}
