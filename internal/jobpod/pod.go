@@ -40,6 +40,10 @@ type Pod struct {
 	Tracked   bool // carries the tracking finalizer
 	Discarded bool // its finalizer was removed without counting its end
 	Ready     bool
+	// OOMKilled: a container or init container terminated with reason
+	// OOMKilled. Kept only for pods not Succeeded. Beside the other bools,
+	// so that the record does not grow.
+	OOMKilled bool
 	Restarts  int32 // container restarts, init containers included
 	// FinishedAt is when the pod finished, for backoff (see FinishTime).
 	FinishedAt time.Time
@@ -48,9 +52,6 @@ type Pod struct {
 	// podFailurePolicy rule matches. Kept only for pods not Succeeded.
 	Exits      []Exit
 	Conditions []Condition
-	// OOMKilled: a container or init container terminated with reason
-	// OOMKilled. Kept only for pods not Succeeded.
-	OOMKilled bool
 }
 
 // Read takes the facts of a pod. The pods of a job share one copy of the
