@@ -14,8 +14,11 @@ import (
 // countEventInterval, each counting the pods since the last; a job's first
 // namedIndexFailures indexes failed for good get an IndexFailed event each,
 // and the later ones are counted in one IndexFailed event at most every
-// moreFailuresInterval. What is held back goes in the first sync after its
-// interval (the sync is requeued for it), or at once when the job finishes.
+// moreFailuresInterval, and so are its pods created with memory raised
+// after OOM kills (MemoryRaised) and those whose raise Kueue's quota held
+// back (MemoryRaiseHeldBack). What is held back goes in the first sync
+// after its interval (the sync is requeued for it), or at once when the
+// job finishes.
 const (
 	countEventInterval   = 10 * time.Second
 	namedIndexFailures   = 5
@@ -48,9 +51,37 @@ func (e *eventPacer) size() int {
 
 // eventPace is what a job's paced events hold back.
 type eventPace struct {
-	created, deleted, moreFailures heldCount
-	// named is how many IndexFailed events named an index.
+	created, deleted heldCount
+	// failures, raised and heldBack are the IndexFailed, MemoryRaised and
+	// MemoryRaiseHeldBack events.
+	failures, raised, heldBack namedThenCounted
+}
+
+// namedThenCounted is a kind of event whose first namedIndexFailures
+// events are reported one by one and the later ones counted.
+type namedThenCounted struct {
 	named int
+	more  heldCount
+}
+
+// report turns msgs into events: one each while fewer than
+// namedIndexFailures were named, then the rest counted in one event (more)
+// per moreFailuresInterval. wait is how long a held count waits.
+func (c *namedThenCounted) report(msgs []string, now time.Time, flush bool, one func(msg string) event, more func(n int) event) (out []event, wait time.Duration) {
+	extra := 0
+	for _, msg := range msgs {
+		if c.named < namedIndexFailures {
+			c.named++
+			out = append(out, one(msg))
+		} else {
+			extra++
+		}
+	}
+	n, wait := c.more.add(extra, now, moreFailuresInterval, flush)
+	if n > 0 {
+		out = append(out, more(n))
+	}
+	return out, wait
 }
 
 // heldCount is a count reported by at most one event per interval.
@@ -101,20 +132,29 @@ func (e *eventPacer) pacedEvents(job types.UID, jobName string, p *plan, created
 		out = append(out, normalEvent("SuccessfulDelete", "Deleted %d pod(s)", n))
 	}
 	held(w)
-	more := 0
-	for _, msg := range p.indexFailures {
-		if pace.named < namedIndexFailures {
-			pace.named++
-			out = append(out, warningEvent("IndexFailed", "%s", msg))
-		} else {
-			more++
-		}
+	for _, kind := range []struct {
+		pace *namedThenCounted
+		msgs []string
+		one  func(string) event
+		more func(int) event
+	}{
+		{&pace.failures, p.indexFailures, func(msg string) event { return warningEvent("IndexFailed", "%s", msg) }, func(n int) event {
+			return warningEvent("IndexFailed", "%d more %s failed for good; `kubectl ibj indexes %s --failed` lists them with the reasons",
+				n, plural(n, "index", "indexes"), jobName)
+		}},
+		{&pace.raised, p.memoryRaised, func(msg string) event { return normalEvent("MemoryRaised", "%s", msg) }, func(n int) event {
+			return normalEvent("MemoryRaised", "%d more %s memory raised after OOM kills; `kubectl ibj indexes %s -o wide` shows each index's memory",
+				n, plural(n, "pod got its", "pods got their"), jobName)
+		}},
+		{&pace.heldBack, p.memoryHeldBack, func(msg string) event { return warningEvent("MemoryRaiseHeldBack", "%s", msg) }, func(n int) event {
+			return warningEvent("MemoryRaiseHeldBack", "%d more %s memory requests kept at what Kueue admitted; only their limits were raised",
+				n, plural(n, "pod got its", "pods got their"))
+		}},
+	} {
+		evs, w := kind.pace.report(kind.msgs, now, flush, kind.one, kind.more)
+		out = append(out, evs...)
+		held(w)
 	}
-	if n, w = pace.moreFailures.add(more, now, moreFailuresInterval, flush); n > 0 {
-		out = append(out, warningEvent("IndexFailed", "%d more %s failed for good; `kubectl ibj indexes %s --failed` lists them with the reasons",
-			n, plural(n, "index", "indexes"), jobName))
-	}
-	held(w)
 	return append(out, p.events...), wait
 }
 

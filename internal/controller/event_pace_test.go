@@ -98,6 +98,54 @@ func TestPacedEvents(t *testing.T) {
 	}
 }
 
+// Pods created with memory raised after OOM kills are paced as indexes
+// failed for good: the first ones named, the later ones counted in at most
+// one event per moreFailuresInterval, each kind on its own, so that a large
+// job OOM-killed everywhere does not flood the job's events.
+func TestRaisedMemoryEventsArePaced(t *testing.T) {
+	e := newEventPacer()
+	raised := func(from, to int) []string {
+		var out []string
+		for ix := from; ix < to; ix++ {
+			out = append(out, fmt.Sprintf("Pod a-%d-1 raised", ix))
+		}
+		return out
+	}
+	heldBack := []string{"Pod a-0-1 held back"}
+	steps := []struct {
+		name     string
+		at       time.Duration
+		p        *plan
+		want     []string
+		wantWait time.Duration
+	}{{
+		name: "the first raises are named, the rest counted; a held-back raise has a count of its own",
+		p:    &plan{memoryRaised: raised(0, 7), memoryHeldBack: heldBack},
+		want: append(append(prefixed("Normal MemoryRaised: ", raised(0, 5)),
+			"Normal MemoryRaised: 2 more pods got their memory raised after OOM kills; `kubectl ibj indexes a -o wide` shows each index's memory"),
+			"Warning MemoryRaiseHeldBack: Pod a-0-1 held back"),
+	}, {
+		name:     "within the interval: held",
+		at:       time.Second,
+		p:        &plan{memoryRaised: raised(7, 8)},
+		wantWait: time.Minute - time.Second,
+	}, {
+		name: "the interval over",
+		at:   time.Minute,
+		p:    &plan{},
+		want: []string{"Normal MemoryRaised: 1 more pod got its memory raised after OOM kills; `kubectl ibj indexes a -o wide` shows each index's memory"},
+	}}
+	for _, step := range steps {
+		evs, wait := e.pacedEvents("job", "a", step.p, 0, testNow.Add(step.at))
+		if got := rendered(evs); !slices.Equal(got, step.want) {
+			t.Errorf("%s: events\n%s\nwant\n%s", step.name, strings.Join(got, "\n"), strings.Join(step.want, "\n"))
+		}
+		if wait != step.wantWait {
+			t.Errorf("%s: come back in %v, want %v", step.name, wait, step.wantWait)
+		}
+	}
+}
+
 func prefixed(prefix string, ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -179,9 +180,9 @@ func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
 		oomKills: jobpod.NextOOMKills(s.job, last, f)}
 }
 
-// reportRaisedMemory plans the event of a pod created with more memory
-// than the template's after OOM kills of its index, and the warning that
-// its queue held part of the raise back.
+// reportRaisedMemory says, for the paced events, that a pod is created
+// with more memory than the template's after OOM kills of its index, and
+// that its queue held part of the raise back.
 func (s *syncState) reportRaisedMemory(next podToCreate) {
 	if next.oomKills == 0 {
 		return
@@ -190,12 +191,12 @@ func (s *syncState) reportRaisedMemory(next podToCreate) {
 	m := raiseMemory(s.job, spec, next.oomKills)
 	name := podName(s.job, next.index, next.attempt)
 	if m.raised {
-		s.plan.inform("MemoryRaised", "Pod %s of index %d gets memory %s (OOM kills of the index: %d)",
-			name, next.index, memoryRecord(spec), next.oomKills)
+		s.plan.memoryRaised = append(s.plan.memoryRaised, fmt.Sprintf("Pod %s of index %d gets memory %s (OOM kills of the index: %d)",
+			name, next.index, memoryRecord(spec), next.oomKills))
 	}
 	if len(m.heldBack) > 0 {
-		s.plan.warn("MemoryRaiseHeldBack", "Kept the memory requests of containers %s of pod %s (index %d) at the template's, "+
-			"which is what Kueue admitted; only their limits were raised", strings.Join(m.heldBack, ","), name, next.index)
+		s.plan.memoryHeldBack = append(s.plan.memoryHeldBack, fmt.Sprintf("Kept the memory requests of containers %s of pod %s (index %d) "+
+			"at the template's, which is what Kueue admitted; only their limits were raised", strings.Join(m.heldBack, ","), name, next.index))
 	}
 }
 

@@ -28,7 +28,12 @@ type plan struct {
 	// indexFailures say why each index the sync failed for good did; they
 	// are reported as paced IndexFailed events (event_pace.go).
 	indexFailures []string
-	recorded      []finishedPod
+	// memoryRaised and memoryHeldBack name the pods this sync creates with
+	// memory raised after OOM kills, and those whose raise Kueue's quota
+	// held back; they are reported as paced MemoryRaised and
+	// MemoryRaiseHeldBack events (event_pace.go).
+	memoryRaised, memoryHeldBack []string
+	recorded                     []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	// newlyCompleted and newlyFailedIndexes are how many indexes this sync

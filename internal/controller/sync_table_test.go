@@ -63,6 +63,12 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	for _, msg := range p.indexFailures {
 		d.Events = append(d.Events, "Warning IndexFailed: "+msg)
 	}
+	for _, msg := range p.memoryRaised {
+		d.Events = append(d.Events, "Normal MemoryRaised: "+msg)
+	}
+	for _, msg := range p.memoryHeldBack {
+		d.Events = append(d.Events, "Warning MemoryRaiseHeldBack: "+msg)
+	}
 	for _, e := range p.events {
 		d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
 	}
