@@ -419,7 +419,7 @@ type OOMKilledResources struct {
 	// factorPercent multiplies the memory of the next pod of an OOM-killed
 	// index, in percent: 150 gives it 1.5 times its last pod's memory. An
 	// integer percent, as the Kubernetes API writes its ratios
-	// (targetAverageUtilization, maxUnavailable), so that it needs no float
+	// (averageUtilization, maxUnavailable), so that it needs no float
 	// or decimal parsing and round-trips exactly. 101 to 1000.
 	// +required
 	// +kubebuilder:validation:Minimum=101
