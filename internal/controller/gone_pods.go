@@ -58,12 +58,10 @@ func newGonePods() *gonePods { return &gonePods{jobs: map[types.UID][]gonePod{}}
 // observe remembers the job's deleted pods whose end is a failure, and
 // returns what it remembers of those no longer among pods: the ones gone.
 func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gonePod {
-	present := make(map[types.UID]bool, len(pods))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	known := g.jobs[job.UID]
 	for _, pod := range pods {
-		present[pod.UID] = true
 		if pod.DeletionTimestamp == nil || !pod.IndexOK || pod.Discarded {
 			continue
 		}
@@ -85,8 +83,22 @@ func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gon
 		slices.SortFunc(known, func(a, b gonePod) int { return a.finishedAt.Compare(b.finishedAt) })
 		known = slices.Clone(known[len(known)-maxGonePerJob:])
 	}
-	if len(known) > 0 {
-		g.jobs[job.UID] = known
+	if len(known) == 0 {
+		// The common case, on every sync: no deleted failed pod, nothing
+		// to look up.
+		return nil
+	}
+	g.jobs[job.UID] = known
+	// Which of the (at most maxGonePerJob) remembered pods the sync still
+	// has, without a set of all its pods.
+	present := make(map[types.UID]bool, len(known))
+	for _, e := range known {
+		present[e.uid] = false
+	}
+	for _, pod := range pods {
+		if _, ok := present[pod.UID]; ok {
+			present[pod.UID] = true
+		}
 	}
 	var gone []gonePod
 	for _, e := range known {
