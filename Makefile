@@ -305,6 +305,20 @@ demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the mod
 test-e2e: e2e-binaries kueue-manager ## Run the end-to-end suite: the operator binary (and Kueue's manager) against a kwok cluster, driven through the API and kubectl.
 	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
 
+# MultiKueue (test/multikueue): a manager cluster and two workers, each a
+# kwok cluster with kube-controller-manager's garbage collector, Kueue's
+# released manager and the operator binary. Needs root (Kueue runs chrooted).
+.PHONY: test-multikueue
+test-multikueue: e2e-binaries kueue-manager ## Run the MultiKueue suite: jobs created on a manager cluster, dispatched by Kueue's MultiKueue to one of two worker clusters.
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh kube-controller-manager; fi
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 30m ./test/multikueue -v -ginkgo.v
+
+.PHONY: demo-multikueue
+demo-multikueue: e2e-binaries kueue-manager ## Run one job through MultiKueue: created on a manager cluster, run on a worker (three local clusters, fake nodes; as root); KEEP=1 leaves them running.
+	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh kube-controller-manager; fi
+	go build -o $(LOCALBIN)/multikueue-cluster ./test/harness/cmd/multikueue-cluster
+	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) KUEUE_MANAGER=$(KUEUE_MANAGER) hack/demo/multikueue-demo.sh
+
 ##@ A real node
 
 # The node cluster (test/harness/nodecluster): the control plane with

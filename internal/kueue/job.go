@@ -83,8 +83,16 @@ func (j *Job) Suspend() { j.Spec.Suspend = ptr.To(true) }
 
 // IsActive is true while the job has pods that run or terminate: Kueue
 // keeps the quota of an evicted job until it is false, so that the next
-// admitted job never overlaps the pods of this one.
+// admitted job never overlaps the pods of this one. A job MultiKueue
+// dispatched runs its pods on a worker cluster, which MultiKueue stops
+// itself: once suspended here it is not active, whatever the status last
+// mirrored from the worker says (a worker that can no longer be reached
+// never updates it, and the job would wait for it forever instead of being
+// dispatched again).
 func (j *Job) IsActive() bool {
+	if ptr.Deref(j.Spec.ManagedBy, "") == kueuev1beta2.MultiKueueControllerName && ptr.Deref(j.Spec.Suspend, false) {
+		return false
+	}
 	return j.Status.Active != 0 || ptr.Deref(j.Status.Terminating, 0) != 0
 }
 
@@ -109,10 +117,13 @@ func (j *Job) PodSets(context.Context, client.Client) ([]kueuev1beta2.PodSet, er
 	}}, nil
 }
 
-// PodsReady reports whether as many pods are ready or succeeded as the job
-// runs at once.
+// PodsReady reports whether as many pods are ready, or indexes finished,
+// as the job runs at once. Kueue's waitForPodsReady evicts a job that stays
+// short of it past its timeout. An index that failed for good counts as
+// finished (batch/v1 Job's count, its succeeded pods, would leave a job
+// with such an index short of it to the end, and evicted).
 func (j *Job) PodsReady(context.Context, client.Client) bool {
-	return ptr.Deref(j.Status.Ready, 0)+j.Status.Succeeded >= j.podsCount()
+	return ptr.Deref(j.Status.Ready, 0)+int32(j.finishedIndexes()) >= j.podsCount()
 }
 
 // PodLabelSelector selects the job's pods.
@@ -194,15 +205,8 @@ func (j *Job) Stop(ctx context.Context, c client.Client, infos []podset.PodSetIn
 // the difference.
 func (j *Job) ReclaimablePods(context.Context, client.Client) ([]kueuev1beta2.ReclaimablePod, error) {
 	parallelism := ptr.Deref(j.Spec.Parallelism, 1)
-	wanted := j.wantedIndexes()
-	done := 0
-	for _, s := range []string{j.Status.CompletedIndexes, ptr.Deref(j.Status.FailedIndexes, "")} {
-		// The operator writes these; an unreadable one counts as none.
-		if set, err := indexset.Parse(s, j.Spec.Completions); err == nil {
-			done += wanted.CountIn(set)
-		}
-	}
-	remaining := int32(wanted.Len() - done)
+	done := j.finishedIndexes()
+	remaining := int32(j.wantedIndexes().Len() - done)
 	if done == 0 || remaining >= parallelism {
 		return nil, nil
 	}
@@ -237,6 +241,20 @@ func (j *Job) wantedIndexes() indexset.Set {
 		return indexset.Set{}
 	}
 	return indexset.Range(0, j.Spec.Completions-1)
+}
+
+// finishedIndexes counts the job's indexes that completed or failed for
+// good.
+func (j *Job) finishedIndexes() int {
+	wanted := j.wantedIndexes()
+	done := 0
+	for _, s := range []string{j.Status.CompletedIndexes, ptr.Deref(j.Status.FailedIndexes, "")} {
+		// The operator writes these; an unreadable one counts as none.
+		if set, err := indexset.Parse(s, j.Spec.Completions); err == nil {
+			done += wanted.CountIn(set)
+		}
+	}
+	return done
 }
 
 // podsCount is how many pods run at once: parallelism, or fewer when the

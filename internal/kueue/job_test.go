@@ -188,3 +188,51 @@ func TestWaitsForTheWorkloadAPIOfTheLinkedKueue(t *testing.T) {
 		t.Fatalf("kueueapi.WorkloadGVK = %v, Kueue's API is %v", kueueapi.WorkloadGVK, want)
 	}
 }
+
+func TestActiveAndPodsReady(t *testing.T) {
+	job := func(parallelism int32, active, ready int32, completed, failed string) *ibjv1.IndexedBatchJob {
+		j := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(parallelism).Obj()
+		j.Status.Active, j.Status.Ready = active, ptr.To(ready)
+		j.Status.CompletedIndexes = completed
+		if failed != "" {
+			j.Status.FailedIndexes = ptr.To(failed)
+		}
+		return j
+	}
+	multiKueue := func(j *ibjv1.IndexedBatchJob, suspend bool) *ibjv1.IndexedBatchJob {
+		j.Spec.ManagedBy = ptr.To(kueuev1beta2.MultiKueueControllerName)
+		j.Spec.Suspend = ptr.To(suspend)
+		return j
+	}
+	suspended := func(j *ibjv1.IndexedBatchJob) *ibjv1.IndexedBatchJob {
+		j.Spec.Suspend = ptr.To(true)
+		return j
+	}
+	cases := []struct {
+		name                  string
+		job                   *ibjv1.IndexedBatchJob
+		wantActive, wantReady bool
+	}{
+		{"nothing started", job(2, 0, 0, "", ""), false, false},
+		{"all of parallelism ready", job(2, 2, 2, "", ""), true, true},
+		{"one ready, one pending", job(2, 2, 1, "", ""), true, false},
+		{"one ready, one finished", job(2, 1, 1, "0", ""), true, true},
+		{"the last index runs, the rest finished", job(2, 1, 1, "0-2", ""), true, true},
+		{"an index failed for good, the other ready", job(2, 1, 1, "", "3"), true, true},
+		{"an index failed for good, the other pending", job(2, 1, 0, "", "3"), true, false},
+		{"suspended with pods still terminating", suspended(job(2, 2, 0, "", "")), true, false},
+		{"dispatched by MultiKueue, running on a worker", multiKueue(job(2, 2, 2, "", ""), false), true, true},
+		{"dispatched by MultiKueue, suspended here: its worker's pods are not ours", multiKueue(job(2, 2, 2, "", ""), true), false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := (*Job)(tc.job)
+			if got := j.IsActive(); got != tc.wantActive {
+				t.Errorf("IsActive() = %v, want %v", got, tc.wantActive)
+			}
+			if got := j.PodsReady(context.Background(), nil); got != tc.wantReady {
+				t.Errorf("PodsReady() = %v, want %v", got, tc.wantReady)
+			}
+		})
+	}
+}

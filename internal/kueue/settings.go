@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/constants"
@@ -124,7 +125,76 @@ func (s Settings) defaultJob(ctx context.Context, c client.Client, job *Job) err
 	if !s.Manages(namespaceLabels, string(jobframework.QueueName(job))) {
 		return nil
 	}
+	if err := defaultManagedBy(ctx, c, job); err != nil {
+		return err
+	}
 	return jobframework.ApplyDefaultForSuspend(ctx, job, c, s.ManageJobsWithoutQueueName, nil)
+}
+
+// What the defaulting webhook reads to hand a job to MultiKueue.
+//
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=clusterqueues;admissionchecks,verbs=get
+
+// defaultManagedBy hands a new job to MultiKueue as Kueue's job webhook
+// hands a batch/v1 Job: a job this operator would run (CanDefaultManagedBy)
+// whose queue (its LocalQueue's ClusterQueue) has an AdmissionCheck of
+// MultiKueue's controller gets spec.managedBy kueue.x-k8s.io/multikueue,
+// so that the operator here leaves it to the worker MultiKueue dispatches
+// it to. A LocalQueue, ClusterQueue or AdmissionCheck that does not exist
+// leaves the job as it is, as Kueue's webhook does; a failure to read one
+// is the error, so that a job meant for another cluster never runs here.
+func defaultManagedBy(ctx context.Context, c client.Client, job *Job) error {
+	queue := jobframework.QueueName(job)
+	if queue == "" || !job.CanDefaultManagedBy() {
+		return nil
+	}
+	lq := &kueuev1beta2.LocalQueue{}
+	if found, err := get(ctx, c, "LocalQueue", client.ObjectKey{Namespace: job.Namespace, Name: string(queue)}, lq); !found {
+		return err
+	}
+	cq := &kueuev1beta2.ClusterQueue{}
+	if found, err := get(ctx, c, "ClusterQueue", client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, cq); !found {
+		return err
+	}
+	for _, name := range admissionChecksOf(cq) {
+		ac := &kueuev1beta2.AdmissionCheck{}
+		found, err := get(ctx, c, "AdmissionCheck", client.ObjectKey{Name: string(name)}, ac)
+		if err != nil {
+			return err
+		}
+		if found && ac.Spec.ControllerName == kueuev1beta2.MultiKueueControllerName {
+			job.SetManagedBy(ptr.To(kueuev1beta2.MultiKueueControllerName))
+			return nil
+		}
+	}
+	return nil
+}
+
+// admissionChecksOf are the AdmissionChecks of a ClusterQueue, for any of
+// its flavors.
+func admissionChecksOf(cq *kueuev1beta2.ClusterQueue) []kueuev1beta2.AdmissionCheckReference {
+	if cq.Spec.AdmissionChecksStrategy == nil {
+		return nil
+	}
+	var names []kueuev1beta2.AdmissionCheckReference
+	for _, rule := range cq.Spec.AdmissionChecksStrategy.AdmissionChecks {
+		names = append(names, rule.Name)
+	}
+	return names
+}
+
+// get reads the kind's object key into obj: found, or not found (nil error; also when Kueue's
+// API is not served), or the error of the read.
+func get(ctx context.Context, c client.Client, kind string, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := c.Get(ctx, key, obj)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("reading %s %s for MultiKueue: %w", kind, key, err)
+	}
 }
 
 // namespaceLabels are the labels of namespace, or none when the selector

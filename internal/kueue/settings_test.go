@@ -235,3 +235,83 @@ func labelledJob(namespace, queueName string, suspend bool) *ibjv1.IndexedBatchJ
 	j.Spec.Suspend = ptr.To(suspend)
 	return j
 }
+
+func TestDefaulterHandsJobsOfMultiKueueQueuesToMultiKueue(t *testing.T) {
+	const multiKueue = kueuev1beta2.MultiKueueControllerName
+	queue := func(name, cq string) *kueuev1beta2.LocalQueue {
+		return &kueuev1beta2.LocalQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamNamespace.Name},
+			Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
+		}
+	}
+	clusterQueue := func(name string, checks ...string) *kueuev1beta2.ClusterQueue {
+		cq := &kueuev1beta2.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if len(checks) > 0 {
+			cq.Spec.AdmissionChecksStrategy = &kueuev1beta2.AdmissionChecksStrategy{}
+			for _, c := range checks {
+				cq.Spec.AdmissionChecksStrategy.AdmissionChecks = append(cq.Spec.AdmissionChecksStrategy.AdmissionChecks,
+					kueuev1beta2.AdmissionCheckStrategyRule{Name: kueuev1beta2.AdmissionCheckReference(c)})
+			}
+		}
+		return cq
+	}
+	check := func(name, controller string) *kueuev1beta2.AdmissionCheck {
+		return &kueuev1beta2.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kueuev1beta2.AdmissionCheckSpec{ControllerName: controller}}
+	}
+	world := []client.Object{
+		teamNamespace, kueueNamespace,
+		queue("mk", "mk-cq"), clusterQueue("mk-cq", "provisioning", "multikueue"),
+		check("provisioning", "kueue.x-k8s.io/provisioning-request"), check("multikueue", multiKueue),
+		queue("local", "local-cq"), clusterQueue("local-cq", "provisioning"),
+		queue("plain", "plain-cq"), clusterQueue("plain-cq"),
+		queue("dangling-cq", "no-such-cq"),
+		queue("dangling-check", "dangling-check-cq"), clusterQueue("dangling-check-cq", "no-such-check"),
+	}
+	cases := []struct {
+		name      string
+		queue     string
+		managedBy *string
+		want      *string
+	}{
+		{"a MultiKueue queue: MultiKueue's", "mk", nil, ptr.To(multiKueue)},
+		{"a MultiKueue queue, managedBy the operator: MultiKueue's", "mk", ptr.To(ibjv1.ControllerName), ptr.To(multiKueue)},
+		{"a MultiKueue queue, managedBy another controller: kept", "mk", ptr.To("example.com/other"), ptr.To("example.com/other")},
+		{"a queue with another admission check: unset", "local", nil, nil},
+		{"a queue without admission checks: unset", "plain", nil, nil},
+		{"no queue name: unset", "", nil, nil},
+		{"a LocalQueue that does not exist: unset", "no-such-queue", nil, nil},
+		{"a ClusterQueue that does not exist: unset", "dangling-cq", nil, nil},
+		{"an AdmissionCheck that does not exist: unset", "dangling-check", nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := utiltesting.NewClientBuilder(ibjv1.AddToScheme).WithObjects(world...).Build()
+			i := &Integration{mode: kueueapi.ModeEnabled, settings: Settings{}.withDefaults()}
+			job := labelledJob(teamNamespace.Name, tc.queue, false)
+			job.Spec.ManagedBy = tc.managedBy
+			if err := i.Defaulter(c)(context.Background(), job); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, job.Spec.ManagedBy); diff != "" {
+				t.Errorf("managedBy (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("in a namespace Kueue leaves alone: unset", func(t *testing.T) {
+		objs := append([]client.Object{}, world...)
+		objs = append(objs, &kueuev1beta2.LocalQueue{
+			ObjectMeta: metav1.ObjectMeta{Name: "mk", Namespace: kueueNamespace.Name},
+			Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: "mk-cq"},
+		})
+		c := utiltesting.NewClientBuilder(ibjv1.AddToScheme).WithObjects(objs...).Build()
+		i := &Integration{mode: kueueapi.ModeEnabled, settings: Settings{}.withDefaults()}
+		job := labelledJob(kueueNamespace.Name, "mk", false)
+		if err := i.Defaulter(c)(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		if job.Spec.ManagedBy != nil {
+			t.Errorf("managedBy %q", *job.Spec.ManagedBy)
+		}
+	})
+}

@@ -27,8 +27,9 @@ import (
 //
 // Queue, when set, is a queueing system's defaulting (the Kueue
 // integration's, which creates a job Kueue manages suspended, and gives a
-// job without a queue name the namespace's default LocalQueue); it may set
-// spec.suspend and add labels, and nothing else.
+// job without a queue name the namespace's default LocalQueue, and hands a
+// job of a MultiKueue queue to MultiKueue); it may set spec.suspend and
+// spec.managedBy and add labels, and nothing else.
 type Defaulter struct {
 	Queue func(context.Context, *ibjv1.IndexedBatchJob) error
 }

@@ -140,6 +140,9 @@ func TestDefaultingPatchesTheQueueSuspend(t *testing.T) {
 		if job.Labels["kueue.x-k8s.io/queue-name"] != "" {
 			job.Spec.Suspend = ptr.To(true)
 		}
+		if job.Labels["kueue.x-k8s.io/queue-name"] == "multikueue" && job.Spec.ManagedBy == nil {
+			job.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
+		}
 		return nil
 	}
 	h := defaulting{decoder: admission.NewDecoder(scheme), defaulter: Defaulter{Queue: suspendQueued}}
@@ -183,6 +186,20 @@ func TestDefaultingPatchesTheQueueSuspend(t *testing.T) {
 				jsonpatch.NewOperation("add", "/spec/suspend", true),
 				jsonpatch.NewOperation("add", "/metadata/labels/kueue.x-k8s.io~1queue-name", "default"),
 			},
+		},
+		{
+			name: "a job of a MultiKueue queue is suspended and handed to MultiKueue",
+			meta: `,"labels":{"kueue.x-k8s.io/queue-name":"multikueue"}`,
+			wantPatches: []jsonpatch.JsonPatchOperation{
+				jsonpatch.NewOperation("add", "/spec/suspend", true),
+				jsonpatch.NewOperation("add", "/spec/managedBy", "kueue.x-k8s.io/multikueue"),
+			},
+		},
+		{
+			name:        "a job of a MultiKueue queue that names its controller keeps it",
+			meta:        `,"labels":{"kueue.x-k8s.io/queue-name":"multikueue"}`,
+			spec:        `"managedBy":"example.com/other",`,
+			wantPatches: []jsonpatch.JsonPatchOperation{jsonpatch.NewOperation("add", "/spec/suspend", true)},
 		},
 		{
 			name:        "a job with a queue name of its own keeps it",

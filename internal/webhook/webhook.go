@@ -91,6 +91,9 @@ func (h defaulting) Handle(ctx context.Context, req admission.Request) admission
 	if ptr.Deref(job.Spec.Suspend, false) && !ptr.Deref(before.Suspend, false) {
 		patches = append(patches, jsonpatch.NewOperation("add", "/spec/suspend", true))
 	}
+	if m := job.Spec.ManagedBy; m != nil && ptr.Deref(before.ManagedBy, "") != *m {
+		patches = append(patches, jsonpatch.NewOperation("add", "/spec/managedBy", *m))
+	}
 	return admission.Patched("", append(patches, addedLabels(labelsBefore, job.Labels)...)...)
 }
 

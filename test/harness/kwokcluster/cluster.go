@@ -84,6 +84,11 @@ type Options struct {
 	// Kubelets is what plays the nodes' kubelets: kwok (the default) or
 	// the pod simulator in this process.
 	Kubelets Kubelets
+	// GarbageCollector runs kube-controller-manager with its garbage
+	// collector alone, so that deleting an owner deletes what it owns, as on
+	// a real cluster (MultiKueue's deletes rely on it). Its binary must be
+	// built (hack/build-controlplane.sh kube-controller-manager).
+	GarbageCollector bool
 }
 
 // Cluster is a running cluster.
@@ -112,6 +117,9 @@ type Cluster struct {
 	ports   []int
 
 	etcd, apiserver, kwok *Process
+	// controllerManager is kube-controller-manager, with
+	// Options.GarbageCollector only.
+	controllerManager *Process
 	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
 	// started, to start them again.
 	etcdCmd, apiserverCmd []string
@@ -168,6 +176,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if missing := MissingBinaries(opts.Root, opts.Kubelets); len(missing) > 0 {
 		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e`, which build them", missing)
+	}
+	if kcm := filepath.Join(ControlPlaneDir(opts.Root), "kube-controller-manager"); opts.GarbageCollector {
+		if _, err := os.Stat(kcm); err != nil {
+			return nil, fmt.Errorf("kwokcluster: missing %s (the garbage collector): hack/build-controlplane.sh kube-controller-manager builds it", kcm)
+		}
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 2
@@ -326,6 +339,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 
+	if opts.GarbageCollector {
+		step("starting kube-controller-manager's garbage collector")
+		if err := c.startGarbageCollector(bin); err != nil {
+			return c, err
+		}
+	}
+
 	// What kube-scheduler and the kubelet would do that kwok does not, or
 	// not safely: bind pending pods, remove finished deleted ones.
 	helpersLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder-reaper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -419,8 +439,29 @@ func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kuberne
 	return c.waitNodesReady(ctx, clientset)
 }
 
-// Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
-// that order.
+// startGarbageCollector starts kube-controller-manager with the garbage
+// collector as its only controller, as the cluster's admin.
+func (c *Cluster) startGarbageCollector(bin string) (err error) {
+	port, err := c.FreePort()
+	if err != nil {
+		return err
+	}
+	c.controllerManager, err = StartProcess("kube-controller-manager", filepath.Join(c.Dir, "kube-controller-manager.log"), nil,
+		filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--controllers=garbagecollector",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(c.Dir, "kube-controller-manager-certs"),
+	)
+	return err
+}
+
+// Stop stops the binder and the reaper, kube-controller-manager, kwok,
+// kube-apiserver and etcd, in that order.
 func (c *Cluster) Stop() error {
 	if c.stopHelpers != nil {
 		c.stopHelpers()
@@ -437,7 +478,7 @@ func (c *Cluster) Stop() error {
 		c.forwarder = nil
 	}
 	var errs []error
-	for _, p := range []*Process{c.kwok, c.apiserver, c.etcd} {
+	for _, p := range []*Process{c.controllerManager, c.kwok, c.apiserver, c.etcd} {
 		if p != nil {
 			errs = append(errs, p.Stop(15*time.Second))
 		}
@@ -447,7 +488,7 @@ func (c *Cluster) Stop() error {
 
 // Check returns an error if a component has exited.
 func (c *Cluster) Check() error {
-	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok} {
+	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok, c.controllerManager} {
 		if p == nil {
 			continue
 		}
