@@ -3,6 +3,8 @@ package multikueue
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,9 +27,10 @@ import (
 const (
 	timeout = 2 * time.Minute
 	poll    = 200 * time.Millisecond
-	// prebuiltWorkloadLabel names, on a worker's copy, the Workload
-	// MultiKueue created for it there.
-	prebuiltWorkloadLabel = "kueue.x-k8s.io/prebuilt-workload-name"
+	// prebuiltWorkload names, on a worker's copy, the Workload MultiKueue
+	// created for it there (a label, or an annotation when Kueue's
+	// WorkloadIdentifierAnnotations is on).
+	prebuiltWorkload = "kueue.x-k8s.io/prebuilt-workload-name"
 )
 
 var _ = Describe("MultiKueue", func() {
@@ -35,6 +38,11 @@ var _ = Describe("MultiKueue", func() {
 		ns := newQueues(ctx, false)
 		job := queuedJob(ns, "mirrored", 6, 3, "2s").BackoffLimitPerIndex(1).
 			PodAnnotation(kwokcluster.FailIndexesAnnotation, "5").Obj()
+		managerStatuses := recordStatuses(ctx, federation.Manager, ns, job.Name)
+		workerStatuses := map[*multikueue.Member]func() []ibjv1.IndexedBatchJobStatus{}
+		for _, w := range federation.Workers {
+			workerStatuses[w] = recordStatuses(ctx, w, ns, job.Name)
+		}
 		Expect(federation.Manager.Client.Create(ctx, job)).To(Succeed())
 
 		By("the manager's defaulting webhook hands the job to MultiKueue")
@@ -44,33 +52,11 @@ var _ = Describe("MultiKueue", func() {
 		worker, copy := dispatched(ctx, ns, job.Name)
 		Expect(copy.Spec.ManagedBy).To(BeNil())
 		Expect(copy.Labels).To(HaveKeyWithValue(kueuev1beta2.MultiKueueOriginLabel, multikueue.Origin))
-		Expect(copy.Labels).To(HaveKey(prebuiltWorkloadLabel))
+		Expect(copy.Labels[prebuiltWorkload]+copy.Annotations[prebuiltWorkload]).NotTo(BeEmpty(), "the Workload MultiKueue made, named in a label or an annotation")
 		Expect(copy.Spec.Template).To(Equal(job.Spec.Template), "the template as created on the manager")
 
-		By("the manager's copy follows the worker's as the job runs")
-		var progress []ibjv1.IndexedBatchJobStatus
-		Eventually(func(g Gomega) {
-			got := get(g, ctx, federation.Manager.Client, ns, job.Name)
-			if len(progress) == 0 || !cmp.Equal(progress[len(progress)-1], got.Status) {
-				progress = append(progress, got.Status)
-			}
-			g.Expect(apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionFailed)).To(BeTrue(), "Failed")
-		}, timeout, poll).Should(Succeed())
-		running := 0
-		for _, s := range progress {
-			if s.Active > 0 && len(s.Conditions) > 0 && !apimeta.IsStatusConditionTrue(s.Conditions, ibjv1.ConditionFailed) {
-				running++
-			}
-		}
-		Expect(running).To(BeNumerically(">", 0), "the manager's copy never showed the job running: %+v", progress)
-
-		By("at its end the manager's status is the worker's, exact")
-		var final *ibjv1.IndexedBatchJob
-		Eventually(func(g Gomega) {
-			final = get(g, ctx, federation.Manager.Client, ns, job.Name)
-			remote := get(g, ctx, worker.Client, ns, job.Name)
-			g.Expect(cmp.Diff(remote.Status, final.Status)).To(BeEmpty(), "manager's status (-worker +manager)")
-		}, timeout, poll).Should(Succeed())
+		By("each status the manager's copy shows is one the worker's copy had, up to the worker's final one")
+		final := expectMirrored(ctx, ns, job.Name, managerStatuses, worker, workerStatuses)
 		Expect(final.Status.CompletedIndexes).To(Equal("0-4"))
 		Expect(final.Status.FailedIndexes).To(Equal(ptr.To("5")))
 		Expect(final.Status.Succeeded).To(BeEquivalentTo(5))
@@ -89,6 +75,13 @@ var _ = Describe("MultiKueue", func() {
 			wl := workloadOf(g, ctx, ns, job.Name)
 			g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueuev1beta2.WorkloadFinished)).To(BeTrue(), "the manager's Workload Finished")
 		}, timeout, poll).Should(Succeed())
+
+		By("the job finished, MultiKueue deletes the worker's copy, and its pods go with it; the manager's copy stays")
+		Eventually(func(g Gomega) {
+			g.Expect(exists(ctx, worker, ns, job.Name)).To(BeFalse(), "the worker's copy")
+			g.Expect(pods(ctx, worker, ns, job.Name)).To(BeEmpty(), "the worker's pods")
+		}, timeout, poll).Should(Succeed())
+		Expect(get(Default, ctx, federation.Manager.Client, ns, job.Name).Status).To(Equal(final.Status))
 	})
 
 	It("deletes the worker's copy and its pods when the job is deleted on the manager", func(ctx SpecContext) {
@@ -111,9 +104,32 @@ var _ = Describe("MultiKueue", func() {
 		}, timeout, poll).Should(Succeed())
 	})
 
+	It("leaves a job whose queue is not MultiKueue's to the manager's own cluster", func(ctx SpecContext) {
+		ns := newQueues(ctx, true)
+		job := queuedJob(ns, "local", 2, 2, "1s").Obj()
+		Expect(federation.Manager.Client.Create(ctx, job)).To(Succeed())
+		Expect(job.Spec.ManagedBy).To(BeNil())
+		Eventually(func(g Gomega) {
+			got := get(g, ctx, federation.Manager.Client, ns, job.Name)
+			g.Expect(apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
+			g.Expect(got.Status.Succeeded).To(BeEquivalentTo(2))
+		}, timeout, poll).Should(Succeed())
+		Expect(pods(ctx, federation.Manager, ns, job.Name)).To(HaveLen(2), "its pods ran on the manager")
+		for _, w := range federation.Workers {
+			Expect(exists(ctx, w, ns, job.Name)).To(BeFalse(), "a copy on %s", w.Name)
+		}
+	})
+
+	// Last: the lost worker's API server is stopped for a while, and its
+	// clients (Kueue, the operator, kwok) take time to come back after.
 	It("runs a job again on another worker when its worker is lost, counting no index twice", func(ctx SpecContext) {
 		ns := newQueues(ctx, false)
 		job := queuedJob(ns, "lost", 4, 2, "5s").Obj()
+		managerStatuses := recordStatuses(ctx, federation.Manager, ns, job.Name)
+		workerStatuses := map[*multikueue.Member]func() []ibjv1.IndexedBatchJobStatus{}
+		for _, w := range federation.Workers {
+			workerStatuses[w] = recordStatuses(ctx, w, ns, job.Name)
+		}
 		Expect(federation.Manager.Client.Create(ctx, job)).To(Succeed())
 		lost, _ := dispatched(ctx, ns, job.Name)
 		By("the manager's copy shows indexes done on " + lost.Name)
@@ -141,43 +157,21 @@ var _ = Describe("MultiKueue", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(exists(ctx, other, ns, job.Name)).To(BeTrue(), "a copy on %s", other.Name)
 		}, workerLostTimeout+2*timeout, poll).Should(Succeed())
-		var final *ibjv1.IndexedBatchJob
-		Eventually(func(g Gomega) {
-			final = get(g, ctx, federation.Manager.Client, ns, job.Name)
-			g.Expect(apimeta.IsStatusConditionTrue(final.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-			remote := get(g, ctx, other.Client, ns, job.Name)
-			g.Expect(cmp.Diff(remote.Status, final.Status)).To(BeEmpty(), "manager's status (-%s +manager)", other.Name)
-		}, timeout, poll).Should(Succeed())
+		final := expectMirrored(ctx, ns, job.Name, managerStatuses, other, workerStatuses)
+		Expect(apimeta.IsStatusConditionTrue(final.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
 		Expect(final.Status.Succeeded).To(BeEquivalentTo(4), "each index counted once (%d were counted from %s before it was lost)", before.Succeeded, lost.Name)
 		Expect(final.Status.CompletedIndexes).To(Equal("0-3"))
 		Expect(final.Status.Failed).To(BeZero())
 
-		By("once " + lost.Name + " is back and the job deleted, neither worker keeps a copy")
+		By("once " + lost.Name + " is back, MultiKueue deletes the copy it left there")
 		Expect(lost.Cluster.StartAPIServer(ctx)).To(Succeed())
 		restarted = true
-		Expect(federation.Manager.Client.Delete(ctx, final)).To(Succeed())
 		Eventually(func(g Gomega) {
 			for _, w := range federation.Workers {
 				g.Expect(exists(ctx, w, ns, job.Name)).To(BeFalse(), "a copy on %s", w.Name)
 				g.Expect(pods(ctx, w, ns, job.Name)).To(BeEmpty(), "pods on %s", w.Name)
 			}
-		}, 2*timeout, poll).Should(Succeed())
-	})
-
-	It("leaves a job whose queue is not MultiKueue's to the manager's own cluster", func(ctx SpecContext) {
-		ns := newQueues(ctx, true)
-		job := queuedJob(ns, "local", 2, 2, "1s").Obj()
-		Expect(federation.Manager.Client.Create(ctx, job)).To(Succeed())
-		Expect(job.Spec.ManagedBy).To(BeNil())
-		Eventually(func(g Gomega) {
-			got := get(g, ctx, federation.Manager.Client, ns, job.Name)
-			g.Expect(apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-			g.Expect(got.Status.Succeeded).To(BeEquivalentTo(2))
-		}, timeout, poll).Should(Succeed())
-		Expect(pods(ctx, federation.Manager, ns, job.Name)).To(HaveLen(2), "its pods ran on the manager")
-		for _, w := range federation.Workers {
-			Expect(exists(ctx, w, ns, job.Name)).To(BeFalse(), "a copy on %s", w.Name)
-		}
+		}, 3*timeout, poll).Should(Succeed())
 	})
 })
 
@@ -264,3 +258,83 @@ func workloadOf(g Gomega, ctx context.Context, ns, job string) *kueuev1beta2.Wor
 	return nil
 }
 
+
+// recordStatuses watches the job on m from now on, and returns what it has
+// seen so far: each status the job had, in order (an empty one before its
+// first status write left out).
+func recordStatuses(ctx context.Context, m *multikueue.Member, ns, name string) func() []ibjv1.IndexedBatchJobStatus {
+	GinkgoHelper()
+	s, err := multikueue.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.NewWithWatch(m.Cluster.Config, client.Options{Scheme: s})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	var mu sync.Mutex
+	var seen []ibjv1.IndexedBatchJobStatus
+	go func() {
+		defer GinkgoRecover()
+		for ctx.Err() == nil {
+			w, err := c.Watch(ctx, &ibjv1.IndexedBatchJobList{}, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
+			if err != nil {
+				time.Sleep(poll)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				j, ok := ev.Object.(*ibjv1.IndexedBatchJob)
+				if !ok || cmp.Equal(j.Status, ibjv1.IndexedBatchJobStatus{}) {
+					continue
+				}
+				mu.Lock()
+				if len(seen) == 0 || !cmp.Equal(seen[len(seen)-1], j.Status) {
+					seen = append(seen, *j.Status.DeepCopy())
+				}
+				mu.Unlock()
+			}
+			w.Stop()
+		}
+	}()
+	return func() []ibjv1.IndexedBatchJobStatus {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// expectMirrored waits for the manager's copy of the job to finish and
+// checks it was a mirror of the workers' copies throughout: each status the
+// manager's copy had (managerStatuses) is one a worker's copy had, at least
+// one of them while the job ran, and its last is the last status of
+// worker's copy. It returns the manager's copy.
+func expectMirrored(ctx context.Context, ns, name string, managerStatuses func() []ibjv1.IndexedBatchJobStatus,
+	worker *multikueue.Member, workerStatuses map[*multikueue.Member]func() []ibjv1.IndexedBatchJobStatus) *ibjv1.IndexedBatchJob {
+	GinkgoHelper()
+	var final *ibjv1.IndexedBatchJob
+	Eventually(func(g Gomega) {
+		final = get(g, ctx, federation.Manager.Client, ns, name)
+		g.Expect(finished(final.Status)).To(BeTrue(), "the manager's copy finished")
+		remote := workerStatuses[worker]()
+		g.Expect(remote).NotTo(BeEmpty())
+		g.Expect(cmp.Diff(remote[len(remote)-1], final.Status)).To(BeEmpty(), "the manager's status (-%s's last +manager's)", worker.Name)
+	}, timeout, poll).Should(Succeed())
+	var all []ibjv1.IndexedBatchJobStatus
+	for _, statuses := range workerStatuses {
+		all = append(all, statuses()...)
+	}
+	running := 0
+	for _, s := range managerStatuses() {
+		Expect(slices.ContainsFunc(all, func(w ibjv1.IndexedBatchJobStatus) bool { return cmp.Equal(w, s) })).
+			To(BeTrue(), "the manager's copy had a status no worker's had: %+v", s)
+		if !finished(s) && s.Active > 0 {
+			running++
+		}
+	}
+	Expect(running).To(BeNumerically(">", 0), "the manager's copy never showed the job running")
+	return final
+}
+
+// finished reports whether a status has the Complete or Failed condition.
+func finished(s ibjv1.IndexedBatchJobStatus) bool {
+	return apimeta.IsStatusConditionTrue(s.Conditions, ibjv1.ConditionComplete) ||
+		apimeta.IsStatusConditionTrue(s.Conditions, ibjv1.ConditionFailed)
+}
