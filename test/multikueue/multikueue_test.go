@@ -258,7 +258,6 @@ func workloadOf(g Gomega, ctx context.Context, ns, job string) *kueuev1beta2.Wor
 	return nil
 }
 
-
 // recordStatuses watches the job on m from now on, and returns what it has
 // seen so far: each status the job had, in order (an empty one before its
 // first status write left out).
