@@ -10,9 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	configapi "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	schdcache "sigs.k8s.io/kueue/pkg/cache/scheduler"
 	"sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
+	"sigs.k8s.io/kueue/pkg/metrics"
 )
 
 // DefaultManagedJobsNamespaceSelector is Kueue's default
@@ -63,11 +66,20 @@ func (s Settings) withDefaults() Settings {
 }
 
 // reconcilerOptions are the jobframework options Kueue's manager builds
-// from the same two fields for its own integrations.
+// from the same two fields for its own integrations, and its
+// waitForPodsReady: on in every Kueue since v0.19 (only a feature gate,
+// DisableWaitForPodsReady, turns it off), it evicts an admitted job whose
+// Workload does not get the PodsReady condition in time, and that condition
+// is the job reconciler's to set. Where Kueue does not wait for it, the
+// condition is set all the same and read by nobody. The cache is only for
+// the reconciler's local queue metrics, which Kueue's manager reports: an
+// empty one, with them off, keeps the reconciler from reporting them twice.
 func (s Settings) reconcilerOptions() []jobframework.Option {
 	return []jobframework.Option{
 		jobframework.WithManageJobsWithoutQueueName(s.ManageJobsWithoutQueueName),
 		jobframework.WithManagedJobsNamespaceSelector(s.ManagedJobsNamespaceSelector),
+		jobframework.WithWaitForPodsReady(&configapi.WaitForPodsReady{}),
+		jobframework.WithCache(schdcache.New(nil, schdcache.WithLocalQueueMetrics(&metrics.LocalQueueMetricsConfig{Enabled: false}))),
 	}
 }
 

@@ -89,8 +89,11 @@ var _ = Describe("Kueue's waitForPodsReady", Label("kueue"), func() {
 		Expect(got.Status.CompletedIndexes).To(Equal("0-3"))
 		Expect(got.Status.Failed).To(BeZero())
 		Expect(got.Status.FailedIndexes).To(BeNil())
-		wl := workloadOfJob(Default, ctx, ns, job.Name)
-		Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueuev1beta2.WorkloadPodsReady)).To(BeTrue(), "PodsReady at the end")
+		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(4), "one pod an index: those given up at the eviction are gone")
+		Eventually(func(g Gomega) {
+			wl := workloadOfJob(g, ctx, ns, job.Name)
+			g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueuev1beta2.WorkloadFinished)).To(BeTrue(), "Workload Finished")
+		}, timeout, poll).Should(Succeed())
 	})
 
 	It("keeps PodsReady through a pod failure, its retry, and an index failed for good, with no eviction", func(ctx SpecContext) {
