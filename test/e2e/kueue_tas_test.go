@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -175,7 +176,27 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 				Expect(node.Labels).To(HaveKeyWithValue(key, ranks[rank][l]), "%s (rank %d) on node %s", p.Name, rank, node.Name)
 			}
 			Expect(p.Spec.NodeSelector).To(HaveKeyWithValue(tasNodeLabel, ns), p.Name)
-			nodesUsed = append(nodesUsed, fmt.Sprintf("%s (rank %d) on %s, node selector %v", p.Name, rank, node.Name, p.Spec.NodeSelector))
+			// The API server's record of who wrote the pod: the operator
+			// created it (its labels); another manager, Kueue's
+			// TopologyUngater, wrote its node selector (an atomic map) when
+			// it removed the gate.
+			creator, selectorWriter := "", ""
+			for _, m := range p.ManagedFields {
+				if m.FieldsV1 == nil || m.Subresource != "" {
+					continue
+				}
+				raw := string(m.FieldsV1.Raw)
+				if strings.Contains(raw, `"f:`+ibjv1.CompletionIndexLabel+`"`) {
+					creator = m.Manager
+				}
+				if strings.Contains(raw, `"f:nodeSelector"`) {
+					selectorWriter = m.Manager
+				}
+			}
+			Expect(creator).NotTo(BeEmpty(), "%s: the operator's create in its managed fields", p.Name)
+			Expect(selectorWriter).NotTo(BeElementOf("", creator), "%s: its node selector last written by another manager than the operator", p.Name)
+			nodesUsed = append(nodesUsed, fmt.Sprintf("%s (rank %d) on %s, created by %q, node selector %v written by %q",
+				p.Name, rank, node.Name, creator, p.Spec.NodeSelector, selectorWriter))
 			racksUsed[node.Labels[blockLabel]+"/"+node.Labels[rackLabel]] = true
 		}
 		AddReportEntry("placement", nodesUsed)
