@@ -185,7 +185,7 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 				if m.FieldsV1 == nil || m.Subresource != "" {
 					continue
 				}
-				raw := string(m.FieldsV1.Raw)
+				raw := m.FieldsV1.GetRawString()
 				if strings.Contains(raw, `"f:`+ibjv1.CompletionIndexLabel+`"`) {
 					creator = m.Manager
 				}
