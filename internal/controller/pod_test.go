@@ -178,6 +178,23 @@ func TestNewPodKeepsWhatAdmissionPutInTheTemplate(t *testing.T) {
 	}
 }
 
+// TestKueuesUngatingChangesNothingASyncReads checks that what Kueue's
+// TopologyUngater does to a pod (remove its topology scheduling gate, add
+// the node selector of its domain) leaves the record a sync reads of it
+// unchanged: the controller neither takes the pod for another's nor
+// replaces it.
+func TestKueuesUngatingChangesNothingASyncReads(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).NodeSelector("pool", "tas").Obj()
+	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
+	gated := newPod(job, podToCreate{index: 1})
+	ungated := gated.DeepCopy()
+	ungated.Spec.SchedulingGates = nil
+	ungated.Spec.NodeSelector["kubernetes.io/hostname"] = "node-7"
+	if diff := cmp.Diff(jobpod.Read(gated), jobpod.Read(ungated)); diff != "" {
+		t.Errorf("record of the pod before and after Kueue ungated it (-before +after):\n%s", diff)
+	}
+}
+
 func TestNewPodPutsIndexEnvFirstInEveryContainer(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(8).
 		InitContainer("setup").Container("sidecar").
