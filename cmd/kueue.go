@@ -6,9 +6,11 @@ import (
 	"os"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
+	ibjwebhook "github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 )
 
 // kueueFlags are the flags of the Kueue integration.
@@ -48,12 +50,12 @@ func (f kueueFlags) settings() (ibjkueue.Settings, error) {
 
 // setupKueue starts the Kueue integration with f inside mgr
 // (ibjkueue.Setup: once Kueue's API is served, at start or later, without
-// restarting anything) and returns the defaulting webhook's queue step, nil
+// restarting anything) and returns the webhooks' queue steps, nil
 // when the mode is disabled. It fails only on a bad flag: a failure of the
 // integration itself is logged, recorded as an event about the operator's
 // Pod (POD_NAME and POD_NAMESPACE, from the downward API) and reported by
 // the indexedbatchjob_kueue_integration gauge, and the rest runs on.
-func setupKueue(mgr ctrl.Manager, f kueueFlags) (queueDefaulting, error) {
+func setupKueue(mgr ctrl.Manager, f kueueFlags) (*queueSteps, error) {
 	settings, err := f.settings()
 	if err != nil {
 		return nil, err
@@ -67,5 +69,8 @@ func setupKueue(mgr ctrl.Manager, f kueueFlags) (queueDefaulting, error) {
 	if err != nil || kq == nil {
 		return nil, err
 	}
-	return kq.Defaulter, nil
+	return &queueSteps{
+		defaulting: kq.Defaulter,
+		validation: func(c client.Client) ibjwebhook.QueueValidation { return kq.Validator(c) },
+	}, nil
 }

@@ -64,15 +64,19 @@ func (f *webhookFlags) bind(fs *flag.FlagSet) {
 			"keep it below the webhook configuration's timeoutSeconds (10 s).")
 }
 
-// queueDefaulting gives, for the webhook's client, the defaulting step of
-// the Kueue integration (ibjwebhook.Defaulter.Queue).
-type queueDefaulting func(client.Client) func(context.Context, *ibjv1.IndexedBatchJob) error
+// queueSteps are the Kueue integration's steps of the webhooks, given the
+// webhook's client: its defaulting (ibjwebhook.Defaulter.Queue) and its
+// validation (ibjwebhook.Validator.Queue).
+type queueSteps struct {
+	defaulting func(client.Client) func(context.Context, *ibjv1.IndexedBatchJob) error
+	validation func(client.Client) ibjwebhook.QueueValidation
+}
 
 // setupWebhook registers the webhooks on the manager's webhook server,
 // started only once its certificates are ready, and, with internal
 // certificate management, the certificate rotator.
 func setupWebhook(
-	mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config), queue queueDefaulting,
+	mgr ctrl.Manager, dryRunCfg *rest.Config, f webhookFlags, tlsOpts []func(*tls.Config), queue *queueSteps,
 ) (ibjwebhook.DelayedServer, error) {
 	ready := make(chan struct{})
 	switch f.certManagement {
@@ -113,10 +117,12 @@ func setupWebhook(
 		Ready:  ready,
 	}
 	var d ibjwebhook.Defaulter
+	v := ibjwebhook.NewValidator(dryRun, f.dryRunTimeout)
 	if queue != nil {
-		d.Queue = queue(dryRun)
+		d.Queue = queue.defaulting(dryRun)
+		v.Queue = queue.validation(dryRun)
 	}
-	ibjwebhook.Register(srv, mgr.GetScheme(), d, ibjwebhook.NewValidator(dryRun, f.dryRunTimeout))
+	ibjwebhook.Register(srv, mgr.GetScheme(), d, v)
 	return srv, mgr.Add(srv)
 }
 

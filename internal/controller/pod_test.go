@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,6 +133,65 @@ func TestNewPodDoesNotAliasTheTemplate(t *testing.T) {
 	}
 	if _, ok := job.Spec.Template.Labels[ibjv1.CompletionIndexLabel]; ok {
 		t.Errorf("newPod wrote its labels into the job's template")
+	}
+}
+
+// TestNewPodKeepsWhatAdmissionPutInTheTemplate checks that what a queueing
+// system merges into a suspended job's template before it resumes the job
+// (Kueue: the flavor's node selector, the workload annotation and pod set
+// label its TopologyUngater finds pods by, the topology scheduling gate
+// that holds each pod until it is given its domain) reaches every pod
+// unchanged: the TopologyUngater then removes the gate and adds node
+// selectors pod by pod, which the operator never reads back.
+func TestNewPodKeepsWhatAdmissionPutInTheTemplate(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).NodeSelector("pool", "tas").Obj()
+	job.Spec.Template.Labels = map[string]string{"kueue.x-k8s.io/podset": "main"}
+	job.Spec.Template.Annotations = map[string]string{
+		"kueue.x-k8s.io/workload":                 "indexedbatchjob-a-1234",
+		"kueue.x-k8s.io/podset-required-topology": "rack",
+	}
+	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
+	pod := newPod(job, podToCreate{index: 1})
+	want := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels: map[string]string{
+				"kueue.x-k8s.io/podset": "main",
+				ibjv1.JobNameLabel:      "a", ibjv1.ControllerUIDLabel: string(job.UID), ibjv1.CompletionIndexLabel: "1",
+			},
+			Annotations: map[string]string{
+				"kueue.x-k8s.io/workload":                 "indexedbatchjob-a-1234",
+				"kueue.x-k8s.io/podset-required-topology": "rack",
+				ibjv1.CompletionIndexLabel:                "1", ibjv1.AttemptAnnotation: "0",
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeSelector:    map[string]string{"pool": "tas"},
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}},
+		},
+	}
+	got := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels, Annotations: pod.Annotations},
+		Spec:       corev1.PodSpec{NodeSelector: pod.Spec.NodeSelector, SchedulingGates: pod.Spec.SchedulingGates},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pod's labels, annotations, node selector and scheduling gates (-want +got):\n%s", diff)
+	}
+}
+
+// TestKueuesUngatingChangesNothingASyncReads checks that what Kueue's
+// TopologyUngater does to a pod (remove its topology scheduling gate, add
+// the node selector of its domain) leaves the record a sync reads of it
+// unchanged: the controller neither takes the pod for another's nor
+// replaces it.
+func TestKueuesUngatingChangesNothingASyncReads(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).NodeSelector("pool", "tas").Obj()
+	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
+	gated := newPod(job, podToCreate{index: 1})
+	ungated := gated.DeepCopy()
+	ungated.Spec.SchedulingGates = nil
+	ungated.Spec.NodeSelector["kubernetes.io/hostname"] = "node-7"
+	if diff := cmp.Diff(jobpod.Read(gated), jobpod.Read(ungated)); diff != "" {
+		t.Errorf("record of the pod before and after Kueue ungated it (-before +after):\n%s", diff)
 	}
 }
 

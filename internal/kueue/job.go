@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
+	"sigs.k8s.io/kueue/pkg/features"
 	"sigs.k8s.io/kueue/pkg/podset"
 	clientutil "sigs.k8s.io/kueue/pkg/util/client"
 
@@ -107,14 +108,31 @@ func (j *Job) Finished(context.Context) (message string, success, finished bool)
 }
 
 // PodSets is the one pod set of the job: its template, for as many pods as
-// run at once.
+// run at once, and, while Kueue's TopologyAwareScheduling gate is on (by
+// default since Kueue v0.14), the topology request of the template's
+// kueue.x-k8s.io/podset-*-topology annotations, as Kueue's batch/v1 Job
+// makes it. The completion index label is the request's pod index label:
+// Kueue's TopologyUngater then gives index i the domain of rank i, so
+// neighbouring indexes are placed close together; a pod whose index is not
+// below the pod set's count (an index of a job with more completions than
+// parallelism, or of spec.indexes) makes it place the pods greedily
+// instead, as for a batch/v1 Job.
 func (j *Job) PodSets(context.Context, client.Client) ([]kueuev1beta2.PodSet, error) {
-	return []kueuev1beta2.PodSet{{
+	podSet := kueuev1beta2.PodSet{
 		Name:     kueuev1beta2.DefaultPodSetName,
 		Template: *j.Spec.Template.DeepCopy(),
 		Count:    j.podsCount(),
 		MinCount: j.minPodsCount(),
-	}}, nil
+	}
+	if features.Enabled(features.TopologyAwareScheduling) {
+		request, err := jobframework.NewPodSetTopologyRequest(&j.Spec.Template.ObjectMeta).
+			PodIndexLabel(ptr.To(ibjv1.CompletionIndexLabel)).Build()
+		if err != nil {
+			return nil, err
+		}
+		podSet.TopologyRequest = request
+	}
+	return []kueuev1beta2.PodSet{podSet}, nil
 }
 
 // PodsReady reports whether as many pods are ready, or indexes finished,

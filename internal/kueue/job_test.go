@@ -40,9 +40,83 @@ func TestPodSetCountIsThePodsThatRunAtOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []kueuev1beta2.PodSet{{Name: kueuev1beta2.DefaultPodSetName, Template: tc.job.Spec.Template, Count: tc.want}}
+			want := []kueuev1beta2.PodSet{{
+				Name: kueuev1beta2.DefaultPodSetName, Template: tc.job.Spec.Template, Count: tc.want,
+				TopologyRequest: &kueuev1beta2.PodSetTopologyRequest{PodIndexLabel: ptr.To(ibjv1.CompletionIndexLabel)},
+			}}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("pod sets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPodSetCarriesTheTopologyRequest checks that the pod set asks for the
+// topology the template's annotations name, as a batch/v1 Job's does, with
+// the completion index label as the pod index label, so that Kueue ranks
+// the pods by index.
+func TestPodSetCarriesTheTopologyRequest(t *testing.T) {
+	const (
+		rack  = "cloud.example.com/rack"
+		block = "cloud.example.com/block"
+	)
+	indexLabel := ptr.To(ibjv1.CompletionIndexLabel)
+	cases := []struct {
+		name        string
+		annotations map[string]string
+		want        *kueuev1beta2.PodSetTopologyRequest
+		wantErr     bool
+	}{
+		{
+			name: "no topology annotation: the pod index label alone",
+			want: &kueuev1beta2.PodSetTopologyRequest{PodIndexLabel: indexLabel},
+		},
+		{
+			name:        "required",
+			annotations: map[string]string{kueuev1beta2.PodSetRequiredTopologyAnnotation: rack},
+			want:        &kueuev1beta2.PodSetTopologyRequest{Required: ptr.To(rack), PodIndexLabel: indexLabel},
+		},
+		{
+			name:        "preferred",
+			annotations: map[string]string{kueuev1beta2.PodSetPreferredTopologyAnnotation: block},
+			want:        &kueuev1beta2.PodSetTopologyRequest{Preferred: ptr.To(block), PodIndexLabel: indexLabel},
+		},
+		{
+			name:        "unconstrained",
+			annotations: map[string]string{kueuev1beta2.PodSetUnconstrainedTopologyAnnotation: "true"},
+			want:        &kueuev1beta2.PodSetTopologyRequest{Unconstrained: ptr.To(true), PodIndexLabel: indexLabel},
+		},
+		{
+			name: "required, in slices of two within a rack",
+			annotations: map[string]string{
+				kueuev1beta2.PodSetRequiredTopologyAnnotation:      block,
+				kueuev1beta2.PodSetSliceRequiredTopologyAnnotation: rack,
+				kueuev1beta2.PodSetSliceSizeAnnotation:             "2",
+			},
+			want: &kueuev1beta2.PodSetTopologyRequest{
+				Required: ptr.To(block), PodSetSliceRequiredTopology: ptr.To(rack), PodSetSliceSize: ptr.To[int32](2),
+				PodIndexLabel: indexLabel,
+			},
+		},
+		{
+			name:        "an unconstrained value that is no boolean",
+			annotations: map[string]string{kueuev1beta2.PodSetUnconstrainedTopologyAnnotation: "yes"},
+			wantErr:     true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
+			job.Spec.Template.Annotations = tc.annotations
+			got, err := (*Job)(job).PodSets(context.Background(), nil)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error = %v, want an error: %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			if diff := cmp.Diff(tc.want, got[0].TopologyRequest); diff != "" {
+				t.Errorf("topology request (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -46,6 +46,18 @@ type Validator struct {
 	// creates at the controller's QPS limit.
 	client  client.Client
 	timeout time.Duration
+	// Queue, when set, is a queueing system's validation of a job (the
+	// Kueue integration's: Kueue's own rules for its labels and
+	// annotations on a job), applied before the job's pods are judged.
+	Queue QueueValidation
+}
+
+// QueueValidation is a queueing system's judgement of a job: the errors of
+// a new job, and of an update. An error is a failure to judge (a read that
+// failed), which refuses the request.
+type QueueValidation interface {
+	ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJob) (field.ErrorList, error)
+	ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (field.ErrorList, error)
 }
 
 // NewValidator returns a Validator that dry-runs pods through c, waiting at
@@ -58,7 +70,15 @@ var _ admission.Validator[*ibjv1.IndexedBatchJob] = (*Validator)(nil)
 
 // ValidateCreate judges the new job's pod template.
 func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
-	if errs := specErrors(job); len(errs) > 0 {
+	errs := specErrors(job)
+	if v.Queue != nil {
+		queueErrs, err := v.Queue.ValidateCreate(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, queueErrs...)
+	}
+	if len(errs) > 0 {
 		return nil, invalid(job, errs)
 	}
 	return v.judgePods(ctx, job)
@@ -69,7 +89,8 @@ func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
 	return apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
 }
 
-// ValidateUpdate judges the template only when the update changes it or
+// ValidateUpdate applies the queueing system's rules (Queue), then judges
+// the template only when the update changes it or
 // retryResources, which makes the pods' memory (what else the pod depends
 // on, the job's name, namespace, network and backoffLimitPerIndex, cannot
 // change). An unchanged template was judged
@@ -79,6 +100,15 @@ func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
 func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
 	if job.DeletionTimestamp != nil {
 		return nil, nil
+	}
+	if v.Queue != nil {
+		errs, err := v.Queue.ValidateUpdate(ctx, old, job)
+		if err != nil {
+			return nil, err
+		}
+		if len(errs) > 0 {
+			return nil, invalid(job, errs)
+		}
 	}
 	if !equality.Semantic.DeepEqual(old.Spec.SuccessPolicy, job.Spec.SuccessPolicy) {
 		if errs := successPolicyErrors(job); len(errs) > 0 {

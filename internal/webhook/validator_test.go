@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -8,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
@@ -138,6 +141,77 @@ func TestContainersMayChangeOnlyInTheirResources(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("refused fields (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// fixedQueue is a queueing system's validation that answers errs, or err.
+type fixedQueue struct {
+	errs field.ErrorList
+	err  error
+}
+
+func (q fixedQueue) ValidateCreate(context.Context, *ibjv1.IndexedBatchJob) (field.ErrorList, error) {
+	return q.errs, q.err
+}
+
+func (q fixedQueue) ValidateUpdate(context.Context, *ibjv1.IndexedBatchJob, *ibjv1.IndexedBatchJob) (field.ErrorList, error) {
+	return q.errs, q.err
+}
+
+// TestValidatorAppliesTheQueueingSystemsRules checks that a queueing
+// system's errors refuse a create (beside the job's own errors) and an
+// update that leaves the template alone, and that a failure to judge
+// refuses the request; none of these reaches the dry run of the pods.
+func TestValidatorAppliesTheQueueingSystemsRules(t *testing.T) {
+	queueLabel := field.NewPath("metadata", "labels").Key("kueue.x-k8s.io/queue-name")
+	immutable := field.ErrorList{field.Invalid(queueLabel, "other", "field is immutable")}
+	job := harness.MakeIndexedBatchJob("a", "ns").Label("kueue.x-k8s.io/queue-name", "other").Obj()
+	reserved := harness.MakeIndexedBatchJob("a", "ns").PodLabel(ibjv1.JobNameLabel, "x").Label("kueue.x-k8s.io/queue-name", "other").Obj()
+	cases := []struct {
+		name    string
+		queue   fixedQueue
+		run     func(v *Validator) error
+		wantErr string
+	}{
+		{
+			name:  "create: the job's own errors and the queue's",
+			queue: fixedQueue{errs: immutable},
+			run: func(v *Validator) error {
+				_, err := v.ValidateCreate(context.Background(), reserved)
+				return err
+			},
+			wantErr: `IndexedBatchJob.batch.indexedjob.dev "a" is invalid: [spec.template.metadata.labels[batch.indexedjob.dev/job-name]: ` +
+				`Forbidden: is reserved: the operator sets it on every pod it creates, ` +
+				`metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "other": field is immutable]`,
+		},
+		{
+			name:  "update of a label alone",
+			queue: fixedQueue{errs: immutable},
+			run: func(v *Validator) error {
+				_, err := v.ValidateUpdate(context.Background(), job, job)
+				return err
+			},
+			wantErr: `IndexedBatchJob.batch.indexedjob.dev "a" is invalid: metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "other": field is immutable`,
+		},
+		{
+			name:  "update the queue could not judge",
+			queue: fixedQueue{err: errors.New("reading LocalQueue ns/default: timeout")},
+			run: func(v *Validator) error {
+				_, err := v.ValidateUpdate(context.Background(), job, job)
+				return err
+			},
+			wantErr: "reading LocalQueue ns/default: timeout",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewValidator(nil, DefaultDryRunTimeout)
+			v.Queue = tc.queue
+			err := tc.run(v)
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("error = %v\nwant %s", err, tc.wantErr)
 			}
 		})
 	}

@@ -37,15 +37,19 @@ const (
 // IndexedBatchJobs until a replica serves the webhook again), and the
 // validating webhook's own dry run is bounded by DefaultDryRunTimeout, well
 // inside the 10 s. The validating webhook's matchCondition sends it only
-// creates and changes of the template or of retryResources (which makes
-// the pods' memory), what the Validator judges: an update that leaves them
-// alone (a queueing system's suspend or resume, a label) neither waits for
-// the webhook nor fails while it is down. The namespaceSelector that
+// creates and what the Validator judges of an update: a change of the
+// template or of retryResources (which makes the pods' memory), and what
+// Kueue's rules judge (Validator.Queue): a change of one of Kueue's labels
+// and annotations on the job, or of the parallelism of a job with
+// kueue.x-k8s.io/job-min-parallelism. An update that leaves them alone (a
+// queueing system's suspend or resume, Kueue's stopping annotation, another
+// label) neither waits for the webhook nor fails while it is down; keep the
+// key lists in step with internal/kueue's validation.go. The namespaceSelector that
 // leaves out the operator's own namespace is added in config/default and
 // the chart, which know that namespace.
 //
 // +kubebuilder:webhook:path=/mutate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=true,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create,versions=v1alpha1,name=mindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-template-or-retry-resources-changes","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template || (has(object.spec.retryResources) ? !has(oldObject.spec.retryResources) || object.spec.retryResources != oldObject.spec.retryResources : has(oldObject.spec.retryResources))"}]}`
+// +kubebuilder:webhook:path=/validate-batch-indexedjob-dev-v1alpha1-indexedbatchjob,mutating=false,failurePolicy=fail,sideEffects=None,groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=create;update,versions=v1alpha1,name=vindexedbatchjob-v1alpha1.kb.io,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"creates-and-changes-the-validator-judges","expression":"request.operation == 'CREATE' || object.spec.template != oldObject.spec.template || (has(object.spec.retryResources) ? !has(oldObject.spec.retryResources) || object.spec.retryResources != oldObject.spec.retryResources : has(oldObject.spec.retryResources)) || ['kueue.x-k8s.io/queue-name','kueue.x-k8s.io/priority-class','kueue.x-k8s.io/max-exec-time-seconds','kueue.x-k8s.io/prebuilt-workload-name'].exists(k, (has(object.metadata.labels) && k in object.metadata.labels ? object.metadata.labels[k] : '') != (has(oldObject.metadata.labels) && k in oldObject.metadata.labels ? oldObject.metadata.labels[k] : '')) || ['kueue.x-k8s.io/job-min-parallelism','kueue.x-k8s.io/prebuilt-workload-name','kueue.x-k8s.io/elastic-job','kueue.x-k8s.io/admission-gated-by'].exists(k, (has(object.metadata.annotations) && k in object.metadata.annotations ? object.metadata.annotations[k] : '') != (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations ? oldObject.metadata.annotations[k] : '')) || (has(oldObject.metadata.annotations) && 'kueue.x-k8s.io/job-min-parallelism' in oldObject.metadata.annotations && object.spec.parallelism != oldObject.spec.parallelism)"}]}`
 
 // Register serves the defaulting and validating webhooks on srv.
 func Register(srv ctrlwebhook.Server, scheme *runtime.Scheme, d Defaulter, v *Validator) {

@@ -101,8 +101,9 @@ func startManager() {
 	Expect(err).NotTo(HaveOccurred())
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{Queue: integration.Defaulter(direct)},
-		webhook.NewValidator(direct, webhook.DefaultDryRunTimeout))
+	validator := webhook.NewValidator(direct, webhook.DefaultDryRunTimeout)
+	validator.Queue = integration.Validator(direct)
+	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{Queue: integration.Defaulter(direct)}, validator)
 
 	// Kueue, as its manager sets itself up with the external framework.
 	Expect(inprocess.Setup(ctx, mgr, true)).To(Succeed())

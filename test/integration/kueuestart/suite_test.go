@@ -99,8 +99,9 @@ func startOperator(o ibjkueue.Options) *operator {
 	Expect(err).NotTo(HaveOccurred())
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{Queue: integration.Defaulter(direct)},
-		webhook.NewValidator(direct, webhook.DefaultDryRunTimeout))
+	validator := webhook.NewValidator(direct, webhook.DefaultDryRunTimeout)
+	validator.Queue = integration.Validator(direct)
+	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{Queue: integration.Defaulter(direct)}, validator)
 
 	runCtx, stop := context.WithCancel(ctx)
 	op := &operator{integration: integration, stop: stop, done: make(chan error, 1)}
