@@ -88,21 +88,8 @@ Stop everything with:
 EOF
     exit 0
   fi
-  if [ -n "$manager_pid$kueue_pid$cluster_pid" ]; then
-    say "Stopping the operator and the cluster"
-    # The cluster stops its own children: kube-apiserver, etcd.
-    for pid in $manager_pid $kueue_pid $cluster_pid; do
-      kill "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-    done
-    echo "  stopped"
-  fi
-  if [ "$created_dir" = 1 ] && { [ "$status" = 0 ] || [ "$aborted" = 1 ]; }; then
-    rm -rf "$dir"
-  else
-    echo "logs kept in $dir"
-  fi
-  exit "$status"
+  # shellcheck disable=SC2086 # the pids that are set, unquoted
+  stop_all "$status" "the operator and the cluster" $manager_pid $kueue_pid $cluster_pid
 }
 trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM

@@ -1,4 +1,4 @@
-# Shared by the demo scripts (demo.sh, node-demo.sh): sourced, not run.
+# Shared by the demo scripts (demo.sh, node-demo.sh, multikueue-demo.sh): sourced, not run.
 # They set dir, keep, started and kubectl before calling these.
 
 if [ -t 1 ]; then bold=$'\033[1m'; reset=$'\033[0m'; else bold=; reset=; fi
@@ -46,4 +46,28 @@ watch_job() {
   kill "$watch_pid" 2>/dev/null || true
   wait "$watch_pid" 2>/dev/null || true
   watch_pid=
+}
+
+# stop_all STATUS WHAT PID...: the end of a demo that did not keep its
+# cluster: stops the processes (the cluster command stops its own
+# children), says "Stopping WHAT", removes $dir when the demo made it and
+# succeeded or was interrupted (else says where its logs are), and exits
+# with STATUS. Uses created_dir and aborted.
+stop_all() {
+  local status=$1 what=$2 pid
+  shift 2
+  if [ -n "$*" ]; then
+    say "Stopping $what"
+    for pid in "$@"; do
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done
+    echo "  stopped"
+  fi
+  if [ "$created_dir" = 1 ] && { [ "$status" = 0 ] || [ "$aborted" = 1 ]; }; then
+    rm -rf "$dir"
+  else
+    echo "logs kept in $dir"
+  fi
+  exit "$status"
 }

@@ -70,18 +70,8 @@ Stop everything (containers, mounts and the network namespace go with it) with:
 EOF
     exit 0
   fi
-  if [ -n "$cluster_pid" ]; then
-    say "Stopping the cluster"
-    kill "$cluster_pid" 2>/dev/null || true
-    wait "$cluster_pid" 2>/dev/null || true
-    echo "  stopped"
-  fi
-  if [ "$created_dir" = 1 ] && { [ "$status" = 0 ] || [ "$aborted" = 1 ]; }; then
-    rm -rf "$dir"
-  else
-    echo "logs kept in $dir"
-  fi
-  exit "$status"
+  # shellcheck disable=SC2086 # the pid if set, unquoted
+  stop_all "$status" "the cluster" $cluster_pid
 }
 trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM

@@ -161,16 +161,16 @@ func defaultManagedBy(ctx context.Context, c client.Client, job *Job) error {
 		return nil
 	}
 	lq := &kueuev1beta2.LocalQueue{}
-	if found, err := get(ctx, c, "LocalQueue", client.ObjectKey{Namespace: job.Namespace, Name: string(queue)}, lq); !found {
+	if found, err := get(ctx, c, "LocalQueue", " for MultiKueue", client.ObjectKey{Namespace: job.Namespace, Name: string(queue)}, lq); !found {
 		return err
 	}
 	cq := &kueuev1beta2.ClusterQueue{}
-	if found, err := get(ctx, c, "ClusterQueue", client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, cq); !found {
+	if found, err := get(ctx, c, "ClusterQueue", " for MultiKueue", client.ObjectKey{Name: string(lq.Spec.ClusterQueue)}, cq); !found {
 		return err
 	}
 	for _, name := range admissionChecksOf(cq) {
 		ac := &kueuev1beta2.AdmissionCheck{}
-		found, err := get(ctx, c, "AdmissionCheck", client.ObjectKey{Name: string(name)}, ac)
+		found, err := get(ctx, c, "AdmissionCheck", " for MultiKueue", client.ObjectKey{Name: string(name)}, ac)
 		if err != nil {
 			return err
 		}
@@ -195,9 +195,10 @@ func admissionChecksOf(cq *kueuev1beta2.ClusterQueue) []kueuev1beta2.AdmissionCh
 	return names
 }
 
-// get reads the kind's object key into obj: found, or not found (nil error; also when Kueue's
-// API is not served), or the error of the read.
-func get(ctx context.Context, c client.Client, kind string, key client.ObjectKey, obj client.Object) (bool, error) {
+// get reads the kind's object key into obj, for what: found, or not found
+// (nil error; also when Kueue's API is not served), or the error of the
+// read.
+func get(ctx context.Context, c client.Client, kind, what string, key client.ObjectKey, obj client.Object) (bool, error) {
 	err := c.Get(ctx, key, obj)
 	switch {
 	case err == nil:
@@ -205,7 +206,7 @@ func get(ctx context.Context, c client.Client, kind string, key client.ObjectKey
 	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
 		return false, nil
 	default:
-		return false, fmt.Errorf("reading %s %s for MultiKueue: %w", kind, key, err)
+		return false, fmt.Errorf("reading %s %s%s: %w", kind, key, what, err)
 	}
 }
 
@@ -226,14 +227,6 @@ func (s Settings) namespaceLabels(ctx context.Context, c client.Client, namespac
 // "default", which Kueue gives a job without a queue name. Before Kueue's
 // API is served there is none.
 func defaultLocalQueueExists(ctx context.Context, c client.Client, namespace string) (bool, error) {
-	lq := &kueuev1beta2.LocalQueue{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: string(constants.DefaultLocalQueueName)}, lq)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err):
-		return false, nil
-	default:
-		return false, fmt.Errorf("reading LocalQueue %s/%s: %w", namespace, constants.DefaultLocalQueueName, err)
-	}
+	key := client.ObjectKey{Namespace: namespace, Name: string(constants.DefaultLocalQueueName)}
+	return get(ctx, c, "LocalQueue", "", key, &kueuev1beta2.LocalQueue{})
 }
