@@ -89,7 +89,7 @@ func Install(ctx context.Context, c *kwokcluster.Cluster, o Options) (*Manager, 
 		o.Name = "kueue"
 	}
 	if _, err := os.Stat(o.Binary); err != nil {
-		return nil, fmt.Errorf("Kueue's manager: %w (`make kueue-manager` builds it)", err)
+		return nil, fmt.Errorf("kueuecluster: the manager binary: %w (`make kueue-manager` builds it)", err)
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("running Kueue's manager chrooted takes root")
@@ -220,7 +220,7 @@ func (m *Manager) waitReady(ctx context.Context) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", m.HealthPort)
 	for {
 		if exited, err := m.Proc.Exited(); exited {
-			return fmt.Errorf("Kueue's manager exited (%v):\n%s", err, m.Tail(40))
+			return fmt.Errorf("kueuecluster: the manager exited (%v):\n%s", err, m.Tail(40))
 		}
 		if resp, err := http.Get(url); err == nil {
 			_ = resp.Body.Close()
@@ -230,7 +230,7 @@ func (m *Manager) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("Kueue's manager not ready: %w\n%s", ctx.Err(), m.Tail(40))
+			return fmt.Errorf("kueuecluster: the manager is not ready: %w\n%s", ctx.Err(), m.Tail(40))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
