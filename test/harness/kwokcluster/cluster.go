@@ -53,6 +53,9 @@ const (
 	FailIndexesAnnotation = "kwok.indexedjob.dev/fail-indexes"
 	// ExitCodeAnnotation is the exit code of failing pods (default 1).
 	ExitCodeAnnotation = "kwok.indexedjob.dev/exit-code"
+	// ExitReasonAnnotation is the reason failing pods' containers end with
+	// (default Error); OOMKilled plays the kernel's OOM killer.
+	ExitReasonAnnotation = "kwok.indexedjob.dev/exit-reason"
 	// FailDurationAnnotation is how long failing pods run before they exit
 	// (Go duration; default the DurationAnnotation).
 	FailDurationAnnotation = "kwok.indexedjob.dev/fail-duration"

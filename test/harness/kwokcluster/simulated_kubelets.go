@@ -103,7 +103,10 @@ func annotatedPlan(pod *corev1.Pod, index int) podsim.Plan {
 			if n, err := strconv.ParseInt(ann[ExitCodeAnnotation], 10, 32); err == nil && n != 0 {
 				code = int32(n)
 			}
-			return podsim.Plan{Run: annotatedDuration(ann[FailDurationAnnotation], run), ExitCode: code}
+			return podsim.Plan{
+				Run: annotatedDuration(ann[FailDurationAnnotation], run), ExitCode: code,
+				OOMKilled: ann[ExitReasonAnnotation] == "OOMKilled",
+			}
 		}
 	}
 	if ann[DurationAnnotation] == Forever {

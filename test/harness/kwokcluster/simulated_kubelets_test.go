@@ -30,6 +30,10 @@ func TestAnnotatedPlan(t *testing.T) {
 			podsim.Plan{Run: 500 * time.Millisecond, ExitCode: 42}},
 		{"unreadable values count as unset", map[string]string{DurationAnnotation: "soon", ExitCodeAnnotation: "x", FailIndexesAnnotation: "4"}, 4,
 			podsim.Plan{Run: time.Second, ExitCode: 1}},
+		{"an OOM kill", map[string]string{FailIndexesAnnotation: "3", ExitCodeAnnotation: "137", ExitReasonAnnotation: "OOMKilled"}, 3,
+			podsim.Plan{Run: time.Second, ExitCode: 137, OOMKilled: true}},
+		{"another exit reason is an error", map[string]string{FailIndexesAnnotation: "3", ExitReasonAnnotation: "Evicted"}, 3,
+			podsim.Plan{Run: time.Second, ExitCode: 1}},
 		{"a pod without an index never fails", map[string]string{FailIndexesAnnotation: "0-9"}, -1, podsim.Plan{Run: time.Second}},
 	} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.ann}}
