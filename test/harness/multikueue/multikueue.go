@@ -161,7 +161,7 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 		}
 	}
 	step("wiring MultiKueue: the manager's Kueue may manage IndexedBatchJobs, MultiKueue's ServiceAccount on each worker")
-	if err := applyManifest(ctx, f.Manager.Client, filepath.Join(o.Root, "config", "multikueue", "manager_role.yaml"), func(obj client.Object) {
+	if err := applyManifest(ctx, f.Manager.Client, filepath.Join(o.Root, "config", "multikueue", "manager", "role.yaml"), func(obj client.Object) {
 		if b, ok := obj.(*rbacv1.ClusterRoleBinding); ok {
 			b.Subjects[0].Namespace = kueuecluster.Namespace
 		}
@@ -273,7 +273,7 @@ func startOperator(ctx context.Context, c *kwokcluster.Cluster, bin string) (*kw
 }
 
 // workerKubeconfig creates MultiKueue's ServiceAccount on w with the roles
-// it needs there (Kueue's Workloads, and config/multikueue/worker_role.yaml
+// it needs there (Kueue's Workloads, and config/multikueue/worker/role.yaml
 // for IndexedBatchJobs), and returns a kubeconfig with a token of it, in
 // the form Kueue accepts: the CA inline, a bearer token, no file path.
 func workerKubeconfig(ctx context.Context, root string, w *Member) ([]byte, error) {
@@ -304,7 +304,7 @@ func workerKubeconfig(ctx context.Context, root string, w *Member) ([]byte, erro
 	}); err != nil {
 		return nil, err
 	}
-	if err := applyManifest(ctx, w.Client, filepath.Join(root, "config", "multikueue", "worker_role.yaml"), func(obj client.Object) {
+	if err := applyManifest(ctx, w.Client, filepath.Join(root, "config", "multikueue", "worker", "role.yaml"), func(obj client.Object) {
 		if b, ok := obj.(*rbacv1.ClusterRoleBinding); ok {
 			b.Subjects = subjects
 		}

@@ -290,6 +290,22 @@ var _ = Describe("The Helm chart", func() {
 		}
 	})
 
+	It("renders config/multikueue's roles for a MultiKueue manager and worker when asked, and none by default", func() {
+		kustomized := parseManifests(kustomizeBuild("namePrefix: "+releaseName+"-\n",
+			"config/multikueue/manager", "config/multikueue/worker"))
+		Expect(kustomized).To(HaveLen(4))
+		helmed := parseManifests(helmTemplate(releaseName, installNamespace,
+			"kueue.multiKueue.manager.enabled=true", "kueue.multiKueue.worker.enabled=true"))
+		for key, want := range kustomized {
+			Expect(helmed).To(HaveKey(key))
+			Expect(normalized(helmed[key])).To(Equal(normalized(want)), key)
+		}
+		byDefault := parseManifests(helmTemplate(releaseName, installNamespace))
+		for key := range kustomized {
+			Expect(byDefault).NotTo(HaveKey(key))
+		}
+	})
+
 	It("turns its values into the manager's flags and drops what they turn off", func() {
 		values := writeFile("values.yaml", `
 replicaCount: 2
