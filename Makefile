@@ -1,7 +1,7 @@
 # indexed-batch-job Makefile, in the kubebuilder go/v4 shape.
 
 IMG ?= indexed-batch-job:latest
-K8S_VERSION ?= v1.36.3
+K8S_VERSION ?= v1.37.2
 LOCALBIN ?= $(shell pwd)/bin
 # envtest's control plane: an existing KUBEBUILDER_ASSETS is honoured,
 # otherwise the pinned binaries hack/build-controlplane.sh builds.

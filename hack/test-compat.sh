@@ -8,7 +8,7 @@
 # refused, for the reason docs/versions.md gives. COMPAT_FULL=1 runs every
 # integration suite and the whole e2e suite instead, at each version.
 #
-# usage: COMPAT_VERSIONS="v1.33.13 v1.36.3" COMPAT_BELOW=v1.32.13 [COMPAT_FULL=1] hack/test-compat.sh
+# usage: COMPAT_VERSIONS="v1.33.13 v1.37.2" COMPAT_BELOW=v1.32.13 [COMPAT_FULL=1] hack/test-compat.sh
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -37,7 +37,7 @@ import (
 )
 
 // K8sVersion is the version of the pinned control plane, as in the Makefile.
-const K8sVersion = "v1.36.3"
+const K8sVersion = "v1.37.2"
 
 // KwokVersion is the kwok release the Makefile installs into bin/kwok-<version>.
 const KwokVersion = "v0.8.0"
