@@ -167,8 +167,8 @@ func TestEnsureGang(t *testing.T) {
 		},
 		{
 			name: "fewer indexes left than the gang: both resized", job: shrunk, stored: stored(4),
-			want: podGroup{name: "train-3f2a9c1d", minCount: 1},
-			wantCalls: []string{"create Workload", "get Workload", "update Workload", "create PodGroup", "get PodGroup", "update PodGroup"},
+			want:          podGroup{name: "train-3f2a9c1d", minCount: 1},
+			wantCalls:     []string{"create Workload", "get Workload", "update Workload", "create PodGroup", "get PodGroup", "update PodGroup"},
 			wantMinCounts: []int64{1, 1},
 		},
 		{

@@ -3,9 +3,10 @@
 // control plane (bin/k8s/<version>), the IndexedBatchJob CRD, the admission
 // webhook's configurations (calling the operator on this host through a
 // forwarder, see webhook.go), fake nodes run
-// by kwok, a minimal binder in place of kube-scheduler and a reaper for the
-// kubelet's final delete of a pod. There is no kube-controller-manager: the
-// operator under test is the only controller.
+// by kwok, a minimal binder in place of kube-scheduler (or, with
+// Options.KubeScheduler, the real one) and a reaper for the kubelet's final
+// delete of a pod. There is no kube-controller-manager: the operator under
+// test is the only controller.
 //
 // How pods end is scripted by their annotations, which kwok's stages in
 // hack/kwok/stages/pods.yaml read: see that file.
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,6 +36,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
 // K8sVersion is the version of the pinned control plane, as in the Makefile.
@@ -84,6 +88,19 @@ type Options struct {
 	// Kubelets is what plays the nodes' kubelets: kwok (the default) or
 	// the pod simulator in this process.
 	Kubelets Kubelets
+	// KubeScheduler runs the control plane's kube-scheduler (from
+	// ControlPlaneDir) in place of the minimal binder, so that resources,
+	// affinity and gang scheduling are decided as in a real cluster.
+	KubeScheduler bool
+	// WorkloadAPI starts kube-apiserver, and kube-scheduler with
+	// KubeScheduler, with the feature gate and API version of the Workload
+	// API (workloadapi.APIServerFlags; Kubernetes 1.37 or later), so that
+	// the scheduler places a PodGroup's pods all or none.
+	WorkloadAPI bool
+	// NodeAllocatable, when set, is every fake node's allocatable and
+	// capacity (kwok keeps what a node was created with); unset, kwok
+	// gives each node room for any pod.
+	NodeAllocatable corev1.ResourceList
 }
 
 // Cluster is a running cluster.
@@ -105,13 +122,16 @@ type Cluster struct {
 	// per slot of WebhookArgs.
 	WebhookBackendPorts []int
 
+	// nodeAllocatable is Options.NodeAllocatable, for AddNode.
+	nodeAllocatable corev1.ResourceList
+
 	// ports are every port the cluster picked for itself or handed out
 	// (FreePort): some are unbound at times (a restart, a killed operator),
 	// when the kernel could offer them to the next listener on port 0.
 	portsMu sync.Mutex
 	ports   []int
 
-	etcd, apiserver, kwok *Process
+	etcd, apiserver, kwok, scheduler *Process
 	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
 	// started, to start them again.
 	etcdCmd, apiserverCmd []string
@@ -166,7 +186,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Root == "" || opts.Dir == "" {
 		return nil, errors.New("kwokcluster: Root and Dir are required")
 	}
-	if missing := MissingBinaries(opts.Root, opts.Kubelets); len(missing) > 0 {
+	missing := MissingBinaries(opts.Root, opts.Kubelets)
+	if sched := filepath.Join(ControlPlaneDir(opts.Root), "kube-scheduler"); opts.KubeScheduler {
+		if _, err := os.Stat(sched); err != nil {
+			missing = append(missing, sched)
+		}
+	}
+	if len(missing) > 0 {
 		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e`, which build them", missing)
 	}
 	if opts.Nodes <= 0 {
@@ -248,6 +274,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true",
 	}
+	if opts.WorkloadAPI {
+		for _, name := range slices.Sorted(maps.Keys(workloadapi.APIServerFlags)) {
+			c.apiserverCmd = append(c.apiserverCmd, "--"+name+"="+workloadapi.APIServerFlags[name])
+		}
+	}
 	c.apiserver, err = StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
 	if err != nil {
 		return c, err
@@ -294,24 +325,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.installWebhook(ctx, opts.Root, clientset); err != nil {
 		return c, fmt.Errorf("installing the webhook: %w", err)
 	}
-	for i := range opts.Nodes {
-		name := fmt.Sprintf("kwok-node-%d", i)
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name: name,
-			// kwok manages the nodes with this annotation and only them.
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			Labels: map[string]string{
-				"kubernetes.io/hostname": name,
-				"kubernetes.io/os":       "linux",
-				"kubernetes.io/arch":     "amd64",
-				"type":                   "kwok",
-				ZoneLabel:                "zone-" + string(rune('a'+i%26)),
-			},
-		}}
-		if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			return c, fmt.Errorf("creating node %s: %w", name, err)
+	c.nodeAllocatable = opts.NodeAllocatable
+	for range opts.Nodes {
+		if _, err := c.createNode(ctx, clientset); err != nil {
+			return c, err
 		}
-		c.NodeNames = append(c.NodeNames, name)
 	}
 
 	if opts.Kubelets == SimulatedKubelets {
@@ -335,7 +353,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
 	helpersCtx, stop := context.WithCancel(context.Background())
 	c.stopHelpers = stop
-	c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	if opts.KubeScheduler {
+		step("starting kube-scheduler")
+		if err := c.startScheduler(opts); err != nil {
+			return c, err
+		}
+	} else {
+		c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	}
 	if opts.Kubelets == KwokKubelets {
 		// The pod simulator makes its final deletes itself.
 		c.helpers.Go(func() { runReaper(helpersCtx, clientset, logger) })
@@ -419,8 +444,73 @@ func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kuberne
 	return c.waitNodesReady(ctx, clientset)
 }
 
-// Stop stops the binder and the reaper, kwok, kube-apiserver and etcd, in
-// that order.
+// createNode creates the next fake node, kwok-node-<n>, for kwok to run.
+func (c *Cluster) createNode(ctx context.Context, clientset kubernetes.Interface) (string, error) {
+	i := len(c.NodeNames)
+	name := fmt.Sprintf("kwok-node-%d", i)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name,
+		// kwok manages the nodes with this annotation and only them.
+		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		Labels: map[string]string{
+			"kubernetes.io/hostname": name,
+			"kubernetes.io/os":       "linux",
+			"kubernetes.io/arch":     "amd64",
+			"type":                   "kwok",
+			ZoneLabel:                "zone-" + string(rune('a'+i%26)),
+		},
+	}}
+	if c.nodeAllocatable != nil {
+		node.Status.Allocatable, node.Status.Capacity = c.nodeAllocatable.DeepCopy(), c.nodeAllocatable.DeepCopy()
+	}
+	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating node %s: %w", name, err)
+	}
+	c.NodeNames = append(c.NodeNames, name)
+	return name, nil
+}
+
+// AddNode adds a fake node like the cluster's others (kwok's kubelets
+// only), and returns its name once kwok made it Ready: more room for the
+// scheduler.
+func (c *Cluster) AddNode(ctx context.Context) (string, error) {
+	clientset, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return "", err
+	}
+	name, err := c.createNode(ctx, clientset)
+	if err != nil {
+		return "", err
+	}
+	return name, c.waitNodesReady(ctx, clientset)
+}
+
+// startScheduler starts the control plane's kube-scheduler as the admin,
+// serving its health endpoints on a free loopback port.
+func (c *Cluster) startScheduler(opts Options) error {
+	port, err := c.FreePort()
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(opts.Dir, "kube-scheduler"),
+	}
+	if opts.WorkloadAPI {
+		args = append(args, "--feature-gates="+workloadapi.SchedulerFeatureGates)
+	}
+	c.scheduler, err = StartProcess("kube-scheduler", filepath.Join(opts.Dir, "kube-scheduler.log"), nil,
+		filepath.Join(ControlPlaneDir(opts.Root), "kube-scheduler"), args...)
+	return err
+}
+
+// Stop stops the binder (or kube-scheduler) and the reaper, kwok,
+// kube-apiserver and etcd, in that order.
 func (c *Cluster) Stop() error {
 	if c.stopHelpers != nil {
 		c.stopHelpers()
@@ -437,7 +527,7 @@ func (c *Cluster) Stop() error {
 		c.forwarder = nil
 	}
 	var errs []error
-	for _, p := range []*Process{c.kwok, c.apiserver, c.etcd} {
+	for _, p := range []*Process{c.scheduler, c.kwok, c.apiserver, c.etcd} {
 		if p != nil {
 			errs = append(errs, p.Stop(15*time.Second))
 		}
@@ -447,7 +537,7 @@ func (c *Cluster) Stop() error {
 
 // Check returns an error if a component has exited.
 func (c *Cluster) Check() error {
-	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok} {
+	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok, c.scheduler} {
 		if p == nil {
 			continue
 		}
