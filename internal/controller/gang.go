@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
@@ -24,7 +23,7 @@ import (
 // at the PodGroup, so that kube-scheduler binds none of the job's pods
 // until it can bind minCount of them at once. This file holds its parts:
 // the pure builders (newWorkload, newPodGroup) and the gang's size
-// (gangMinCount), the reconciler's step that creates or resizes the two
+// (workloadapi.MinCount), the reconciler's step that creates or resizes the two
 // objects (ensureGang), and the core's phase that reports what that step
 // found (reportGang); startPods holds the pods while the PodGroup is not
 // there (gangHoldsPods).
@@ -40,54 +39,13 @@ const gangRecheckInterval = 30 * time.Second
 // Workload.
 const gangTemplateName = "workers"
 
-// gangName is the name of the job's Workload and PodGroup: the job's name
-// and the start of its UID, so that a job created again under the same
-// name while the garbage collector still deletes its predecessor's objects
-// never finds their names taken.
-func gangName(job *ibjv1.IndexedBatchJob) string {
-	uid := string(job.UID)
-	if len(uid) > 8 {
-		uid = uid[:8]
-	}
-	return job.Name + "-" + uid
-}
-
 // podGroupName is the PodGroup a pod of the job points at
 // (spec.schedulingGroup.podGroupName), nil for a job without gangScheduling.
 func podGroupName(job *ibjv1.IndexedBatchJob) *string {
 	if job.Spec.GangScheduling == nil {
 		return nil
 	}
-	return ptr.To(gangName(job))
-}
-
-// gangMinCount is the gang's size the PodGroup should have: minCount, or
-// parallelism, but never more than the wanted indexes the job's status
-// does not record as finished (a gang larger than the pods left to run
-// would never form, and hold the job's last pods for good); at least 1.
-// It reads the last recorded status, so it follows the job's progress one
-// status write behind.
-func gangMinCount(job *ibjv1.IndexedBatchJob) int32 {
-	n := ptr.Deref(job.Spec.Parallelism, 1)
-	if g := job.Spec.GangScheduling; g != nil && g.MinCount != nil {
-		n = min(n, *g.MinCount)
-	}
-	wanted := indexset.Range(0, job.Spec.Completions-1)
-	if listed := job.Spec.Indexes; listed != nil {
-		if set, err := indexset.Parse(*listed, job.Spec.Completions); err == nil {
-			wanted = set
-		}
-	}
-	if done, err := indexset.Parse(job.Status.CompletedIndexes, 0); err == nil {
-		wanted = wanted.Difference(done)
-	}
-	if failed := job.Status.FailedIndexes; failed != nil {
-		if set, err := indexset.Parse(*failed, 0); err == nil {
-			wanted = wanted.Difference(set)
-		}
-	}
-	n = min(n, int32(min(wanted.Len(), 1<<30)))
-	return max(n, 1)
+	return ptr.To(workloadapi.Name(job))
 }
 
 // newWorkload builds the job's Workload: one PodGroupTemplate with a gang
@@ -111,7 +69,7 @@ func newWorkload(job *ibjv1.IndexedBatchJob, minCount int32) *workloadapi.Worklo
 // newPodGroup builds the job's PodGroup, made from the Workload's template
 // and controlled by the job.
 func newPodGroup(job *ibjv1.IndexedBatchJob, minCount int32) *workloadapi.PodGroup {
-	name := gangName(job)
+	name := workloadapi.Name(job)
 	return &workloadapi.PodGroup{
 		ObjectMeta: gangObjectMeta(job),
 		Spec: workloadapi.PodGroupSpec{
@@ -123,7 +81,7 @@ func newPodGroup(job *ibjv1.IndexedBatchJob, minCount int32) *workloadapi.PodGro
 
 func gangObjectMeta(job *ibjv1.IndexedBatchJob) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name:      gangName(job),
+		Name:      workloadapi.Name(job),
 		Namespace: job.Namespace,
 		Labels: map[string]string{
 			ibjv1.JobNameLabel:       job.Name,
@@ -170,7 +128,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, job *ibjv1.IndexedBatchJob)
 	if job.Spec.GangScheduling == nil || IsFinished(job) {
 		return podGroup{}, nil
 	}
-	pg := podGroup{name: gangName(job), minCount: gangMinCount(job)}
+	pg := podGroup{name: workloadapi.Name(job), minCount: workloadapi.MinCount(job)}
 	if n, ok := r.gangs.Get(job.UID); ok && n.(int32) == pg.minCount {
 		return pg, nil
 	}

@@ -3,7 +3,8 @@
 // scheduling needs, as small local types sent as unstructured objects. The
 // operator's k8s.io/api (pinned by Kueue and controller-runtime) predates
 // v1beta1, and the API is beta and off by default: keeping its shape here
-// keeps its churn out of the controller.
+// keeps its churn out of the controller. It also says what a job's gang
+// is (Name, MinCount), which the operator and kubectl ibj both read.
 //
 // The types are not CRDs: controller-gen skips the package.
 //
@@ -19,6 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // GroupVersion is the API version of Workload and PodGroup this package
@@ -107,6 +112,47 @@ type PodGroupSpec struct {
 type WorkloadReference struct {
 	WorkloadName string `json:"workloadName"`
 	TemplateName string `json:"templateName"`
+}
+
+// Name is the name of the job's Workload and PodGroup: the job's name
+// and the start of its UID, so that a job created again under the same
+// name while the garbage collector still deletes its predecessor's objects
+// never finds their names taken.
+func Name(job *ibjv1.IndexedBatchJob) string {
+	uid := string(job.UID)
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	return job.Name + "-" + uid
+}
+
+// MinCount is the gang's size the PodGroup should have: minCount, or
+// parallelism, but never more than the wanted indexes the job's status
+// does not record as finished (a gang larger than the pods left to run
+// would never form, and hold the job's last pods for good); at least 1.
+// It reads the last recorded status, so it follows the job's progress one
+// status write behind.
+func MinCount(job *ibjv1.IndexedBatchJob) int32 {
+	n := ptr.Deref(job.Spec.Parallelism, 1)
+	if g := job.Spec.GangScheduling; g != nil && g.MinCount != nil {
+		n = min(n, *g.MinCount)
+	}
+	wanted := indexset.Range(0, job.Spec.Completions-1)
+	if listed := job.Spec.Indexes; listed != nil {
+		if set, err := indexset.Parse(*listed, job.Spec.Completions); err == nil {
+			wanted = set
+		}
+	}
+	if done, err := indexset.Parse(job.Status.CompletedIndexes, 0); err == nil {
+		wanted = wanted.Difference(done)
+	}
+	if failed := job.Status.FailedIndexes; failed != nil {
+		if set, err := indexset.Parse(*failed, 0); err == nil {
+			wanted = wanted.Difference(set)
+		}
+	}
+	n = min(n, int32(min(wanted.Len(), 1<<30)))
+	return max(n, 1)
 }
 
 // Unstructured converts a Workload or PodGroup of this package to the
