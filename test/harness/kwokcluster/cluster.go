@@ -261,6 +261,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// No kube-proxy reads the kubernetes Service's endpoints here, and
+		// since 1.37 the endpoint reconciler refuses a loopback address.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + filepath.Join(opts.Dir, "pki"),
 		"--tls-cert-file=" + certs.certFile,
