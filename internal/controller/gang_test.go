@@ -26,7 +26,7 @@ import (
 
 func TestNewWorkloadAndPodGroup(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("train", "ns").UID("3f2a9c1d-5e6f-7a8b").Completions(4).Parallelism(4).GangScheduling(0).Obj()
-	meta := metav1.ObjectMeta{
+	objectMeta := metav1.ObjectMeta{
 		Name: "train-3f2a9c1d", Namespace: "ns",
 		Labels: map[string]string{ibjv1.JobNameLabel: "train", ibjv1.ControllerUIDLabel: "3f2a9c1d-5e6f-7a8b"},
 		OwnerReferences: []metav1.OwnerReference{{
@@ -35,11 +35,11 @@ func TestNewWorkloadAndPodGroup(t *testing.T) {
 		}},
 	}
 	gang := workloadapi.SchedulingPolicy{Gang: &workloadapi.GangSchedulingPolicy{MinCount: 4}}
-	wantWorkload := &workloadapi.Workload{ObjectMeta: meta, Spec: workloadapi.WorkloadSpec{
+	wantWorkload := &workloadapi.Workload{ObjectMeta: objectMeta, Spec: workloadapi.WorkloadSpec{
 		ControllerRef:     &workloadapi.TypedLocalObjectReference{APIGroup: "batch.indexedjob.dev", Kind: "IndexedBatchJob", Name: "train"},
 		PodGroupTemplates: []workloadapi.PodGroupTemplate{{Name: "workers", SchedulingPolicy: gang}},
 	}}
-	wantPodGroup := &workloadapi.PodGroup{ObjectMeta: meta, Spec: workloadapi.PodGroupSpec{
+	wantPodGroup := &workloadapi.PodGroup{ObjectMeta: objectMeta, Spec: workloadapi.PodGroupSpec{
 		WorkloadRef:      &workloadapi.WorkloadReference{WorkloadName: "train-3f2a9c1d", TemplateName: "workers"},
 		SchedulingPolicy: gang,
 	}}
