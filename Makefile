@@ -1,7 +1,7 @@
 # indexed-batch-job Makefile, in the kubebuilder go/v4 shape.
 
 IMG ?= indexed-batch-job:latest
-K8S_VERSION ?= v1.36.3
+K8S_VERSION ?= v1.37.2
 LOCALBIN ?= $(shell pwd)/bin
 # envtest's control plane: an existing KUBEBUILDER_ASSETS is honoured,
 # otherwise the pinned binaries hack/build-controlplane.sh builds.
@@ -273,11 +273,14 @@ $(KUEUE_MANAGER):
 	@echo "installing Kueue's manager $(KUEUE_VERSION) into $(dir $(KUEUE_MANAGER)); the first build takes a few minutes..."
 	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
+# The e2e suite's control plane: kube-scheduler too, for its gang specs.
+E2E_CONTROLPLANE ?= etcd kube-apiserver kubectl kube-scheduler
+
 .PHONY: e2e-binaries
-e2e-binaries: ## Build what the e2e suite runs: control plane, kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
+e2e-binaries: ## Build what the e2e suite runs: control plane (with kube-scheduler), kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
 	@# Side by side: on a cold build cache each build has serial stretches
 	@# (a large package, a link) that the others fill.
-	$(MAKE) --no-print-directory -j3 controlplane kwok operator-binaries
+	$(MAKE) --no-print-directory -j3 controlplane kwok operator-binaries CONTROLPLANE="$(E2E_CONTROLPLANE)"
 
 .PHONY: operator-binaries
 operator-binaries: ## Build bin/manager, bin/kubectl-ibj and bin/kwok-cluster.

@@ -4,7 +4,7 @@
 # bin/k8s/<version>/, the directory envtest's KUBEBUILDER_ASSETS points at.
 # A binary already there is kept: the first build takes minutes on 2 cores.
 #
-# K8S_VERSION picks the Kubernetes version (default v1.36.3, the newest
+# K8S_VERSION picks the Kubernetes version (default v1.37.2, the newest
 # supported); the module that builds it is the hack/controlplane*/ whose
 # go.mod requires that k8s.io/kubernetes: hack/controlplane for the newest,
 # hack/controlplane-v1.<minor> for the older ones of the supported-versions
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-k8s_version=${K8S_VERSION:-v1.36.3}  # the default: keep in step with hack/controlplane/go.mod
+k8s_version=${K8S_VERSION:-v1.37.2}  # the default: keep in step with hack/controlplane/go.mod
 module=
 for mod in "$root"/hack/controlplane*/go.mod; do
   if grep -qE "^[[:space:]]*k8s.io/kubernetes $k8s_version\$" "$mod"; then

@@ -117,6 +117,26 @@ const (
 	ReasonServiceCreateFailed = "ServiceCreateFailed"
 )
 
+// Condition PodGroupReady and its reasons, for a job with gangScheduling.
+// batch/v1 has no such condition.
+const (
+	// ConditionPodGroupReady is True while the job's Workload and PodGroup
+	// exist with the gang's minCount, so that its pods are placed all or
+	// none; False while they cannot be created, and then the operator
+	// creates no pod.
+	ConditionPodGroupReady = "PodGroupReady"
+	// ReasonPodGroupCreated: the operator created the job's Workload and
+	// PodGroup (in this or an earlier sync).
+	ReasonPodGroupCreated = "PodGroupCreated"
+	// ReasonWorkloadAPINotServed: the cluster does not serve
+	// scheduling.k8s.io/v1beta1 Workloads and PodGroups (Kubernetes before
+	// 1.37, or feature gate GenericWorkload or the API version off).
+	ReasonWorkloadAPINotServed = "WorkloadAPINotServed"
+	// ReasonPodGroupCreateFailed: the API server refused the Workload or
+	// the PodGroup for another reason; the message is its answer.
+	ReasonPodGroupCreateFailed = "PodGroupCreateFailed"
+)
+
 // Condition PodCreationFailed and its reasons. batch/v1 has no such
 // condition (the Job controller only emits FailedCreate events); it is True
 // while the API server refuses the pods the job needs, with the API
@@ -141,7 +161,9 @@ const (
 // Phase is a one-word summary of the conditions, for `kubectl get ibj`.
 // While pod creates fail it is the reason of condition PodCreationFailed
 // (as kubectl shows a pod's CrashLoopBackOff), never Running.
-// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed;QuotaExceeded;PodForbidden;PodInvalid;FailedCreate
+// So is the reason of condition PodGroupReady while it is False: the
+// job's pods wait for their PodGroup.
+// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed;QuotaExceeded;PodForbidden;PodInvalid;FailedCreate;WorkloadAPINotServed;PodGroupCreateFailed
 type Phase string
 
 // Phases of an IndexedBatchJob.
@@ -157,6 +179,10 @@ const (
 	PhasePodForbidden  Phase = ReasonPodForbidden
 	PhasePodInvalid    Phase = ReasonPodInvalid
 	PhaseFailedCreate  Phase = ReasonFailedCreate
+	// The phases of a gang job whose PodGroup is missing: the reason of
+	// condition PodGroupReady.
+	PhaseWorkloadAPINotServed Phase = ReasonWorkloadAPINotServed
+	PhasePodGroupCreateFailed Phase = ReasonPodGroupCreateFailed
 )
 
 // IndexedBatchJobSpec describes the pods to run, one per completion index, and
@@ -181,6 +207,10 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.successPolicy) == has(oldSelf.successPolicy) && (!has(self.successPolicy) || self.successPolicy == oldSelf.successPolicy)",message="successPolicy is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.backoffLimitPerIndex) == has(oldSelf.backoffLimitPerIndex) && (!has(self.backoffLimitPerIndex) || self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex)",message="backoffLimitPerIndex is immutable"
 // +kubebuilder:validation:XValidation:rule="has(self.podReplacementPolicy) == has(oldSelf.podReplacementPolicy) && (!has(self.podReplacementPolicy) || self.podReplacementPolicy == oldSelf.podReplacementPolicy)",message="podReplacementPolicy is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.gangScheduling) == has(oldSelf.gangScheduling) && (!has(self.gangScheduling) || self.gangScheduling == oldSelf.gangScheduling)",message="gangScheduling is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.gangScheduling.minCount) || !has(self.parallelism) || self.gangScheduling.minCount <= self.parallelism",message="gangScheduling.minCount must be less than or equal to parallelism: the gang is the pods that run at once"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.gangScheduling.minCount) || self.gangScheduling.minCount <= self.completions",message="gangScheduling.minCount must be less than or equal to completions"
+// +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.template.spec.schedulingGroup)",message="template.spec.schedulingGroup must be unset when gangScheduling is set: the operator points the pods at the job's own PodGroup"
 type IndexedBatchJobSpec struct {
 	// parallelism is the most pods that run at once. Defaults to 1.
 	// +optional
@@ -312,6 +342,33 @@ type IndexedBatchJobSpec struct {
 	// subdomain. Immutable.
 	// +optional
 	Network *Network `json:"network,omitempty"`
+
+	// gangScheduling has kube-scheduler place the job's pods all or none:
+	// the operator creates a Workload and a PodGroup
+	// (scheduling.k8s.io/v1beta1, Kubernetes 1.37 with feature gate
+	// GenericWorkload) for the job, controlled by it, and points every pod
+	// at the PodGroup (spec.schedulingGroup), so that the scheduler binds
+	// none of them until it can bind at least minCount at once. Condition
+	// PodGroupReady reports the PodGroup; where the cluster does not serve
+	// the Workload API, it is False with reason WorkloadAPINotServed and the
+	// operator creates no pod (it asks again every 30 seconds). Unset, the
+	// pods are scheduled one by one. Immutable.
+	// +optional
+	GangScheduling *GangScheduling `json:"gangScheduling,omitempty"`
+}
+
+// GangScheduling is the size of the job's gang: how many of its pods the
+// scheduler must be able to place at once before it binds any.
+type GangScheduling struct {
+	// minCount is the gang's size. Defaults to parallelism. At most
+	// parallelism and at most completions. Once fewer of the job's indexes
+	// are left unfinished, the operator lowers the PodGroup's minCount to
+	// their number, so that the last pods of the job are not held waiting
+	// for a gang that can no longer form.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MinCount *int32 `json:"minCount,omitempty"`
 }
 
 // Network is the job's peer DNS: a headless Service that makes the pod of
@@ -443,13 +500,16 @@ type IndexedBatchJobStatus struct {
 	// phase summarises the conditions for `kubectl get`: Pending, Running,
 	// Suspended, Complete or Failed; or, while pod creates fail, the reason
 	// of condition PodCreationFailed (QuotaExceeded, PodForbidden,
-	// PodInvalid, FailedCreate). Tools should read the conditions.
+	// PodInvalid, FailedCreate); or, while a gang job's PodGroup is
+	// missing, the reason of condition PodGroupReady (WorkloadAPINotServed,
+	// PodGroupCreateFailed). Tools should read the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 
 	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete,
 	// Failed; PodCreationFailed while the API server refuses the job's pods;
-	// and PeerDNSReady for a job with network.enableDNSHostnames.
+	// PeerDNSReady for a job with network.enableDNSHostnames; and
+	// PodGroupReady for a job with gangScheduling.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -512,7 +572,7 @@ type IndexedBatchJobStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ibj,categories=all
-// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`,description="Pending, Running, Suspended, Complete, Failed, or why pods cannot be created (QuotaExceeded, PodForbidden, PodInvalid, FailedCreate)"
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`,description="Pending, Running, Suspended, Complete, Failed, or why pods cannot be created (QuotaExceeded, PodForbidden, PodInvalid, FailedCreate, WorkloadAPINotServed, PodGroupCreateFailed)"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Failed")].reason`,description="Why the job failed"
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`,description="Succeeded pods"
 // +kubebuilder:printcolumn:name="Completions",type=integer,JSONPath=`.spec.completions`,description="Indexes to complete"

@@ -23,7 +23,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-k8s_version=${K8S_VERSION:-v1.36.3}
+k8s_version=${K8S_VERSION:-v1.37.2}
 bin=${LOCALBIN:-$root/bin}
 kubectl="${KUBEBUILDER_ASSETS:-$bin/k8s/$k8s_version}/kubectl"
 images=${NODE_IMAGES:-$root/dist/node-images}

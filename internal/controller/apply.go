@@ -471,4 +471,5 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.events.forget(uid)
 	r.takenNames.forget(uid)
 	r.gone.forget(uid)
+	r.gangs.Delete(uid)
 }

@@ -85,17 +85,20 @@ type Reconciler struct {
 	// taken by a Service the job does not control, for
 	// serviceRecheckInterval.
 	takenServices *utilcache.Expiring
+	// gangs remembers, by job UID, the minCount the job's Workload and
+	// PodGroup were last given, for gangRecheckInterval (gang.go).
+	gangs *utilcache.Expiring
 }
 
 // NewReconciler returns a Reconciler that writes through c, reports events
 // to recorder (nil reports none), reads the time from clk and delays the
 // replacement of failed pods by backoff.
 func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.PassiveClock, backoff Backoff) *Reconciler {
-	taken := utilcache.NewExpiring()
+	taken, gangs := utilcache.NewExpiring(), utilcache.NewExpiring()
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
-		taken = utilcache.NewExpiringWithClock(full)
+		taken, gangs = utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken, gangs: gangs}
 	r.later = newLaterReleases(r)
 	return r
 }
@@ -107,7 +110,8 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconcile reads the job and its pods from the cache, creates the job's
-// headless Service if it asks for one (service.go), lets syncJob decide,
+// headless Service if it asks for one (service.go) and its Workload and
+// PodGroup if it asks for gang scheduling (gang.go), lets syncJob decide,
 // then applies the plan (apply.go). A job that is gone or being deleted
 // only has its pods' finalizers released.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
@@ -133,14 +137,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// A Service the API server refuses is reported in the status; the pods
 	// run all the same, and the error brings a retry.
 	svc, svcErr := r.ensureService(ctx, job)
+	// A PodGroup the API server refuses is reported in the status, and the
+	// pods wait for it (syncJob holds them); the error brings a retry.
+	gang, gangErr := r.ensureGang(ctx, job)
 	pods, floors, err := r.ownPods(ctx, job)
 	if err != nil {
-		return ctrl.Result{}, errors.Join(svcErr, err)
+		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
 	}
 	in := r.syncInput(job, pods, floors)
 	in.service = svc
+	in.gang = gang
 	result, err := r.apply(ctx, job, syncJob(in))
-	if err = errors.Join(svcErr, err); err != nil {
+	if err = errors.Join(svcErr, gangErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
 	return result, nil

@@ -127,6 +127,10 @@ func (s *syncState) startPods() {
 		s.plan.requeue(wait)
 		return
 	}
+	if s.gangHoldsPods() {
+		// reportGang asks for the sync that tries again.
+		return
+	}
 	if s.job.Spec.BackoffLimitPerIndex == nil {
 		if wait := s.globalBackoffLeft(); wait > 0 {
 			s.plan.requeue(wait)

@@ -144,6 +144,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	r.uids.Range(func(any, any) bool { uids++; return true })
 	out["job_uids"] = uids
 	out["taken_services"] = r.takenServices.Len()
+	out["gangs"] = r.gangs.Len()
 	out["finalizer_releases"] = r.later.size()
 	out["paced_events"] = r.events.size()
 	out["taken_pod_names"] = r.takenNames.size()

@@ -33,7 +33,8 @@ func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 // newPod builds the pod for one index from the job's template: the fixed
 // labels and annotations of the API (api/v1alpha1), JOB_COMPLETION_INDEX in every container,
 // hostname <job>-<index> (in the job's headless Service's subdomain with peer
-// DNS), the owner reference and the tracking finalizer; for a job with
+// DNS), the job's PodGroup with gang scheduling, the owner reference and
+// the tracking finalizer; for a job with
 // retryResources.onOOMKilled, the memory raised for the index's OOM kills
 // and the annotations that record them.
 func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
@@ -82,6 +83,7 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	}
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.index)
 	pod.Spec.Subdomain = podSubdomain(job)
+	pod.Spec.SchedulingGroup = schedulingGroup(job)
 	for i := range pod.Spec.InitContainers {
 		pod.Spec.InitContainers[i].Env = withIndexEnv(pod.Spec.InitContainers[i].Env, index)
 	}

@@ -113,6 +113,20 @@ func setPeerDNSReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, 
 	return meta.FindStatusCondition(st.Conditions, want.Type)
 }
 
+// setPodGroupReady sets condition PodGroupReady to what the reconciler
+// found of the job's Workload and PodGroup (podGroupCondition), and returns
+// the condition if its status or reason changed, nil otherwise.
+func setPodGroupReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, g podGroup) *metav1.Condition {
+	want := podGroupCondition(g)
+	old := meta.FindStatusCondition(st.Conditions, want.Type)
+	changed := old == nil || old.Status != want.Status || old.Reason != want.Reason
+	setCondition(st, gen, now, want.Type, want.Status, want.Reason, want.Message)
+	if !changed {
+		return nil
+	}
+	return meta.FindStatusCondition(st.Conditions, want.Type)
+}
+
 // onlyCountersMoved reports whether next differs from prev, and only in
 // what counts pods and finished indexes as they go: active, ready,
 // terminating, succeeded and completedIndexes. Such a status may wait a
@@ -141,6 +155,8 @@ func setPhase(st *ibjv1.IndexedBatchJobStatus) {
 		st.Phase = ibjv1.PhaseSuspended
 	case isTrue(st, ibjv1.ConditionPodCreationFailed):
 		st.Phase = ibjv1.Phase(meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodCreationFailed).Reason)
+	case meta.IsStatusConditionFalse(st.Conditions, ibjv1.ConditionPodGroupReady):
+		st.Phase = ibjv1.Phase(meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodGroupReady).Reason)
 	case st.StartTime != nil:
 		st.Phase = ibjv1.PhaseRunning
 	default:

@@ -45,6 +45,10 @@ type syncInput struct {
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
+	// gang is what the reconciler found of the job's Workload and PodGroup
+	// (gangScheduling); the zero value holds no pod and leaves condition
+	// PodGroupReady alone.
+	gang podGroup
 	// nameFloors are, by index, the lowest attempt whose pod name no pod
 	// the job does not control holds (taken_names.go), nor a gone pod
 	// held; nil when none.
@@ -135,6 +139,7 @@ func syncJob(in syncInput) plan {
 	s.releaseFinalizers()
 	s.decideEnd()
 	s.reportService()
+	s.reportGang()
 	s.computeStatus()
 	s.holdCounters()
 	return s.plan

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -21,6 +22,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
 // describeEvents is how many of the latest events about the job describe
@@ -211,6 +213,9 @@ func (d *description) write(w io.Writer) {
 	fmt.Fprintf(w, "State:\t%s\n", d.state())
 	fmt.Fprintf(w, "Next:\t%s\n", strings.Join(d.next(), "\n\t"))
 	fmt.Fprintf(w, "Indexes:\t%d (%s), %d at a time\n", d.view.wanted.Len(), truncate(d.view.wanted.String(), 60), ptr.Deref(job.Spec.Parallelism, 1))
+	if job.Spec.GangScheduling != nil {
+		fmt.Fprintf(w, "Gang:\t%d pods placed at once or none (gangScheduling; Workload and PodGroup %s)\n", workloadapi.MinCount(job), workloadapi.Name(job))
+	}
 	for _, state := range stateOrder {
 		if ixs := d.summary.indexes[state]; ixs.Len() > 0 {
 			fmt.Fprintf(w, "  %s:\t%d (%s)\n", state, ixs.Len(), truncate(ixs.String(), 60))
@@ -263,6 +268,9 @@ func (d *description) state() string {
 	}
 	if st.ObservedGeneration < job.Generation {
 		return fmt.Sprintf("Waiting for the operator: it has not synced generation %d yet (status is of generation %d)", job.Generation, st.ObservedGeneration)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodGroupReady); c != nil && c.Status == metav1.ConditionFalse {
+		return fmt.Sprintf("Waiting for the job's PodGroup (%s) since %s: %s", c.Reason, when(c.LastTransitionTime.Time, now), c.Message)
 	}
 	if e := d.failingCreate(); e != nil {
 		return fmt.Sprintf("Failing to create pods: %s (%s, %d times)", e.message, "last "+when(e.last, now), e.count)

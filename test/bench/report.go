@@ -96,7 +96,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 	p("- CPUs (`nproc`): %s\n", sh("nproc"))
 	p("- memory (`free -g`):\n\n```\n%s\n```\n\n", sh("free", "-g"))
 	p("- kernel (`uname -r`): %s\n", sh("uname", "-r"))
-	p("- Go: %s; Kubernetes (kube-apiserver, kube-controller-manager): v1.36.3, with etcd v3.6.8, built from source by `hack/build-controlplane.sh`\n\n", runtime.Version())
+	p("- Go: %s; Kubernetes (kube-apiserver, kube-controller-manager): v1.37.2, with etcd v3.7.0, built from source by `hack/build-controlplane.sh`\n\n", runtime.Version())
 	p("## Setup\n\n")
 	p("- One local control plane (envtest: etcd + kube-apiserver), no scheduler, no kubelet, no garbage collector.\n")
 	p("- Controllers under test run as separate, fresh processes per run, both as `system:masters` users with client QPS %d / burst %d (unless the workload names other limits) and %d concurrent syncs:\n", *qps, *burst, *syncs)

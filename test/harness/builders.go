@@ -140,6 +140,16 @@ func (w *JobWrapper) PeerDNS(subdomain string) *JobWrapper {
 	return w
 }
 
+// GangScheduling sets spec.gangScheduling, with minCount when it is above
+// 0 (the gang is parallelism pods otherwise).
+func (w *JobWrapper) GangScheduling(minCount int32) *JobWrapper {
+	w.job.Spec.GangScheduling = &v1alpha1.GangScheduling{}
+	if minCount > 0 {
+		w.job.Spec.GangScheduling.MinCount = ptr.To(minCount)
+	}
+	return w
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *JobWrapper) ManagedBy(controller string) *JobWrapper {
 	w.job.Spec.ManagedBy = ptr.To(controller)

@@ -23,6 +23,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
 // EnvtestOptions says what an integration suite's control plane serves
@@ -44,6 +45,9 @@ type EnvtestOptions struct {
 	ValidatingWebhooks []*admissionv1.ValidatingWebhookConfiguration
 	// Log receives controller-runtime's log (a suite's GinkgoWriter).
 	Log io.Writer
+	// WorkloadAPI starts kube-apiserver serving the Workload API
+	// (workloadapi.APIServerFlags; Kubernetes 1.37 or later).
+	WorkloadAPI bool
 }
 
 // Envtest is an integration suite's control plane, started by
@@ -78,6 +82,12 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true}
 	if !o.NoCRD {
 		env.CRDDirectoryPaths = append([]string{filepath.Join(root, "config", "crd", "bases")}, o.MoreCRDDirs...)
+	}
+	if o.WorkloadAPI {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		for name, value := range workloadapi.APIServerFlags {
+			args.Set(name, value)
+		}
 	}
 	if o.Webhooks {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{

@@ -63,7 +63,7 @@ func main() {
 	out := flag.String("out", "", "write the results as a Markdown table to this file (default: stdout only)")
 	flag.Parse()
 	if *assets == "" {
-		log.Fatal("set -assets or KUBEBUILDER_ASSETS (make controlplane builds bin/k8s/v1.36.3)")
+		log.Fatal("set -assets or KUBEBUILDER_ASSETS (make controlplane builds bin/k8s/v1.37.2)")
 	}
 	os.Setenv("KUBEBUILDER_ASSETS", *assets)
 

@@ -3,9 +3,10 @@
 // control plane (bin/k8s/<version>), the IndexedBatchJob CRD, the admission
 // webhook's configurations (calling the operator on this host through a
 // forwarder, see webhook.go), fake nodes run
-// by kwok, a minimal binder in place of kube-scheduler and a reaper for the
-// kubelet's final delete of a pod. There is no kube-controller-manager: the
-// operator under test is the only controller.
+// by kwok, a minimal binder in place of kube-scheduler (or, with
+// Options.KubeScheduler, the real one) and a reaper for the kubelet's final
+// delete of a pod. There is no kube-controller-manager: the operator under
+// test is the only controller.
 //
 // How pods end is scripted by their annotations, which kwok's stages in
 // hack/kwok/stages/pods.yaml read: see that file.
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,10 +36,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
 // K8sVersion is the version of the pinned control plane, as in the Makefile.
-const K8sVersion = "v1.36.3"
+const K8sVersion = "v1.37.2"
 
 // KwokVersion is the kwok release the Makefile installs into bin/kwok-<version>.
 const KwokVersion = "v0.8.0"
@@ -87,6 +91,19 @@ type Options struct {
 	// Kubelets is what plays the nodes' kubelets: kwok (the default) or
 	// the pod simulator in this process.
 	Kubelets Kubelets
+	// KubeScheduler runs the control plane's kube-scheduler (from
+	// ControlPlaneDir) in place of the minimal binder, so that resources,
+	// affinity and gang scheduling are decided as in a real cluster.
+	KubeScheduler bool
+	// WorkloadAPI starts kube-apiserver, and kube-scheduler with
+	// KubeScheduler, with the feature gate and API version of the Workload
+	// API (workloadapi.APIServerFlags; Kubernetes 1.37 or later), so that
+	// the scheduler places a PodGroup's pods all or none.
+	WorkloadAPI bool
+	// NodeAllocatable, when set, is every fake node's allocatable and
+	// capacity (kwok keeps what a node was created with); unset, kwok
+	// gives each node room for any pod.
+	NodeAllocatable corev1.ResourceList
 	// GarbageCollector runs kube-controller-manager with its garbage
 	// collector alone, so that deleting an owner deletes what it owns, as on
 	// a real cluster (MultiKueue's deletes rely on it). Its binary must be
@@ -113,13 +130,16 @@ type Cluster struct {
 	// per slot of WebhookArgs.
 	WebhookBackendPorts []int
 
+	// nodeAllocatable is Options.NodeAllocatable, for AddNode.
+	nodeAllocatable corev1.ResourceList
+
 	// ports are every port the cluster picked for itself or handed out
 	// (FreePort): some are unbound at times (a restart, a killed operator),
 	// when the kernel could offer them to the next listener on port 0.
 	portsMu sync.Mutex
 	ports   []int
 
-	etcd, apiserver, kwok *Process
+	etcd, apiserver, kwok, scheduler *Process
 	// controllerManager is kube-controller-manager, with
 	// Options.GarbageCollector only.
 	controllerManager *Process
@@ -177,13 +197,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Root == "" || opts.Dir == "" {
 		return nil, errors.New("kwokcluster: Root and Dir are required")
 	}
-	if missing := MissingBinaries(opts.Root, opts.Kubelets); len(missing) > 0 {
-		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e`, which build them", missing)
-	}
-	if kcm := filepath.Join(ControlPlaneDir(opts.Root), "kube-controller-manager"); opts.GarbageCollector {
-		if _, err := os.Stat(kcm); err != nil {
-			return nil, fmt.Errorf("kwokcluster: missing %s (the garbage collector): hack/build-controlplane.sh kube-controller-manager builds it", kcm)
+	missing := MissingBinaries(opts.Root, opts.Kubelets)
+	for bin, wanted := range map[string]bool{"kube-scheduler": opts.KubeScheduler, "kube-controller-manager": opts.GarbageCollector} {
+		if path := filepath.Join(ControlPlaneDir(opts.Root), bin); wanted {
+			if _, err := os.Stat(path); err != nil {
+				missing = append(missing, path)
+			}
 		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e` (hack/build-controlplane.sh kube-scheduler kube-controller-manager for those two), which build them", missing)
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 2
@@ -251,6 +274,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// No kube-proxy reads the kubernetes Service's endpoints here, and
+		// since 1.37 the endpoint reconciler refuses a loopback address.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + filepath.Join(opts.Dir, "pki"),
 		"--tls-cert-file=" + certs.certFile,
@@ -263,6 +289,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--service-account-signing-key-file=" + certs.saKeyFile,
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		"--allow-privileged=true",
+	}
+	if opts.WorkloadAPI {
+		for _, name := range slices.Sorted(maps.Keys(workloadapi.APIServerFlags)) {
+			c.apiserverCmd = append(c.apiserverCmd, "--"+name+"="+workloadapi.APIServerFlags[name])
+		}
 	}
 	c.apiserver, err = StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
 	if err != nil {
@@ -310,24 +341,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.installWebhook(ctx, opts.Root, clientset); err != nil {
 		return c, fmt.Errorf("installing the webhook: %w", err)
 	}
-	for i := range opts.Nodes {
-		name := fmt.Sprintf("kwok-node-%d", i)
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name: name,
-			// kwok manages the nodes with this annotation and only them.
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-			Labels: map[string]string{
-				"kubernetes.io/hostname": name,
-				"kubernetes.io/os":       "linux",
-				"kubernetes.io/arch":     "amd64",
-				"type":                   "kwok",
-				ZoneLabel:                "zone-" + string(rune('a'+i%26)),
-			},
-		}}
-		if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			return c, fmt.Errorf("creating node %s: %w", name, err)
+	c.nodeAllocatable = opts.NodeAllocatable
+	for range opts.Nodes {
+		if _, err := c.createNode(ctx, clientset); err != nil {
+			return c, err
 		}
-		c.NodeNames = append(c.NodeNames, name)
 	}
 
 	if opts.Kubelets == SimulatedKubelets {
@@ -358,7 +376,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
 	helpersCtx, stop := context.WithCancel(context.Background())
 	c.stopHelpers = stop
-	c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	if opts.KubeScheduler {
+		step("starting kube-scheduler")
+		if err := c.startScheduler(opts); err != nil {
+			return c, err
+		}
+	} else {
+		c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	}
 	if opts.Kubelets == KwokKubelets {
 		// The pod simulator makes its final deletes itself.
 		c.helpers.Go(func() { runReaper(helpersCtx, clientset, logger) })
@@ -442,28 +467,87 @@ func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kuberne
 	return c.waitNodesReady(ctx, clientset)
 }
 
-// startGarbageCollector starts kube-controller-manager with the garbage
-// collector as its only controller, as the cluster's admin.
-func (c *Cluster) startGarbageCollector(bin string) (err error) {
-	port, err := c.FreePort()
-	if err != nil {
-		return err
+// createNode creates the next fake node, kwok-node-<n>, for kwok to run.
+func (c *Cluster) createNode(ctx context.Context, clientset kubernetes.Interface) (string, error) {
+	i := len(c.NodeNames)
+	name := fmt.Sprintf("kwok-node-%d", i)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: name,
+		// kwok manages the nodes with this annotation and only them.
+		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		Labels: map[string]string{
+			"kubernetes.io/hostname": name,
+			"kubernetes.io/os":       "linux",
+			"kubernetes.io/arch":     "amd64",
+			"type":                   "kwok",
+			ZoneLabel:                "zone-" + string(rune('a'+i%26)),
+		},
+	}}
+	if c.nodeAllocatable != nil {
+		node.Status.Allocatable, node.Status.Capacity = c.nodeAllocatable.DeepCopy(), c.nodeAllocatable.DeepCopy()
 	}
-	c.controllerManager, err = StartProcess("kube-controller-manager", filepath.Join(c.Dir, "kube-controller-manager.log"), nil,
-		filepath.Join(bin, "kube-controller-manager"),
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--controllers=garbagecollector",
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(c.Dir, "kube-controller-manager-certs"),
-	)
+	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating node %s: %w", name, err)
+	}
+	c.NodeNames = append(c.NodeNames, name)
+	return name, nil
+}
+
+// AddNode adds a fake node like the cluster's others (kwok's kubelets
+// only), and returns its name once kwok made it Ready: more room for the
+// scheduler.
+func (c *Cluster) AddNode(ctx context.Context) (string, error) {
+	clientset, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return "", err
+	}
+	name, err := c.createNode(ctx, clientset)
+	if err != nil {
+		return "", err
+	}
+	return name, c.waitNodesReady(ctx, clientset)
+}
+
+// startScheduler starts the control plane's kube-scheduler as the admin.
+func (c *Cluster) startScheduler(opts Options) (err error) {
+	var args []string
+	if opts.WorkloadAPI {
+		args = append(args, "--feature-gates="+workloadapi.SchedulerFeatureGates)
+	}
+	c.scheduler, err = c.startComponent("kube-scheduler", ControlPlaneDir(opts.Root), args...)
 	return err
 }
 
-// Stop stops the binder and the reaper, kube-controller-manager, kwok,
+// startGarbageCollector starts kube-controller-manager with the garbage
+// collector as its only controller, as the cluster's admin.
+func (c *Cluster) startGarbageCollector(bin string) (err error) {
+	c.controllerManager, err = c.startComponent("kube-controller-manager", bin, "--controllers=garbagecollector")
+	return err
+}
+
+// startComponent starts a control plane component of bin (kube-scheduler,
+// kube-controller-manager) as the admin, without leader election, serving
+// its health endpoints on a free loopback port, with extra flags; its log
+// is <name>.log in the cluster's directory.
+func (c *Cluster) startComponent(name, bin string, extra ...string) (*Process, error) {
+	port, err := c.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.Dir, name),
+	}, extra...)
+	return StartProcess(name, filepath.Join(c.Dir, name+".log"), nil, filepath.Join(bin, name), args...)
+}
+
+// Stop stops the binder (or kube-scheduler) and the reaper,
+// kube-controller-manager, kwok,
 // kube-apiserver and etcd, in that order.
 func (c *Cluster) Stop() error {
 	if c.stopHelpers != nil {
@@ -481,7 +565,7 @@ func (c *Cluster) Stop() error {
 		c.forwarder = nil
 	}
 	var errs []error
-	for _, p := range []*Process{c.controllerManager, c.kwok, c.apiserver, c.etcd} {
+	for _, p := range []*Process{c.scheduler, c.controllerManager, c.kwok, c.apiserver, c.etcd} {
 		if p != nil {
 			errs = append(errs, p.Stop(15*time.Second))
 		}
@@ -491,7 +575,7 @@ func (c *Cluster) Stop() error {
 
 // Check returns an error if a component has exited.
 func (c *Cluster) Check() error {
-	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok, c.controllerManager} {
+	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok, c.scheduler, c.controllerManager} {
 		if p == nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,34 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 		{"queued-describe", []string{"describe", "queued"}},
 		{"describe-namespace", []string{"describe"}},
 	})
+}
+
+// TestGangScheduling: describe shows a gang job's gang and PodGroup, and
+// why it runs no pod where the cluster does not serve the Workload API.
+func TestGangScheduling(t *testing.T) {
+	ns := namespace(t, "gang")
+	running := createJob(t, harness.MakeIndexedBatchJob("train", ns).Completions(8).Parallelism(4).GangScheduling(0).Obj(),
+		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(2 * minute)), Active: 4, Ready: ptr.To[int32](4),
+			Conditions: []metav1.Condition{condition(ibjv1.ConditionPodGroupReady, ibjv1.ReasonPodGroupCreated,
+				"Workload and PodGroup train-<uid>: the scheduler binds the job's pods only when it can bind 4 at once", 2*minute)}})
+	for ix := range 4 {
+		createPod(t, running, scriptedPod{index: ix, node: "n", phase: corev1.PodRunning, started: minute})
+	}
+	notServed := metav1.Condition{Type: ibjv1.ConditionPodGroupReady, Status: metav1.ConditionFalse, Reason: ibjv1.ReasonWorkloadAPINotServed,
+		Message: "The cluster does not serve scheduling.k8s.io/v1beta1 Workloads and PodGroups (Kubernetes 1.37 or later with feature gate GenericWorkload and that API version enabled): " +
+			"no pod is created until it does. Recreate the job without gangScheduling to run its pods one by one",
+		ObservedGeneration: 1, LastTransitionTime: at(3 * minute)}
+	held := createJob(t, harness.MakeIndexedBatchJob("held", ns).Completions(4).Parallelism(4).GangScheduling(2).Obj(),
+		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseWorkloadAPINotServed, StartTime: ptr.To(at(3 * minute)), Conditions: []metav1.Condition{notServed}})
+
+	// The PodGroup's name ends with the start of the job's UID, which
+	// differs from run to run.
+	for _, job := range []*ibjv1.IndexedBatchJob{running, held} {
+		t.Run(job.Name+"-describe", func(t *testing.T) {
+			out := kubectlIBJ(t, ns, "describe", job.Name)
+			golden(t, "gang-"+job.Name+"-describe", strings.ReplaceAll(out, string(job.UID)[:8], "<uid>"))
+		})
+	}
 }
 
 // TestManyIndexesAreSummarised: above 50 indexes the table is a summary;

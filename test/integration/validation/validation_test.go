@@ -62,6 +62,10 @@ const (
 	msgRetryDelayAction         = "podFailurePolicy retryDelaySeconds can only be set on a rule whose action is Count or Ignore"
 	msgMaxMemoryPositive        = "retryResources.onOOMKilled.maxMemory must be greater than 0"
 	msgMaxMemoryBound           = "retryResources.onOOMKilled.maxMemory must be at most 64Ti"
+	msgGangImmutable            = "gangScheduling is immutable"
+	msgGangAboveParallelism     = "gangScheduling.minCount must be less than or equal to parallelism: the gang is the pods that run at once"
+	msgGangAboveCompletions     = "gangScheduling.minCount must be less than or equal to completions"
+	msgGangSchedulingGroup      = "template.spec.schedulingGroup must be unset when gangScheduling is set: the operator points the pods at the job's own PodGroup"
 )
 
 // Messages the API server writes for the OpenAPI schema's own bounds.
@@ -101,6 +105,13 @@ func suspendedJob() *harness.JobWrapper {
 func withNetwork(n v1alpha1.Network) *v1alpha1.IndexedBatchJob {
 	j := job().Obj()
 	j.Spec.Network = &n
+	return j
+}
+
+// withTemplateSchedulingGroup is j with the template's
+// spec.schedulingGroup naming a PodGroup of the user's.
+func withTemplateSchedulingGroup(j *v1alpha1.IndexedBatchJob) *v1alpha1.IndexedBatchJob {
+	j.Spec.Template.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("mine")}
 	return j
 }
 
@@ -334,6 +345,16 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("succeededIndexes longer than 4096 characters",
 			job().Completions(100000).SuccessPolicy(harness.SucceededIndexes(strings.Repeat("1", 4097))).Obj(), "may not be more than 4096 bytes"),
 
+		// Gang scheduling.
+		Entry("a gang larger than parallelism", job().Parallelism(2).GangScheduling(3).Obj(), msgGangAboveParallelism),
+		Entry("a gang larger than completions", job().Completions(2).Parallelism(4).GangScheduling(3).Obj(), msgGangAboveCompletions),
+		Entry("a gang of 0 pods", func() *v1alpha1.IndexedBatchJob {
+			j := job().Parallelism(4).Obj()
+			j.Spec.GangScheduling = &v1alpha1.GangScheduling{MinCount: ptr.To[int32](0)}
+			return j
+		}(), "should be greater than or equal to 1"),
+		Entry("a gang job whose template names a PodGroup", withTemplateSchedulingGroup(job().Parallelism(4).GangScheduling(0).Obj()), msgGangSchedulingGroup),
+
 		// Names.
 		Entry("a name with a dot, which is no DNS label", job().Name("my.job").Obj(), msgNameNotDNSLabel),
 		Entry("a name whose last pod hostname is 64 characters",
@@ -426,6 +447,9 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("peer DNS with the template subdomain equal to the job's name", job().PeerDNS("").Subdomain("job").Obj()),
 		Entry("network with enableDNSHostnames false", withNetwork(v1alpha1.Network{EnableDNSHostnames: ptr.To(false)})),
 		Entry("a template subdomain without peer DNS", job().Subdomain("mine").Obj()),
+		Entry("gang scheduling of parallelism pods", job().Parallelism(4).GangScheduling(0).Obj()),
+		Entry("gang scheduling of minCount pods", job().Parallelism(4).GangScheduling(2).Obj()),
+		Entry("a template naming a PodGroup without gangScheduling", withTemplateSchedulingGroup(job().Obj())),
 		Entry("managedBy naming this operator", job().ManagedBy(v1alpha1.ControllerName).Obj()),
 		Entry("managedBy naming MultiKueue", job().ManagedBy("kueue.x-k8s.io/multikueue").Obj()),
 		Entry("managedBy of exactly 63 characters", job().ManagedBy("example.com/"+strings.Repeat("c", 51)).Obj()),
@@ -464,6 +488,14 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Network = nil }, msgNetworkImmutable),
 		Entry("of network.subdomain", job().PeerDNS("workers").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Network.Subdomain = ptr.To("trainers") }, msgNetworkImmutable),
+		Entry("enabling gangScheduling", job().Parallelism(4).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.GangScheduling = &v1alpha1.GangScheduling{} }, msgGangImmutable),
+		Entry("removing gangScheduling", job().Parallelism(4).GangScheduling(0).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.GangScheduling = nil }, msgGangImmutable),
+		Entry("of gangScheduling.minCount", job().Parallelism(4).GangScheduling(2).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.GangScheduling.MinCount = ptr.To[int32](3) }, msgGangImmutable),
+		Entry("of parallelism below the gang's minCount", job().Parallelism(4).GangScheduling(3).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](2) }, msgGangAboveParallelism),
 		Entry("of managedBy", job().ManagedBy("example.com/a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
 		Entry("setting managedBy", job().Obj(),

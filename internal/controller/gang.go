@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
+)
+
+// Gang scheduling (spec.gangScheduling): a Workload and a PodGroup of the
+// Workload API (scheduling.k8s.io/v1beta1) per job, and every pod pointing
+// at the PodGroup, so that kube-scheduler binds none of the job's pods
+// until it can bind minCount of them at once. This file holds its parts:
+// the pure builders (newWorkload, newPodGroup) and the gang's size
+// (workloadapi.MinCount), the reconciler's step that creates or resizes the two
+// objects (ensureGang), and the core's phase that reports what that step
+// found (reportGang); startPods holds the pods while the PodGroup is not
+// there (gangHoldsPods).
+
+// gangRecheckInterval is how long the reconciler believes the job's
+// Workload and PodGroup exist with the minCount it last gave them, before
+// it asks the API server again (the manager watches neither kind: the
+// cluster may not serve them); and how soon a job whose PodGroup could not
+// be created is synced again.
+const gangRecheckInterval = 30 * time.Second
+
+// gangTemplateName is the name of the one PodGroupTemplate of the job's
+// Workload.
+const gangTemplateName = "workers"
+
+// podGroupName is the PodGroup a pod of the job points at
+// (spec.schedulingGroup.podGroupName), nil for a job without gangScheduling.
+func podGroupName(job *ibjv1.IndexedBatchJob) *string {
+	if job.Spec.GangScheduling == nil {
+		return nil
+	}
+	return ptr.To(workloadapi.Name(job))
+}
+
+// newWorkload builds the job's Workload: one PodGroupTemplate with a gang
+// policy of minCount, the job as its controllerRef, and controlled by the
+// job, so that it goes with the job.
+func newWorkload(job *ibjv1.IndexedBatchJob, minCount int32) *workloadapi.Workload {
+	return &workloadapi.Workload{
+		ObjectMeta: gangObjectMeta(job),
+		Spec: workloadapi.WorkloadSpec{
+			ControllerRef: &workloadapi.TypedLocalObjectReference{
+				APIGroup: ibjv1.GroupVersion.Group, Kind: "IndexedBatchJob", Name: job.Name,
+			},
+			PodGroupTemplates: []workloadapi.PodGroupTemplate{{
+				Name:             gangTemplateName,
+				SchedulingPolicy: workloadapi.SchedulingPolicy{Gang: &workloadapi.GangSchedulingPolicy{MinCount: minCount}},
+			}},
+		},
+	}
+}
+
+// newPodGroup builds the job's PodGroup, made from the Workload's template
+// and controlled by the job.
+func newPodGroup(job *ibjv1.IndexedBatchJob, minCount int32) *workloadapi.PodGroup {
+	name := workloadapi.Name(job)
+	return &workloadapi.PodGroup{
+		ObjectMeta: gangObjectMeta(job),
+		Spec: workloadapi.PodGroupSpec{
+			WorkloadRef:      &workloadapi.WorkloadReference{WorkloadName: name, TemplateName: gangTemplateName},
+			SchedulingPolicy: workloadapi.SchedulingPolicy{Gang: &workloadapi.GangSchedulingPolicy{MinCount: minCount}},
+		},
+	}
+}
+
+func gangObjectMeta(job *ibjv1.IndexedBatchJob) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:      workloadapi.Name(job),
+		Namespace: job.Namespace,
+		Labels: map[string]string{
+			ibjv1.JobNameLabel:       job.Name,
+			ibjv1.ControllerUIDLabel: string(job.UID),
+		},
+		OwnerReferences: []metav1.OwnerReference{controllerRef(job)},
+	}
+}
+
+// gangState is what ensureGang found of the job's Workload and PodGroup.
+type gangState int
+
+const (
+	// gangReady: both exist, controlled by the job, with the wanted minCount.
+	gangReady gangState = iota
+	// gangNotServed: the cluster does not serve the Workload API.
+	gangNotServed
+	// gangCreateFailed: the API server refused to create or resize them.
+	gangCreateFailed
+)
+
+// podGroup is what the reconciler learned of the job's gang before the
+// sync, for syncJob to act on and report. The zero value (no name) is a
+// job without gangScheduling, or a finished one: nothing is held and the
+// status is left as it is.
+type podGroup struct {
+	name     string
+	minCount int32
+	state    gangState
+	// err is the API server's answer when a create or resize failed.
+	err string
+}
+
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=workloads;podgroups,verbs=get;create;update
+
+// ensureGang creates the job's Workload and PodGroup if the job asks for
+// gang scheduling, or sets their minCount to gangMinCount where it
+// changed, and returns what it found. What it made is remembered for
+// gangRecheckInterval, so that a running job costs no request per sync; a
+// PodGroup deleted by hand is thus made again within that interval.
+// A cluster that does not serve the Workload API is no error: syncJob
+// reports it and holds the pods.
+func (r *Reconciler) ensureGang(ctx context.Context, job *ibjv1.IndexedBatchJob) (podGroup, error) {
+	if job.Spec.GangScheduling == nil || IsFinished(job) {
+		return podGroup{}, nil
+	}
+	pg := podGroup{name: workloadapi.Name(job), minCount: workloadapi.MinCount(job)}
+	if n, ok := r.gangs.Get(job.UID); ok && n.(int32) == pg.minCount {
+		return pg, nil
+	}
+	workload, err := workloadapi.Unstructured(newWorkload(job, pg.minCount), workloadapi.WorkloadGVK)
+	if err != nil {
+		return podGroup{}, err
+	}
+	group, err := workloadapi.Unstructured(newPodGroup(job, pg.minCount), workloadapi.PodGroupGVK)
+	if err != nil {
+		return podGroup{}, err
+	}
+	for _, want := range []*unstructured.Unstructured{workload, group} {
+		err := r.createOrResize(ctx, job, want, pg.minCount)
+		switch {
+		case workloadapi.IsNotServed(err):
+			pg.state = gangNotServed
+			return pg, nil
+		case err != nil:
+			pg.state, pg.err = gangCreateFailed, err.Error()
+			return pg, err
+		}
+	}
+	r.gangs.Set(job.UID, pg.minCount, gangRecheckInterval)
+	return pg, nil
+}
+
+// createOrResize creates want (the job's Workload or PodGroup); if it
+// exists, it checks that the job controls it and sets its gang's minCount.
+func (r *Reconciler) createOrResize(ctx context.Context, job *ibjv1.IndexedBatchJob, want *unstructured.Unstructured, minCount int32) error {
+	kind := want.GetKind()
+	err := r.client.Create(ctx, want)
+	if err == nil {
+		log.FromContext(ctx).V(2).Info("Created "+kind, "object", klog.KObj(want), "minCount", minCount)
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %s %s: %w", kind, want.GetName(), err)
+	}
+	found := workloadapi.Empty(want.GroupVersionKind())
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(want), found); err != nil {
+		return fmt.Errorf("reading %s %s: %w", kind, want.GetName(), err)
+	}
+	if !metav1.IsControlledBy(found, job) {
+		return fmt.Errorf("%s %s exists and is not controlled by this job", kind, want.GetName())
+	}
+	if n, ok := workloadapi.GangMinCount(found); ok && n == int64(minCount) {
+		return nil
+	}
+	if err := workloadapi.SetGangMinCount(found, minCount); err != nil {
+		return err
+	}
+	if err := r.client.Update(ctx, found); err != nil {
+		return fmt.Errorf("setting the minCount of %s %s: %w", kind, want.GetName(), err)
+	}
+	log.FromContext(ctx).V(2).Info("Resized "+kind, "object", klog.KObj(found), "minCount", minCount)
+	return nil
+}
+
+// gangHoldsPods: the job asks for gang scheduling and its PodGroup is not
+// there, so that a pod created now would wait for it in the scheduler, or,
+// where the cluster drops spec.schedulingGroup, be placed on its own.
+func (s *syncState) gangHoldsPods() bool {
+	return s.gang.name != "" && s.gang.state != gangReady
+}
+
+// reportGang records in condition PodGroupReady what the reconciler found
+// of the job's Workload and PodGroup, with an event when that changed, and
+// while they are missing asks for the sync that tries again.
+func (s *syncState) reportGang() {
+	g := s.gang
+	if g.name == "" {
+		return
+	}
+	if g.state != gangReady {
+		s.plan.requeue(gangRecheckInterval)
+	}
+	switch c := setPodGroupReady(s.status, s.job.Generation, s.now, g); {
+	case c == nil:
+	case c.Status == metav1.ConditionTrue:
+		s.plan.inform(c.Reason, "%s", c.Message)
+	default:
+		s.plan.warn(c.Reason, "%s", c.Message)
+	}
+}
+
+// podGroupCondition is condition PodGroupReady for what the reconciler
+// found of the job's gang. Its message depends on nothing that changes
+// while the state stays, so that an unchanged state writes no status.
+func podGroupCondition(g podGroup) metav1.Condition {
+	c := metav1.Condition{Type: ibjv1.ConditionPodGroupReady, Status: metav1.ConditionFalse}
+	switch g.state {
+	case gangReady:
+		c.Status, c.Reason = metav1.ConditionTrue, ibjv1.ReasonPodGroupCreated
+		c.Message = fmt.Sprintf("Workload and PodGroup %s: the scheduler binds the job's pods only when it can bind %d at once", g.name, g.minCount)
+	case gangNotServed:
+		c.Reason = ibjv1.ReasonWorkloadAPINotServed
+		c.Message = fmt.Sprintf("The cluster does not serve %s Workloads and PodGroups (Kubernetes 1.37 or later with feature gate GenericWorkload and that API version enabled): "+
+			"no pod is created until it does. Recreate the job without gangScheduling to run its pods one by one", workloadapi.GroupVersion)
+	case gangCreateFailed:
+		c.Reason = ibjv1.ReasonPodGroupCreateFailed
+		c.Message = fmt.Sprintf("Error creating Workload and PodGroup %s, no pod is created until they exist: %s", g.name, g.err)
+	}
+	return c
+}
+
+// schedulingGroup is the pods' spec.schedulingGroup: the job's PodGroup
+// with gangScheduling, the template's (unset, as admission requires)
+// otherwise.
+func schedulingGroup(job *ibjv1.IndexedBatchJob) *corev1.PodSchedulingGroup {
+	if name := podGroupName(job); name != nil {
+		return &corev1.PodSchedulingGroup{PodGroupName: name}
+	}
+	return job.Spec.Template.Spec.SchedulingGroup
+}

@@ -1,0 +1,196 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+)
+
+func TestNewWorkloadAndPodGroup(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("train", "ns").UID("3f2a9c1d-5e6f-7a8b").Completions(4).Parallelism(4).GangScheduling(0).Obj()
+	objectMeta := metav1.ObjectMeta{
+		Name: "train-3f2a9c1d", Namespace: "ns",
+		Labels: map[string]string{ibjv1.JobNameLabel: "train", ibjv1.ControllerUIDLabel: "3f2a9c1d-5e6f-7a8b"},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: ibjv1.GroupVersion.String(), Kind: "IndexedBatchJob", Name: "train", UID: "3f2a9c1d-5e6f-7a8b",
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+		}},
+	}
+	gang := workloadapi.SchedulingPolicy{Gang: &workloadapi.GangSchedulingPolicy{MinCount: 4}}
+	wantWorkload := &workloadapi.Workload{ObjectMeta: objectMeta, Spec: workloadapi.WorkloadSpec{
+		ControllerRef:     &workloadapi.TypedLocalObjectReference{APIGroup: "batch.indexedjob.dev", Kind: "IndexedBatchJob", Name: "train"},
+		PodGroupTemplates: []workloadapi.PodGroupTemplate{{Name: "workers", SchedulingPolicy: gang}},
+	}}
+	wantPodGroup := &workloadapi.PodGroup{ObjectMeta: objectMeta, Spec: workloadapi.PodGroupSpec{
+		WorkloadRef:      &workloadapi.WorkloadReference{WorkloadName: "train-3f2a9c1d", TemplateName: "workers"},
+		SchedulingPolicy: gang,
+	}}
+	if diff := cmp.Diff(wantWorkload, newWorkload(job, 4)); diff != "" {
+		t.Errorf("Workload (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantPodGroup, newPodGroup(job, 4)); diff != "" {
+		t.Errorf("PodGroup (-want +got):\n%s", diff)
+	}
+}
+
+func TestNewPodPointsAtTheJobsPodGroup(t *testing.T) {
+	base := harness.MakeIndexedBatchJob("train", "ns").UID("3f2a9c1d-5e6f").Completions(2).Parallelism(2)
+	if got := FirstPod(base.Clone().Obj(), 0).Spec.SchedulingGroup; got != nil {
+		t.Errorf("a job without gangScheduling: schedulingGroup = %v, want none", got)
+	}
+	want := &corev1.PodSchedulingGroup{PodGroupName: ptr.To("train-3f2a9c1d")}
+	if diff := cmp.Diff(want, FirstPod(base.Clone().GangScheduling(0).Obj(), 1).Spec.SchedulingGroup); diff != "" {
+		t.Errorf("schedulingGroup (-want +got):\n%s", diff)
+	}
+}
+
+// gangWorld is an API server for ensureGang: its creates answer createErr
+// (or store the object), its gets read what was stored, and every request
+// is recorded.
+type gangWorld struct {
+	stored    map[string]*unstructured.Unstructured
+	createErr error
+	calls     []string
+}
+
+func (w *gangWorld) client(t *testing.T) client.Client {
+	t.Helper()
+	return interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+			u := obj.(*unstructured.Unstructured)
+			w.calls = append(w.calls, "create "+u.GetKind())
+			if w.createErr != nil {
+				return w.createErr
+			}
+			if _, ok := w.stored[u.GetKind()]; ok {
+				return apierrors.NewAlreadyExists(schema.GroupResource{}, u.GetName())
+			}
+			w.stored[u.GetKind()] = u.DeepCopy()
+			return nil
+		},
+		Get: func(_ context.Context, _ client.WithWatch, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+			u := obj.(*unstructured.Unstructured)
+			w.calls = append(w.calls, "get "+u.GetKind())
+			u.Object = w.stored[u.GetKind()].DeepCopy().Object
+			return nil
+		},
+		Update: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.UpdateOption) error {
+			u := obj.(*unstructured.Unstructured)
+			w.calls = append(w.calls, "update "+u.GetKind())
+			w.stored[u.GetKind()] = u.DeepCopy()
+			return nil
+		},
+	})
+}
+
+func TestEnsureGang(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("train", "ns").UID("3f2a9c1d-5e6f").Completions(4).Parallelism(4).GangScheduling(0).Obj()
+	shrunk := job.DeepCopy() // one index left to run
+	shrunk.Status.CompletedIndexes = "0-2"
+	finished := job.DeepCopy()
+	finished.Status.Conditions = []metav1.Condition{{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue}}
+	stored := func(minCount int32) map[string]*unstructured.Unstructured {
+		wl, _ := workloadapi.Unstructured(newWorkload(job, minCount), workloadapi.WorkloadGVK)
+		pg, _ := workloadapi.Unstructured(newPodGroup(job, minCount), workloadapi.PodGroupGVK)
+		return map[string]*unstructured.Unstructured{"Workload": wl, "PodGroup": pg}
+	}
+	notServed := &meta.NoKindMatchError{GroupKind: workloadapi.WorkloadGVK.GroupKind(), SearchedVersions: []string{"v1beta1"}}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "scheduling.k8s.io", Resource: "workloads"}, "train-3f2a9c1d", errors.New("RBAC"))
+
+	cases := []struct {
+		name      string
+		job       *ibjv1.IndexedBatchJob
+		stored    map[string]*unstructured.Unstructured
+		createErr error
+		want      podGroup
+		wantErr   bool
+		wantCalls []string
+		// wantMinCounts are the minCounts stored afterwards, Workload's then PodGroup's.
+		wantMinCounts []int64
+	}{
+		{name: "a job without gangScheduling: nothing asked", job: harness.MakeIndexedBatchJob("a", "ns").Obj()},
+		{name: "a finished job: nothing asked", job: finished},
+		{
+			name: "none yet: both created", job: job,
+			want:      podGroup{name: "train-3f2a9c1d", minCount: 4},
+			wantCalls: []string{"create Workload", "create PodGroup"}, wantMinCounts: []int64{4, 4},
+		},
+		{
+			name: "both there with the wanted size: read, not written", job: job, stored: stored(4),
+			want:      podGroup{name: "train-3f2a9c1d", minCount: 4},
+			wantCalls: []string{"create Workload", "get Workload", "create PodGroup", "get PodGroup"}, wantMinCounts: []int64{4, 4},
+		},
+		{
+			name: "fewer indexes left than the gang: both resized", job: shrunk, stored: stored(4),
+			want:          podGroup{name: "train-3f2a9c1d", minCount: 1},
+			wantCalls:     []string{"create Workload", "get Workload", "update Workload", "create PodGroup", "get PodGroup", "update PodGroup"},
+			wantMinCounts: []int64{1, 1},
+		},
+		{
+			name: "the cluster does not serve the Workload API: reported, no error", job: job, createErr: notServed,
+			want:      podGroup{name: "train-3f2a9c1d", minCount: 4, state: gangNotServed},
+			wantCalls: []string{"create Workload"},
+		},
+		{
+			name: "a create the API server refuses: its message, and the error for a retry", job: job, createErr: forbidden,
+			want: podGroup{name: "train-3f2a9c1d", minCount: 4, state: gangCreateFailed,
+				err: fmt.Sprintf("creating Workload train-3f2a9c1d: %v", forbidden)},
+			wantErr: true, wantCalls: []string{"create Workload"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &gangWorld{stored: tc.stored, createErr: tc.createErr}
+			if w.stored == nil {
+				w.stored = map[string]*unstructured.Unstructured{}
+			}
+			r := NewReconciler(w.client(t), nil, testingclock.NewFakeClock(testNow), DefaultBackoff)
+			got, err := r.ensureGang(context.Background(), tc.job)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("error = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(podGroup{})); diff != "" {
+				t.Errorf("found (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantCalls, w.calls); diff != "" {
+				t.Errorf("API calls (-want +got):\n%s", diff)
+			}
+			var minCounts []int64
+			for _, kind := range []string{"Workload", "PodGroup"} {
+				if u, ok := w.stored[kind]; ok {
+					n, _ := workloadapi.GangMinCount(u)
+					minCounts = append(minCounts, n)
+				}
+			}
+			if diff := cmp.Diff(tc.wantMinCounts, minCounts); diff != "" {
+				t.Errorf("stored minCounts (-want +got):\n%s", diff)
+			}
+			if got.name == "" || got.state != gangReady {
+				return
+			}
+			// What was made is not asked about again within the interval.
+			w.calls = nil
+			if _, err := r.ensureGang(context.Background(), tc.job); err != nil || len(w.calls) > 0 {
+				t.Errorf("second ensureGang: error %v, calls %v; want none", err, w.calls)
+			}
+		})
+	}
+}

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+)
+
+// The gang specs run on a cluster of their own: kube-apiserver serving the
+// Workload API, the real kube-scheduler with feature gate GenericWorkload
+// (its GangScheduling plugin) in place of the suite's binder, and one kwok
+// node with room for 2 of the jobs' 1-CPU pods. The same 4-pod job is run
+// without and with spec.gangScheduling, and what kube-scheduler bound is
+// read from the pods.
+var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
+	var (
+		gc *kwokcluster.Cluster
+		c  client.Client
+	)
+
+	BeforeAll(func(ctx SpecContext) {
+		minor, err := harness.ControlPlaneMinor(kwokcluster.ControlPlaneDir(root))
+		Expect(err).NotTo(HaveOccurred())
+		if minor < harness.WorkloadAPIMinor {
+			Skip(fmt.Sprintf("kube-apiserver 1.%d cannot serve the Workload API (1.%d or later)", minor, harness.WorkloadAPIMinor))
+		}
+		dir, err := os.MkdirTemp("", "ibj-e2e-gang-")
+		Expect(err).NotTo(HaveOccurred())
+		By("starting etcd, kube-apiserver (Workload API on), kube-scheduler (GenericWorkload) and one kwok node of 2 CPUs in " + dir)
+		gc, err = kwokcluster.Start(ctx, kwokcluster.Options{
+			Root: root, Dir: dir, Nodes: 1, KubeScheduler: true, WorkloadAPI: true, Progress: GinkgoWriter,
+			NodeAllocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+			},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			Expect(gc.Stop()).To(Succeed())
+			if CurrentSpecReport().Failed() || suiteFailed || os.Getenv("IBJ_E2E_KEEP_LOGS") != "" {
+				fmt.Printf("e2e: the gang cluster's logs are kept in %s\n", dir)
+			} else {
+				_ = os.RemoveAll(dir)
+			}
+		})
+		c, err = client.New(gc.Config, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+
+		By("starting the operator against it")
+		proc := startOperatorOn(gc)
+		DeferCleanup(func() { Expect(proc.Stop(30 * time.Second)).To(Succeed()) })
+	})
+
+	// job is the 4-index job both specs run: 4 pods at once, 1 CPU each,
+	// each running 3 s.
+	job := func(ns string) *harness.JobWrapper {
+		return harness.MakeIndexedBatchJob("train", ns).Completions(4).Parallelism(4).
+			Requests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}).
+			PodAnnotation(kwokcluster.DurationAnnotation, "3s")
+	}
+	namespace := func(ctx context.Context) string {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ibj-gang-"}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		return ns.Name
+	}
+	// bound counts the job's pods kube-scheduler bound, and how many exist.
+	bound := func(ctx context.Context, ns string) (int, int) {
+		var pods corev1.PodList
+		Expect(c.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+		n := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n, len(pods.Items)
+	}
+	complete := func(ctx context.Context, ns string) func() bool {
+		return func() bool {
+			var j ibjv1.IndexedBatchJob
+			Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &j)).To(Succeed())
+			return meta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)
+		}
+	}
+
+	It("without gangScheduling: kube-scheduler binds the 2 pods that fit, and the job runs 2 at a time", func(ctx SpecContext) {
+		ns := namespace(ctx)
+		Expect(c.Create(ctx, job(ns).Obj())).To(Succeed())
+		Eventually(func() []int { n, all := bound(ctx, ns); return []int{n, all} }, 30*time.Second, 100*time.Millisecond).
+			Should(Equal([]int{2, 4}), "2 of the 4 pods bound")
+		Eventually(complete(ctx, ns), 60*time.Second, 200*time.Millisecond).Should(BeTrue())
+	})
+
+	It("with gangScheduling: binds none of the 4 pods while only 2 fit, and all 4 once a second node makes room", func(ctx SpecContext) {
+		ns := namespace(ctx)
+		gang := job(ns).GangScheduling(0).Obj()
+		Expect(c.Create(ctx, gang)).To(Succeed())
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), gang)).To(Succeed())
+		podGroup := gang.Name + "-" + string(gang.UID)[:8]
+
+		By("the 4 pods created, each naming the job's PodGroup, none bound")
+		Eventually(func(g Gomega) {
+			var pods corev1.PodList
+			g.Expect(c.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+			g.Expect(pods.Items).To(HaveLen(4))
+			for _, p := range pods.Items {
+				g.Expect(p.Spec.SchedulingGroup).NotTo(BeNil(), p.Name)
+				g.Expect(p.Spec.SchedulingGroup.PodGroupName).To(Equal(ptr.To(podGroup)), p.Name)
+			}
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		var j ibjv1.IndexedBatchJob
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), &j)).To(Succeed())
+		Expect(meta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionPodGroupReady)).To(BeTrue(), "condition PodGroupReady: %v", j.Status.Conditions)
+		Consistently(func() int { n, _ := bound(ctx, ns); return n }, 15*time.Second, 100*time.Millisecond).
+			Should(BeZero(), "a pod of the gang bound while the whole gang cannot fit")
+
+		By("a second node of 2 CPUs: the whole gang fits, and is bound")
+		node, err := gc.AddNode(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Printf("added node %s\n", node)
+		Eventually(func() []int { n, all := bound(ctx, ns); return []int{n, all} }, 60*time.Second, 100*time.Millisecond).
+			Should(Equal([]int{4, 4}), "all 4 pods bound")
+		Eventually(complete(ctx, ns), 60*time.Second, 200*time.Millisecond).Should(BeTrue())
+	})
+})
+
+// startOperatorOn starts the operator binary against a cluster other than
+// the suite's, serving the webhook on its slot 0, and waits until it is
+// ready.
+func startOperatorOn(gc *kwokcluster.Cluster) *kwokcluster.Process {
+	GinkgoHelper()
+	probe, err := gc.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	args := append([]string{
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
+	}, gc.WebhookArgs(0, filepath.Join(gc.Dir, "webhook-certs"))...)
+	proc, err := kwokcluster.StartProcess("manager", filepath.Join(gc.Dir, "manager.log"), []string{"KUBECONFIG=" + gc.Kubeconfig}, managerBin, args...)
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func(g Gomega) {
+		exited, err := proc.Exited()
+		g.Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, proc.LogPath)
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		g.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+	return proc
+}
