@@ -22,11 +22,11 @@ import (
 // Workload API (scheduling.k8s.io/v1beta1) per job, and every pod pointing
 // at the PodGroup, so that kube-scheduler binds none of the job's pods
 // until it can bind minCount of them at once. This file holds its parts:
-// the pure builders (newWorkload, newPodGroup) and the gang's size
-// (workloadapi.MinCount), the reconciler's step that creates or resizes the two
-// objects (ensureGang), and the core's phase that reports what that step
-// found (reportGang); startPods holds the pods while the PodGroup is not
-// there (gangHoldsPods).
+// the pure builders (newWorkload, newPodGroup; the gang's name and size
+// are workloadapi.Name and MinCount, which kubectl ibj reads too), the
+// reconciler's step that creates or resizes the two objects (ensureGang),
+// and the core's phase that reports what that step found (reportGang);
+// startPods holds the pods while the PodGroup is not there (gangHoldsPods).
 
 // gangRecheckInterval is how long the reconciler believes the job's
 // Workload and PodGroup exist with the minCount it last gave them, before
