@@ -294,10 +294,15 @@ demo-binaries: ## Build what the demo runs: control plane, bin/manager, bin/kube
 # NODE=real: the demo on real containers (make node-cluster; needs root).
 NODE ?=
 
+# GANG=1: the gang sample, on a cluster serving the Workload API with the
+# real kube-scheduler and kwok's nodes.
+GANG ?=
+
 .PHONY: demo
-demo: $(if $(filter real,$(NODE)),node-prereqs node-binaries node-images,demo-binaries) ## Run the per-index sample on a throwaway local cluster (fake nodes; NODE=real: real containers, as root), live; KEEP=1 leaves it running.
+demo: $(if $(filter real,$(NODE)),node-prereqs node-binaries node-images,demo-binaries) $(if $(GANG),kwok) ## Run the per-index sample on a throwaway local cluster (fake nodes; NODE=real: real containers, as root; GANG=1: the gang sample, kube-scheduler placing it), live; KEEP=1 leaves it running.
 	@case "$(NODE)" in ""|real) ;; *) echo "NODE must be real or empty, not $(NODE)"; exit 2 ;; esac
-	KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) $(if $(filter real,$(NODE)),hack/demo/node-demo.sh,hack/demo/demo.sh)
+	@if [ -n "$(GANG)" ] && [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh kube-scheduler; fi
+	DEMO_GANG=$(if $(GANG),1,0) KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) $(if $(filter real,$(NODE)),hack/demo/node-demo.sh,hack/demo/demo.sh)
 
 .PHONY: demo-kueue
 demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway local cluster (fake nodes); KEEP=1 leaves it running.

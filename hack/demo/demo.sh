@@ -24,7 +24,13 @@
 # and shows the first admitted, the second suspended and waiting for quota
 # until the first gives some back, then both finishing.
 #
-# Environment: KEEP=1, DEMO_KUEUE=1, DEMO_DIR (state and logs; default a new temp dir),
+# With DEMO_GANG=1 (`make demo GANG=1`) the cluster serves Kubernetes 1.37's
+# Workload API and places pods with the real kube-scheduler on kwok's nodes
+# (bin/kwok-cluster --kubelets kwok --workload-api), and the job is
+# config/samples/batch_v1alpha1_indexedbatchjob_gang.yaml: its PodGroup and
+# Workload, and its pods bound four at once.
+#
+# Environment: KEEP=1, DEMO_KUEUE=1, DEMO_GANG=1, DEMO_DIR (state and logs; default a new temp dir),
 # DEMO_TIMEOUT (seconds the job may take; default 180), K8S_VERSION, LOCALBIN
 # (where the binaries are; default bin/), KUBEBUILDER_ASSETS (the control
 # plane; default bin/k8s/<version>).
@@ -39,6 +45,15 @@ sample=config/samples/batch_v1alpha1_indexedbatchjob.yaml
 job=per-index
 keep=${KEEP:-0}
 kueue=${DEMO_KUEUE:-0}
+gang=${DEMO_GANG:-0}
+cluster_args=(--kubelets podsim)
+if [ "$gang" = 1 ]; then
+  # The gang sample on a cluster that serves the Workload API, its pods
+  # placed by the real kube-scheduler on kwok's nodes.
+  sample=config/samples/batch_v1alpha1_indexedbatchjob_gang.yaml
+  job=train
+  cluster_args=(--kubelets kwok --workload-api)
+fi
 timeout=${DEMO_TIMEOUT:-180}
 
 # shellcheck source=hack/demo/lib.sh
@@ -95,7 +110,7 @@ trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM
 
 say "Starting a throwaway cluster on loopback (state and logs in $dir)"
-start_cluster 120 "$bin/kwok-cluster" --dir "$dir" --root "$root" --kubelets podsim
+start_cluster 120 "$bin/kwok-cluster" --dir "$dir" --root "$root" "${cluster_args[@]}"
 detach=()
 if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
 "$kubectl" get nodes
@@ -192,10 +207,12 @@ if [ "$kueue" = 1 ]; then
   exit 0
 fi
 
-say "Applying a copy of it whose pod template the Pod API refuses (a container named Example_1)"
-echo "\$ sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -"
-if sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' "$sample" | "$kubectl" apply -f - 2>&1; then
-  die "the admission webhook admitted an invalid pod template; see $dir/manager.log"
+if [ "$gang" = 0 ]; then
+  say "Applying a copy of it whose pod template the Pod API refuses (a container named Example_1)"
+  echo "\$ sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -"
+  if sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' "$sample" | "$kubectl" apply -f - 2>&1; then
+    die "the admission webhook admitted an invalid pod template; see $dir/manager.log"
+  fi
 fi
 
 say "Applying $sample"
@@ -214,6 +231,14 @@ echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$job"
 echo
 echo "\$ kubectl describe ibj $job   (events)"
 "$kubectl" describe ibj "$job" | sed -n '/^Events:/,$p'
+if [ "$gang" = 1 ]; then
+  echo
+  echo "\$ kubectl get podgroups.scheduling.k8s.io,workloads.scheduling.k8s.io"
+  "$kubectl" get podgroups.scheduling.k8s.io,workloads.scheduling.k8s.io
+  echo
+  echo "\$ kubectl ibj describe $job"
+  "$bin/kubectl-ibj" describe "$job"
+fi
 
 say "Final status"
 "$kubectl" get ibj "$job" -o yaml | sed -n '/^status:/,$p'

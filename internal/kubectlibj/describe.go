@@ -213,8 +213,8 @@ func (d *description) write(w io.Writer) {
 	fmt.Fprintf(w, "State:\t%s\n", d.state())
 	fmt.Fprintf(w, "Next:\t%s\n", strings.Join(d.next(), "\n\t"))
 	fmt.Fprintf(w, "Indexes:\t%d (%s), %d at a time\n", d.view.wanted.Len(), truncate(d.view.wanted.String(), 60), ptr.Deref(job.Spec.Parallelism, 1))
-	if job.Spec.GangScheduling != nil {
-		fmt.Fprintf(w, "Gang:\t%d pods placed at once or none (gangScheduling; Workload and PodGroup %s)\n", workloadapi.MinCount(job), workloadapi.Name(job))
+	if g := job.Spec.GangScheduling; g != nil {
+		fmt.Fprintf(w, "Gang:\t%s\n", d.gang(g))
 	}
 	for _, state := range stateOrder {
 		if ixs := d.summary.indexes[state]; ixs.Len() > 0 {
@@ -239,6 +239,19 @@ func (d *description) write(w io.Writer) {
 }
 
 // state is the job's state in words: what it does, or why it does not run.
+// gang is the gang a job's pods are placed in: gangScheduling's minCount
+// (parallelism by default), and, while fewer indexes are left to run, the
+// smaller gang of the PodGroup now.
+func (d *description) gang(g *ibjv1.GangScheduling) string {
+	job := d.view.job
+	size := min(ptr.Deref(g.MinCount, ptr.Deref(job.Spec.Parallelism, 1)), ptr.Deref(job.Spec.Parallelism, 1))
+	line := fmt.Sprintf("%s placed at once or none", plural(int(size), "pod", "pods"))
+	if now := workloadapi.MinCount(job); now < size && d.finalCondition() == nil {
+		line += fmt.Sprintf(", now %d (the indexes left)", now)
+	}
+	return line + fmt.Sprintf(" (gangScheduling; Workload and PodGroup %s)", workloadapi.Name(job))
+}
+
 func (d *description) state() string {
 	job, now := d.view.job, d.view.now
 	st := job.Status

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
@@ -193,4 +195,46 @@ func allocated(command func(*jobView) string, completions int32) uint64 {
 	_ = command(largeJobView(completions))
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestDescribeShowsTheGang: describe names the gang gangScheduling asks
+// for, and the smaller gang of the indexes left while fewer are left; a
+// finished job's gang is the one it asked for.
+func TestDescribeShowsTheGang(t *testing.T) {
+	gangJob := func(completed string, finished bool) *jobView {
+		job := testJob(perIndex(1), func(j *ibjv1.IndexedBatchJob) {
+			j.Spec.Completions = 6
+			j.Spec.Parallelism = ptr.To[int32](4)
+			j.Spec.GangScheduling = &ibjv1.GangScheduling{}
+			j.UID = "0123456789ab"
+			j.Status.CompletedIndexes = completed
+			if finished {
+				j.Status.Conditions = []metav1.Condition{{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue, Reason: "CompletionsReached"}}
+			}
+		})
+		return newJobView(job, newPodScan(job), now, jobpod.DefaultBackoff)
+	}
+	for _, tc := range []struct {
+		name      string
+		completed string
+		finished  bool
+		want      string
+	}{
+		{"none finished", "", false, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"two left", "0-3", false, "Gang: 4 pods placed at once or none, now 2 (the indexes left) (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"finished", "0-5", true, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := describeOutput(gangJob(tc.completed, tc.finished))
+			var line string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "Gang:") {
+					line = strings.Join(strings.Fields(l), " ") // the columns' padding aside
+				}
+			}
+			if line != tc.want {
+				t.Errorf("gang line %q, want %q\n%s", line, tc.want, out)
+			}
+		})
+	}
 }

@@ -5,7 +5,7 @@
 // the flags an operator needs to serve the admission webhook the cluster
 // calls to <dir>/webhook-args (one a line), and then creates <dir>/ready.
 //
-// usage: kwok-cluster --dir DIR [--nodes N] [--root REPO] [--kubelets kwok|podsim]
+// usage: kwok-cluster --dir DIR [--nodes N] [--root REPO] [--kubelets kwok|podsim] [--workload-api]
 package main
 
 import (
@@ -23,12 +23,15 @@ func main() {
 	var (
 		dir, root, kubelets string
 		nodes               int
+		workloadAPI         bool
 	)
 	flag.StringVar(&dir, "dir", "", "Directory for the kubeconfig, state and logs (required).")
 	flag.StringVar(&root, "root", ".", "Repository root: where bin/, config/ and hack/ are.")
 	flag.IntVar(&nodes, "nodes", 2, "Number of fake nodes.")
 	flag.StringVar(&kubelets, "kubelets", "kwok", "What runs the fake nodes' pods: kwok (bin/kwok-<version>/kwok, its stages in hack/kwok/stages) "+
 		"or podsim (the test harness's pod simulator in this process, reading the same pod annotations; no kwok binary needed).")
+	flag.BoolVar(&workloadAPI, "workload-api", false, "Serve Kubernetes 1.37's Workload API (feature gate GenericWorkload) and run the real kube-scheduler "+
+		"with it in place of the binder, so that a gang job's pods are placed all or none (needs --kubelets kwok and bin/k8s/<version>/kube-scheduler).")
 	flag.Parse()
 	kinds := map[string]kwokcluster.Kubelets{"kwok": kwokcluster.KwokKubelets, "podsim": kwokcluster.SimulatedKubelets}
 	kind, ok := kinds[kubelets]
@@ -40,6 +43,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kwok-cluster: --dir is required")
 		os.Exit(2)
 	}
+	if workloadAPI && kind != kwokcluster.KwokKubelets {
+		fmt.Fprintln(os.Stderr, "kwok-cluster: --workload-api needs --kubelets kwok")
+		os.Exit(2)
+	}
 	root, err := filepath.Abs(root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
@@ -48,7 +55,10 @@ func main() {
 
 	ctx, stop := harness.StopContext()
 	defer stop()
-	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: nodes, Kubelets: kind, Progress: os.Stdout})
+	cluster, err := kwokcluster.Start(ctx, kwokcluster.Options{
+		Root: root, Dir: dir, Nodes: nodes, Kubelets: kind, Progress: os.Stdout,
+		KubeScheduler: workloadAPI, WorkloadAPI: workloadAPI,
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kwok-cluster:", err)
 		os.Exit(1)
