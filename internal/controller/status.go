@@ -103,21 +103,19 @@ func setSucceeded(st *ibjv1.IndexedBatchJobStatus, completed indexset.Set) {
 // taken after a failed create is a change worth an event, though the
 // condition stays False.
 func setPeerDNSReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, jobName string, svc peerService) *metav1.Condition {
-	want := peerDNSCondition(jobName, svc)
-	old := meta.FindStatusCondition(st.Conditions, want.Type)
-	changed := old == nil || old.Status != want.Status || old.Reason != want.Reason
-	setCondition(st, gen, now, want.Type, want.Status, want.Reason, want.Message)
-	if !changed {
-		return nil
-	}
-	return meta.FindStatusCondition(st.Conditions, want.Type)
+	return setChangedCondition(st, gen, now, peerDNSCondition(jobName, svc))
 }
 
 // setPodGroupReady sets condition PodGroupReady to what the reconciler
 // found of the job's Workload and PodGroup (podGroupCondition), and returns
 // the condition if its status or reason changed, nil otherwise.
 func setPodGroupReady(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, g podGroup) *metav1.Condition {
-	want := podGroupCondition(g)
+	return setChangedCondition(st, gen, now, podGroupCondition(g))
+}
+
+// setChangedCondition sets the condition want, and returns it if its
+// status or reason changed (an event's worth), nil otherwise.
+func setChangedCondition(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, want metav1.Condition) *metav1.Condition {
 	old := meta.FindStatusCondition(st.Conditions, want.Type)
 	changed := old == nil || old.Status != want.Status || old.Reason != want.Reason
 	setCondition(st, gen, now, want.Type, want.Status, want.Reason, want.Message)

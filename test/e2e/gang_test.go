@@ -3,10 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -141,25 +138,10 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 })
 
 // startOperatorOn starts the operator binary against a cluster other than
-// the suite's, serving the webhook on its slot 0, and waits until it is
-// ready.
+// the suite's and waits until it is ready.
 func startOperatorOn(gc *kwokcluster.Cluster) *kwokcluster.Process {
 	GinkgoHelper()
-	probe, err := gc.FreePort()
+	proc, err := gc.StartOperator(context.Background(), managerBin)
 	Expect(err).NotTo(HaveOccurred())
-	args := append([]string{
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
-	}, gc.WebhookArgs(0, filepath.Join(gc.Dir, "webhook-certs"))...)
-	proc, err := kwokcluster.StartProcess("manager", filepath.Join(gc.Dir, "manager.log"), []string{"KUBECONFIG=" + gc.Kubeconfig}, managerBin, args...)
-	Expect(err).NotTo(HaveOccurred())
-	Eventually(func(g Gomega) {
-		exited, err := proc.Exited()
-		g.Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, proc.LogPath)
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		g.Expect(err).NotTo(HaveOccurred())
-		_ = resp.Body.Close()
-		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 	return proc
 }

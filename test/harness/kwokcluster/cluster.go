@@ -680,3 +680,42 @@ func (c *Cluster) FreePort() (int, error) {
 	}
 	return 0, errors.New("no free loopback port that the cluster has not used")
 }
+
+// StartOperator starts the operator binary bin against the cluster as a
+// deployment runs it (its admission webhook served on slot 0 of
+// WebhookArgs), with extra flags, logging to manager.log in the cluster's
+// directory, and returns once its readiness probe answers (within a
+// minute). For a second cluster of a test; the e2e suite's own cluster
+// starts its operators itself, several at once.
+func (c *Cluster) StartOperator(ctx context.Context, bin string, extra ...string) (*Process, error) {
+	probe, err := c.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
+	}, c.WebhookArgs(0, filepath.Join(c.Dir, "webhook-certs"))...)
+	p, err := StartProcess("manager", filepath.Join(c.Dir, "manager.log"), []string{"KUBECONFIG=" + c.Kubeconfig}, bin, append(args, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		if exited, err := p.Exited(); exited {
+			return p, fmt.Errorf("the operator exited (%v); see %s", err, p.LogPath)
+		}
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return p, fmt.Errorf("the operator is not ready: %w; see %s", ctx.Err(), p.LogPath)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -230,46 +229,9 @@ func startMember(ctx context.Context, o Options, name, kueueConfig string, progr
 	if m.Kueue, err = kueuecluster.Install(ctx, c, kueuecluster.Options{Binary: o.KueueBinary, Config: kueueConfig}); err != nil {
 		return m, err
 	}
-	m.Operator, err = startOperator(ctx, c, o.OperatorBinary)
+	// A 1 s pod failure backoff keeps retries short.
+	m.Operator, err = c.StartOperator(ctx, o.OperatorBinary, "--pod-failure-backoff=1s", "--pod-failure-backoff-max=4s")
 	return m, err
-}
-
-// startOperator starts the operator against c, serving its webhook, and
-// waits for its readiness probe. A 1 s pod failure backoff keeps retries
-// short.
-func startOperator(ctx context.Context, c *kwokcluster.Cluster, bin string) (*kwokcluster.Process, error) {
-	probe, err := c.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
-		"--pod-failure-backoff=1s",
-		"--pod-failure-backoff-max=4s",
-	}, c.WebhookArgs(0, filepath.Join(c.Dir, "webhook-certs"))...)
-	p, err := kwokcluster.StartProcess("manager", filepath.Join(c.Dir, "manager.log"), []string{"KUBECONFIG=" + c.Kubeconfig}, bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		if exited, err := p.Exited(); exited {
-			return p, fmt.Errorf("the operator exited (%v); see %s", err, p.LogPath)
-		}
-		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return p, fmt.Errorf("the operator is not ready: %w; see %s", ctx.Err(), p.LogPath)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // workerKubeconfig creates MultiKueue's ServiceAccount on w with the roles
