@@ -374,6 +374,10 @@ func (d *description) retries() string {
 	if delay := jobpod.CreateRefusedDelay(d.view.job); delay > 0 {
 		parts = append(parts, fmt.Sprintf("a refused pod create waits %s (createRefusedDelaySeconds)", duration.HumanDuration(delay)))
 	}
+	if rr := spec.RetryResources; rr != nil && rr.OnOOMKilled != nil {
+		o := rr.OnOOMKilled
+		parts = append(parts, fmt.Sprintf("after an OOM kill, memory times %d%% up to %s (retryResources.onOOMKilled)", o.FactorPercent, o.MaxMemory.String()))
+	}
 	return strings.Join(parts, "; ")
 }
 

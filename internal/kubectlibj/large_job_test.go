@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -236,5 +237,17 @@ func TestDescribeShowsTheGang(t *testing.T) {
 				t.Errorf("gang line %q, want %q\n%s", line, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestDescribeStatesTheMemoryRaise: a job with retryResources.onOOMKilled
+// says, among its retries, how memory grows after an OOM kill.
+func TestDescribeStatesTheMemoryRaise(t *testing.T) {
+	job := testJob(perIndex(1), func(j *ibjv1.IndexedBatchJob) {
+		j.Spec.RetryResources = &ibjv1.RetryResources{OnOOMKilled: &ibjv1.OOMKilledResources{FactorPercent: 150, MaxMemory: resource.MustParse("2Gi")}}
+	})
+	out := describeOutput(newJobView(job, newPodScan(job), now, jobpod.DefaultBackoff))
+	if want := "after an OOM kill, memory times 150% up to 2Gi (retryResources.onOOMKilled)"; !strings.Contains(out, want) {
+		t.Errorf("describe does not say %q:\n%s", want, out)
 	}
 }
