@@ -132,7 +132,14 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		AddReportEntry("topology assignment", fmt.Sprintf("levels %v, domain of each rank %v", assignment.Levels, ranks))
 
 		By("the job's template carries the topology gate Kueue merged in at admission, so each pod starts gated")
-		admitted := getJob(ctx, ns, "tas")
+		// The integration's reconciler resumes the job, with what admission
+		// assigned merged into its template in the same write, shortly after
+		// the Workload is Admitted.
+		var admitted *ibjv1.IndexedBatchJob
+		Eventually(func(g Gomega) {
+			admitted = getJob(ctx, ns, "tas")
+			g.Expect(ptr.Deref(admitted.Spec.Suspend, true)).To(BeFalse(), "the job resumed")
+		}, timeout, poll).Should(Succeed())
 		Expect(admitted.Spec.Template.Spec.SchedulingGates).To(ContainElement(corev1.PodSchedulingGate{Name: topologyGate}))
 		Expect(admitted.Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue(tasNodeLabel, ns), "the flavor's node labels")
 		for _, key := range assignment.Levels {
