@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -215,25 +214,10 @@ integrations:
 
 // waitReady waits up to a minute for the manager's /readyz.
 func (m *Manager) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", m.HealthPort)
-	for {
-		if exited, err := m.Proc.Exited(); exited {
-			return fmt.Errorf("kueuecluster: the manager exited (%v):\n%s", err, m.Tail(40))
-		}
-		if resp, err := http.Get(url); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kueuecluster: the manager is not ready: %w\n%s", ctx.Err(), m.Tail(40))
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := m.Proc.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", m.HealthPort), time.Minute); err != nil {
+		return fmt.Errorf("kueuecluster: %w:\n%s", err, m.Tail(40))
 	}
+	return nil
 }
 
 // Log is the manager's log so far.

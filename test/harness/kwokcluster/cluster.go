@@ -700,22 +700,8 @@ func (c *Cluster) StartOperator(ctx context.Context, bin string, extra ...string
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		if exited, err := p.Exited(); exited {
-			return p, fmt.Errorf("the operator exited (%v); see %s", err, p.LogPath)
-		}
-		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return p, fmt.Errorf("the operator is not ready: %w; see %s", ctx.Err(), p.LogPath)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), time.Minute); err != nil {
+		return p, fmt.Errorf("the operator: %w; see %s", err, p.LogPath)
 	}
+	return p, nil
 }

@@ -1,9 +1,11 @@
 package kwokcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
@@ -95,4 +97,28 @@ func FreePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitHealthy polls the process's health endpoint at url every 200 ms
+// until it answers 200, for up to timeout. It fails at once if the process
+// exits, with the exit's error, and with ctx's error when the time is up.
+func (p *Process) WaitHealthy(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%s exited (%v)", p.Name, err)
+		}
+		if resp, err := http.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not ready: %w", p.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

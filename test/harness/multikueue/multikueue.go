@@ -10,6 +10,8 @@
 package multikueue
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +24,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -298,7 +302,15 @@ func applyManifest(ctx context.Context, c client.Client, path string, edit func(
 	if err != nil {
 		return err
 	}
-	for _, doc := range splitYAML(raw) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
 		var kind metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &kind); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
@@ -322,20 +334,6 @@ func applyManifest(ctx context.Context, c client.Client, path string, edit func(
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	return nil
-}
-
-// splitYAML splits a multi-document YAML file.
-func splitYAML(raw []byte) [][]byte {
-	var docs [][]byte
-	start := 0
-	for i := 0; i+4 <= len(raw); i++ {
-		if (i == 0 || raw[i-1] == '\n') && string(raw[i:i+3]) == "---" && (raw[i+3] == '\n' || raw[i+3] == '\r') {
-			docs = append(docs, raw[start:i])
-			start = i + 4
-		}
-	}
-	return append(docs, raw[start:])
 }
 
 // waitActive waits up to two minutes for every MultiKueueCluster and the
@@ -363,7 +361,7 @@ func (f *Federation) checkActive(ctx context.Context) error {
 		if err := f.Manager.Client.Get(ctx, client.ObjectKey{Name: w.Name}, mkc); err != nil {
 			return err
 		}
-		if c := findCondition(mkc.Status.Conditions, kueuev1beta2.MultiKueueClusterActive); c == nil || c.Status != metav1.ConditionTrue {
+		if c := apimeta.FindStatusCondition(mkc.Status.Conditions, kueuev1beta2.MultiKueueClusterActive); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("MultiKueueCluster %s not Active: %+v", w.Name, c)
 		}
 	}
@@ -371,17 +369,8 @@ func (f *Federation) checkActive(ctx context.Context) error {
 	if err := f.Manager.Client.Get(ctx, client.ObjectKey{Name: AdmissionCheck}, ac); err != nil {
 		return err
 	}
-	if c := findCondition(ac.Status.Conditions, kueuev1beta2.AdmissionCheckActive); c == nil || c.Status != metav1.ConditionTrue {
+	if c := apimeta.FindStatusCondition(ac.Status.Conditions, kueuev1beta2.AdmissionCheckActive); c == nil || c.Status != metav1.ConditionTrue {
 		return fmt.Errorf("AdmissionCheck %s not Active: %+v", AdmissionCheck, c)
-	}
-	return nil
-}
-
-func findCondition(conditions []metav1.Condition, t string) *metav1.Condition {
-	for i := range conditions {
-		if conditions[i].Type == t {
-			return &conditions[i]
-		}
 	}
 	return nil
 }
@@ -432,7 +421,7 @@ func (f *Federation) Queues(ctx context.Context, namespace, cpu string, local bo
 			cq := &kueuev1beta2.ClusterQueue{}
 			err := m.Client.Get(ctx, client.ObjectKey{Name: namespace}, cq)
 			if err == nil {
-				if c := findCondition(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive); c != nil && c.Status == metav1.ConditionTrue {
+				if apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive) {
 					break
 				}
 			}
