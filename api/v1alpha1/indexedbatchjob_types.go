@@ -48,6 +48,16 @@ const (
 	QueueNameLabel = "kueue.x-k8s.io/queue-name"
 	// TrackingFinalizer keeps a finished pod until its result is in the job's status.
 	TrackingFinalizer = "batch.indexedjob.dev/tracking"
+	// IndexRetryFinalizer keeps a failed pod whose failure is already
+	// counted while it is the latest pod of an index still to be retried
+	// (backoffLimitPerIndex): it carries the index's failure counts and the
+	// time its backoff runs from, which a deleted pod would take with it.
+	// Every pod of such a job is created with it, since no finalizer can be
+	// added to a pod being deleted; it goes with the tracking finalizer,
+	// or once the index's next pod exists, the index finished or the job
+	// ended. The tracking finalizer, and with it the count, never waits for
+	// a replacement (a create a quota or a policy refuses).
+	IndexRetryFinalizer = "batch.indexedjob.dev/index-retry"
 	// CompletionIndexEnvName is set in every container and init container.
 	CompletionIndexEnvName = "JOB_COMPLETION_INDEX"
 	// ControllerName is this operator's name as spec.managedBy spells it. A job

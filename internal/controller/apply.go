@@ -100,6 +100,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		releaseErr = errors.Join(
 			r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
 			r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),
+			r.releaseFinalizers(ctx, job.UID, p.countHeld, r.countHeldPod),
 		)
 		recordMetrics(ctx, job, p)
 	}
@@ -118,7 +119,7 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	logger := log.FromContext(ctx)
 	return r.parallel(ctx, len(deletions), func(i int) error {
 		d := deletions[i]
-		if d.stripFinalizer && d.pod.Tracked {
+		if d.stripFinalizer && d.pod.Finalized() {
 			if err := r.discardPod(ctx, d.pod); err != nil {
 				return err
 			}
@@ -304,54 +305,56 @@ func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods 
 	return errors.Join(errs...)
 }
 
-// removeFinalizer removes the tracking finalizer from a pod whose result is
-// recorded, or that is not the job's to count.
+// removeFinalizer removes the operator's finalizers (tracking and
+// index-retry) from a pod whose result is recorded, or that is not the
+// job's to count.
 func (r *Reconciler) removeFinalizer(ctx context.Context, pod *jobpod.Pod) error {
-	return r.patchFinalizer(ctx, pod, nil)
+	return r.patchFinalizer(ctx, pod, removeFinalizerPatch)
 }
 
-// discardPod removes the tracking finalizer and marks the pod discarded in
-// the same patch, so that its end is never counted (suspend, excess pods,
-// lingering pods after success).
+// discardPod removes the finalizers and marks the pod discarded in the same
+// patch, so that its end is never counted (suspend, excess pods, lingering
+// pods after success).
 func (r *Reconciler) discardPod(ctx context.Context, pod *jobpod.Pod) error {
-	return r.patchFinalizer(ctx, pod, map[string]string{ibjv1.DiscardedAnnotation: "true"})
+	return r.patchFinalizer(ctx, pod, discardPatch)
 }
 
-// finalizerPatch is a strategic merge patch that removes only this
-// controller's finalizer, leaving other finalizers alone, needs no
+// countHeldPod removes only the tracking finalizer of a pod heldForRetry:
+// its failure is counted, and its index-retry finalizer keeps it as its
+// index's record until the next pod exists.
+func (r *Reconciler) countHeldPod(ctx context.Context, pod *jobpod.Pod) error {
+	return r.patchFinalizer(ctx, pod, countHeldPatch)
+}
+
+// finalizerPatch is a strategic merge patch that removes the listed
+// finalizers of this controller, leaving other finalizers alone, needs no
 // resourceVersion, and adds the annotations.
-func finalizerPatch(annotations map[string]string) ([]byte, error) {
-	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": []string{ibjv1.TrackingFinalizer}}
+func finalizerPatch(finalizers []string, annotations map[string]string) []byte {
+	meta := map[string]any{"$deleteFromPrimitiveList/finalizers": finalizers}
 	if len(annotations) > 0 {
 		meta["annotations"] = annotations
 	}
-	return json.Marshal(map[string]any{"metadata": meta})
-}
-
-// removeFinalizerPatch is finalizerPatch without annotations, the patch of
-// nearly every pod, made once.
-var removeFinalizerPatch = func() []byte {
-	patch, err := finalizerPatch(nil)
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		panic(err)
+		panic(err) // strings only: cannot fail
 	}
 	return patch
-}()
+}
 
-// patchFinalizer removes the tracking finalizer and adds the annotations,
-// in one patch.
-func (r *Reconciler) patchFinalizer(ctx context.Context, pod *jobpod.Pod, annotations map[string]string) error {
-	patch := removeFinalizerPatch
-	if len(annotations) > 0 {
-		var err error
-		if patch, err = finalizerPatch(annotations); err != nil {
-			return err
-		}
-	}
+// The finalizer patches, made once: nearly every pod gets one.
+var (
+	ownFinalizers        = []string{ibjv1.TrackingFinalizer, ibjv1.IndexRetryFinalizer}
+	removeFinalizerPatch = finalizerPatch(ownFinalizers, nil)
+	discardPatch         = finalizerPatch(ownFinalizers, map[string]string{ibjv1.DiscardedAnnotation: "true"})
+	countHeldPatch       = finalizerPatch([]string{ibjv1.TrackingFinalizer}, nil)
+)
+
+// patchFinalizer sends a finalizer patch.
+func (r *Reconciler) patchFinalizer(ctx context.Context, pod *jobpod.Pod, patch []byte) error {
 	if err := client.IgnoreNotFound(r.patchPod(ctx, pod, patch)); err != nil {
-		return fmt.Errorf("removing tracking finalizer of pod %s: %w", pod.Name, err)
+		return fmt.Errorf("removing the finalizers of pod %s: %w", pod.Name, err)
 	}
-	log.FromContext(ctx).V(3).Info("Removed tracking finalizer", "pod", klog.KObj(pod))
+	log.FromContext(ctx).V(3).Info("Removed finalizers", "pod", klog.KObj(pod))
 	return nil
 }
 
@@ -369,7 +372,7 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 	}
 	if err := r.forEachPod(ctx, own, func(ctx context.Context, pod *jobpod.Pod) error {
 		// A pod whose finalizer was left for later would stay after the job.
-		if pod.Tracked {
+		if pod.Finalized() {
 			if err := r.removeFinalizer(ctx, pod); err != nil {
 				return err
 			}

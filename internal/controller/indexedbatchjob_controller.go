@@ -219,7 +219,7 @@ func splitByOwner(pods []*jobpod.Pod, owner types.UID) (own, foreign []*jobpod.P
 		switch {
 		case owner != "" && pod.OwnerUID == owner:
 			own = append(own, pod)
-		case pod.Tracked:
+		case pod.Finalized():
 			foreign = append(foreign, pod)
 		}
 	}

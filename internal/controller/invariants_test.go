@@ -584,6 +584,9 @@ func newApplying(in syncInput, p plan, fault *writeFault, seen []*corev1.Pod) *a
 	for i, pod := range p.removeFinalizer {
 		a.releases[pod.Name] = i
 	}
+	for i, pod := range p.countHeld {
+		a.releases[pod.Name] = len(p.removeFinalizer) + i
+	}
 	for i, pod := range p.discard {
 		a.discards[pod.Name] = i
 	}
@@ -1038,8 +1041,8 @@ func (c *cluster) settle() {
 		c.errorf("finished with succeeded=%d failed=%d, completed indexes %d, failures in the ledger %d", st.Succeeded, st.Failed, completed.Len(), c.recordedFail.Len())
 	}
 	for _, p := range c.pods {
-		if jobpod.Read(p).Tracked {
-			c.errorf("finished job still holds pod %s", p.Name)
+		if jobpod.Read(p).Finalized() {
+			c.errorf("finished job still holds pod %s (finalizers %v)", p.Name, p.Finalizers)
 		}
 	}
 }

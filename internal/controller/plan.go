@@ -21,6 +21,9 @@ type plan struct {
 	removeFinalizer []*jobpod.Pod
 	// discard are pods whose finalizer goes without their end being counted.
 	discard []*jobpod.Pod
+	// countHeld are pods heldForRetry whose tracking finalizer goes (their
+	// failure is then counted) while their index-retry finalizer stays.
+	countHeld []*jobpod.Pod
 	// releaseLater are pods whose finalizer goes off the critical path, once
 	// the status is written: the results they hold are counted already.
 	releaseLater []*jobpod.Pod

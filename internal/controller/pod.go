@@ -37,6 +37,15 @@ func podName(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 // the tracking finalizer; for a job with
 // retryResources.onOOMKilled, the memory raised for the index's OOM kills
 // and the annotations that record them.
+// podFinalizers are a new pod's finalizers: the tracking finalizer, and the
+// index-retry finalizer when the job retries by index (heldForRetry).
+func podFinalizers(job *ibjv1.IndexedBatchJob) []string {
+	if job.Spec.BackoffLimitPerIndex != nil {
+		return []string{ibjv1.TrackingFinalizer, ibjv1.IndexRetryFinalizer}
+	}
+	return []string{ibjv1.TrackingFinalizer}
+}
+
 func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 	tmpl := job.Spec.Template.DeepCopy()
 	index := strconv.Itoa(int(p.index))
@@ -46,7 +55,7 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 			Namespace:       job.Namespace,
 			Labels:          tmpl.Labels,
 			Annotations:     tmpl.Annotations,
-			Finalizers:      []string{ibjv1.TrackingFinalizer},
+			Finalizers:      podFinalizers(job),
 			OwnerReferences: []metav1.OwnerReference{controllerRef(job)},
 		},
 		Spec: tmpl.Spec,

@@ -275,7 +275,7 @@ func (s *syncState) removeUnwantedPod(pod *jobpod.Pod) {
 	if pod.IndexOK {
 		reason = "index removed"
 	}
-	if pod.DeletionTimestamp == nil || pod.Tracked {
+	if pod.DeletionTimestamp == nil || pod.Finalized() {
 		d := podDeletion{pod: pod, stripFinalizer: true, reason: reason}
 		switch {
 		case pod.DeletionTimestamp != nil:
@@ -494,7 +494,7 @@ func (s *syncState) stopPods() {
 				}
 			case pod.DeletionTimestamp == nil:
 				s.deleteUncounted(pod, s.target.Reason)
-			case pod.Tracked:
+			case pod.Finalized():
 				s.plan.discard = append(s.plan.discard, pod)
 			}
 		}
@@ -508,21 +508,27 @@ func (s *syncState) deleteUncounted(pod *jobpod.Pod, reason string) {
 	s.terminating++
 }
 
-// releaseFinalizers lets go of every pod whose result is recorded, except
-// those heldForRetry. The reconciler removes them only once the status
-// holding their result is written. A failed pod is counted only once its
+// releaseFinalizers lets go of every pod whose result is recorded. The
+// reconciler removes the finalizers only once the status holding their
+// result is written. A failed pod is counted only once its tracking
 // finalizer is gone, so that removal is on the job's way to its end; a
 // succeeded pod is counted by its index already, so its finalizer goes
 // later (plan.releaseLater), when the client has time. A succeeded pod of
-// an index that had failed before is let go uncounted.
+// an index that had failed before is let go uncounted. A pod heldForRetry
+// loses only its tracking finalizer (plan.countHeld): it is counted now,
+// whatever becomes of the creates of its replacement, and its index-retry
+// finalizer keeps it until it is no longer held.
 func (s *syncState) releaseFinalizers() {
 	held := s.heldForRetry()
 	for _, pod := range s.pods {
-		if !pod.Tracked || held.Has(pod.UID) {
-			continue
-		}
 		switch {
-		case s.uncountedFailed.Has(pod.UID):
+		case !pod.Finalized():
+		case held.Has(pod.UID):
+			if s.uncountedFailed.Has(pod.UID) {
+				s.countHeld(pod)
+			}
+		case s.uncountedFailed.Has(pod.UID), !pod.Tracked:
+			// Recorded, or counted already and no longer held.
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
 		case s.completed.Has(pod.Index):
@@ -534,18 +540,30 @@ func (s *syncState) releaseFinalizers() {
 	for _, pod := range s.ignoredFailures {
 		if !held.Has(pod.UID) {
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
+		} else {
+			s.countHeld(pod)
 		}
 	}
 }
 
-// heldForRetry are the failed pods whose tracking finalizer stays although
-// their result is recorded: with backoffLimitPerIndex, the latest pod of an
-// index still to be retried carries the index's failure counts and the time
-// its backoff runs from. A deleted pod (evicted, or removed by a user) goes
-// from the API server as soon as its finalizer does; without it the next
-// pod of the index would start at attempt 0 with no failures and no delay.
-// The finalizer goes once the replacement exists (it is then the latest),
-// the index finished, or the job reached its end, as upstream's
+// countHeld lets a held pod's tracking finalizer go and keeps its
+// index-retry finalizer. A pod made before the index-retry finalizer
+// existed has none: it keeps its tracking finalizer until it is no longer
+// held, as upstream keeps its pods.
+func (s *syncState) countHeld(pod *jobpod.Pod) {
+	if pod.Tracked && pod.Held {
+		s.plan.countHeld = append(s.plan.countHeld, pod)
+	}
+}
+
+// heldForRetry are the failed pods that keep their index-retry finalizer
+// although their result is recorded: with backoffLimitPerIndex, the latest
+// pod of an index still to be retried carries the index's failure counts
+// and the time its backoff runs from. A deleted pod (evicted, or removed by
+// a user) goes from the API server as soon as its finalizers do; without it
+// the next pod of the index would start at attempt 0 with no failures and
+// no delay. It is let go once the replacement exists (it is then the
+// latest), the index finished, or the job reached its end, as upstream's
 // podsWithDelayedDeletionPerIndex.
 func (s *syncState) heldForRetry() sets.Set[types.UID] {
 	held := sets.New[types.UID]()
@@ -597,7 +615,7 @@ func (s *syncState) releaseFinishedJob() {
 		switch {
 		case pod.Active():
 			s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "job finished"})
-		case !pod.Tracked:
+		case !pod.Finalized():
 		case pod.Finished():
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
 		default: // terminating: its finalizer is all that keeps it

@@ -1034,3 +1034,45 @@ func TestSyncCreatesAtMostMaxCreatesPerSync(t *testing.T) {
 		t.Errorf("a small job: %d creates, requeue after %v; want 10 and none", len(p.create), p.requeueAfter)
 	}
 }
+
+func TestRefusedReplacementNeverHoldsTheCountBack(t *testing.T) {
+	// The failed pod carries index 0's failure count until its replacement
+	// exists, but its failure is counted at once: a quota or a policy that
+	// refuses the replacement holds nothing of the status back.
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimitPerIndex(2).Obj())
+	c.sync()
+	failed := podOfIndex(c, 0)
+	if !slices.Contains(failed.Finalizers, ibjv1.IndexRetryFinalizer) {
+		t.Fatalf("finalizers %v, want the index-retry finalizer on a pod of a job with backoffLimitPerIndex", failed.Finalizers)
+	}
+	c.fail(failed, 1, false)
+	c.advance(11 * time.Second)
+	for i := range 3 {
+		c.fault = &writeFault{step: stepCreate} // every create refused
+		p := c.sync()
+		if len(p.create) != 1 {
+			t.Fatalf("sync %d: creates = %v, want the retry of index 0 tried", i, createdIndexes(p))
+		}
+	}
+	held := c.pod(failed.UID)
+	switch {
+	case c.job.Status.Failed != 1 || c.job.Status.UncountedTerminatedPods != nil:
+		t.Errorf("failed = %d, uncounted = %v while the retry is refused; want 1 and none", c.job.Status.Failed, c.job.Status.UncountedTerminatedPods)
+	case held == nil:
+		t.Fatalf("the failed pod went before its replacement exists")
+	case slices.Contains(held.Finalizers, ibjv1.TrackingFinalizer) || !slices.Contains(held.Finalizers, ibjv1.IndexRetryFinalizer):
+		t.Errorf("finalizers %v, want the index-retry finalizer only", held.Finalizers)
+	}
+
+	p := c.sync() // the create goes through
+	if len(p.create) != 1 || p.create[0].failures != 1 || p.create[0].attempt != 1 {
+		t.Fatalf("creates = %+v, want index 0 retried as attempt 1 with one failure", p.create)
+	}
+	p = c.sync()
+	if !slices.Contains(names(p.removeFinalizer), failed.Name) {
+		t.Errorf("removeFinalizer = %v, want the failed pod let go once replaced", names(p.removeFinalizer))
+	}
+	if c.job.Status.Failed != 1 {
+		t.Errorf("failed = %d after the retry, want 1 (counted once)", c.job.Status.Failed)
+	}
+}

@@ -139,12 +139,15 @@ func OnlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool {
 // countsAsFailed mirrors upstream's isPodFailed: phase Failed, or, when
 // terminating pods are replaced at once, a pod deleted before it succeeded
 // (it may never get the chance to reach phase Failed). A pod the operator
-// discarded never counts.
+// discarded never counts. A pod that lost only its tracking finalizer and
+// kept its index-retry one was counted as failed (the controller's count of
+// a pod held for its index's retry): it stays failed even if it then
+// succeeded, as a terminating pod counted at once may.
 func countsAsFailed(p *Pod, onlyFailed bool) bool {
 	if p.Discarded {
 		return false
 	}
-	if p.Phase == corev1.PodFailed {
+	if p.Phase == corev1.PodFailed || p.Held && !p.Tracked && (p.Finished() || p.DeletionTimestamp != nil) {
 		return true
 	}
 	return !onlyFailed && p.DeletionTimestamp != nil && p.Phase != corev1.PodSucceeded

@@ -36,8 +36,11 @@ type Pod struct {
 	Ignored  int32 // the index-ignored-failure-count annotation
 	OOMKills int32 // the oom-kills annotation
 
-	Phase     corev1.PodPhase
-	Tracked   bool // carries the tracking finalizer
+	Phase   corev1.PodPhase
+	Tracked bool // carries the tracking finalizer
+	// Held: carries the index-retry finalizer (its failure may be counted
+	// already; it stays as its index's record until the next pod exists).
+	Held      bool
 	Discarded bool // its finalizer was removed without counting its end
 	Ready     bool
 	// OOMKilled: a container or init container terminated with reason
@@ -85,8 +88,11 @@ func Read(pod *corev1.Pod) *Pod {
 		c.BadIndex = pod.Labels[ibjv1.CompletionIndexLabel]
 	}
 	for _, f := range pod.Finalizers {
-		if f == ibjv1.TrackingFinalizer {
+		switch f {
+		case ibjv1.TrackingFinalizer:
 			c.Tracked = true
+		case ibjv1.IndexRetryFinalizer:
+			c.Held = true
 		}
 	}
 	for _, cond := range pod.Status.Conditions {
@@ -125,6 +131,10 @@ func internPhase(p corev1.PodPhase) corev1.PodPhase {
 	}
 	return p
 }
+
+// Finalized: the pod carries one of the operator's finalizers (tracking or
+// index-retry), which someone must remove before the pod can go.
+func (p *Pod) Finalized() bool { return p.Tracked || p.Held }
 
 // Finished: the pod reached Succeeded or Failed.
 func (p *Pod) Finished() bool {
