@@ -152,5 +152,8 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	if r.pods != nil {
 		out["cached_pods"] = r.pods.Len()
 	}
+	if f, ok := r.pods.(interface{ FailingJobs() int }); ok {
+		out["failing_jobs"] = f.FailingJobs()
+	}
 	return out
 }

@@ -65,6 +65,9 @@ type Source struct {
 	// (every pod the cache takes in is an add, every one it drops a
 	// delete), so that a metrics scrape does not list every key.
 	cached atomic.Int64
+	// failing counts, by job, the cached failed pods that still carry the
+	// tracking finalizer: failures no sync has counted yet.
+	failing failingPods
 }
 
 // Options are a Source's settings.
@@ -137,10 +140,21 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			s.finalizerGone(pod)
 		}
 	}
+	// An update that would sync at once waits for the batch too while the
+	// job has a failure no sync counted yet: its sync is the failure's,
+	// which sees every failure of the batch together.
+	soon := func(pod *jobpod.Pod) {
+		if s.failing.has(pod) {
+			enqueue(batched, pod)
+		} else {
+			enqueue(now, pod)
+		}
+	}
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(1)
+				s.failing.update(nil, pod)
 				enqueue(batched, pod)
 			}
 		},
@@ -153,12 +167,13 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			if old.Tracked && !pod.Tracked {
 				letGo(pod)
 			}
+			s.failing.update(old, pod)
 			switch {
 			case releasedAfterSuccess(old, pod):
 			case newlyFailed(old, pod):
 				enqueue(batched, pod)
 			default:
-				enqueue(now, pod)
+				soon(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -167,6 +182,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			}
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(-1)
+				s.failing.update(pod, nil)
 				letGo(pod)
 				enqueue(batched, pod)
 			}
@@ -215,6 +231,10 @@ func (s *Source) WaitForSync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// FailingJobs is how many jobs have a cached failed pod no sync has
+// counted yet (the entries of the store behind the batching of failures).
+func (s *Source) FailingJobs() int { return s.failing.len() }
 
 // Len is how many pods the informers cache.
 func (s *Source) Len() int { return int(s.cached.Load()) }

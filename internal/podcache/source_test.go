@@ -186,3 +186,50 @@ func TestPodHandler(t *testing.T) {
 		}
 	}
 }
+
+// Failures that land together are decided together: while a job has a
+// failed pod no sync counted yet, an update of another of its pods that
+// would sync at once (one started, became ready or succeeded) waits for the
+// failure's batch instead, so that its sync sees every failure of the
+// batch. Once the failure is counted (its finalizer gone), updates sync at
+// once again; another job is never held back.
+func TestUpdatesWaitForTheBatchOfAFailureNotCountedYet(t *testing.T) {
+	mk := func(job, name string, phase corev1.PodPhase, tracked bool) *jobpod.Pod {
+		p := &jobpod.Pod{Phase: phase, Tracked: tracked, JobName: job}
+		p.Namespace, p.Name, p.UID = "ns", name, types.UID(name)
+		return p
+	}
+	var now, batched []string
+	s := &Source{}
+	h := s.handler(
+		func(r reconcile.Request) { now = append(now, r.Name) },
+		func(r reconcile.Request) { batched = append(batched, r.Name) },
+	)
+	step := func(name string, event func(), wantNow, wantBatched []string) {
+		t.Helper()
+		now, batched = nil, nil
+		event()
+		if !slices.Equal(now, wantNow) || !slices.Equal(batched, wantBatched) {
+			t.Errorf("%s: synced at once %v, batched %v; want %v and %v", name, now, batched, wantNow, wantBatched)
+		}
+	}
+	a2, a3 := mk("a", "a-2", corev1.PodRunning, true), mk("a", "a-3", corev1.PodPending, true)
+	b0 := mk("b", "b-0", corev1.PodPending, true)
+	failed := mk("a", "a-2", corev1.PodFailed, true)
+	step("index 2 fails", func() { h.OnUpdate(a2, failed) }, nil, []string{"a"})
+	step("index 3 starts", func() { h.OnUpdate(a3, mk("a", "a-3", corev1.PodRunning, true)) }, nil, []string{"a"})
+	step("another job's pod starts", func() { h.OnUpdate(b0, mk("b", "b-0", corev1.PodRunning, true)) }, []string{"b"}, nil)
+	if got := s.FailingJobs(); got != 1 {
+		t.Errorf("FailingJobs = %d, want 1", got)
+	}
+	counted := mk("a", "a-2", corev1.PodFailed, false)
+	step("index 2's failure counted", func() { h.OnUpdate(failed, counted) }, []string{"a"}, nil)
+	step("index 3 succeeds", func() { h.OnUpdate(a3, mk("a", "a-3", corev1.PodSucceeded, true)) }, []string{"a"}, nil)
+	step("a failed pod deleted uncounted", func() {
+		h.OnAdd(failed, false)
+		h.OnDelete(failed)
+	}, nil, []string{"a", "a"})
+	if got := s.FailingJobs(); got != 0 {
+		t.Errorf("FailingJobs = %d once no failure waits, want 0 (no entry left)", got)
+	}
+}
