@@ -58,6 +58,11 @@ type Reconciler struct {
 	// once it has sent its share (createPods). Nil in tests without a
 	// queue, where no job waits.
 	waiting interface{ Len() int }
+	// wake queues a job's sync (the controller's queue), nil in tests
+	// without one.
+	wake func(reconcile.Request)
+	// strays lets go of pods edited out of their job (strays.go).
+	strays *strayReleases
 	// takenNames remembers the pod names found taken by pods a job does
 	// not control (taken_names.go).
 	takenNames *takenNames
@@ -100,6 +105,7 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	}
 	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken, gangs: gangs}
 	r.later = newLaterReleases(r)
+	r.strays = newStrayReleases(r)
 	return r
 }
 
@@ -209,15 +215,16 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 }
 
 // splitByOwner divides the pods labelled with a job's name into those the
-// job with UID owner controls and the foreign ones that still carry the
-// tracking finalizer: pods of a deleted job or of an earlier job of the same
-// name, which must not stay stuck. An empty owner (the job is gone) makes
+// job with UID owner controls (and whose controller-uid label names it) and
+// the foreign ones that still carry a finalizer of the operator: pods of a
+// deleted job or of an earlier job of the same name, or edited out of the
+// job, which must not stay stuck. An empty owner (the job is gone) makes
 // every tracked pod foreign.
 func splitByOwner(pods []*jobpod.Pod, owner types.UID) (own, foreign []*jobpod.Pod) {
 	own = make([]*jobpod.Pod, 0, len(pods))
 	for _, pod := range pods {
 		switch {
-		case owner != "" && pod.OwnerUID == owner:
+		case owner != "" && pod.OwnerUID == owner && pod.UIDLabel == owner:
 			own = append(own, pod)
 		case pod.Finalized():
 			foreign = append(foreign, pod)
@@ -268,6 +275,7 @@ func (r *Reconciler) newQueue(logger logr.Logger) func(string, workqueue.TypedRa
 			o.RateLimiter = limiter
 		})
 		r.waiting = q
+		r.wake = q.Add
 		return q
 	}
 }
@@ -309,7 +317,7 @@ const podEventBatchPeriod = time.Second
 // and their pods, from a podcache.Source of its own over the given
 // namespaces (all when empty).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
-	pods, err := podcache.New(mgr.GetConfig(), namespaces, podcache.Options{FinalizerGone: r.later.observed, BatchPeriod: podEventBatchPeriod})
+	pods, err := podcache.New(mgr.GetConfig(), namespaces, podcache.Options{FinalizerGone: r.later.observed, Strayed: r.strays.add, BatchPeriod: podEventBatchPeriod})
 	if err != nil {
 		return err
 	}
@@ -330,6 +338,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 		return err
 	}
 	if err := mgr.Add(r.later); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.strays); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).

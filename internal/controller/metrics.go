@@ -146,6 +146,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	out["taken_services"] = r.takenServices.Len()
 	out["gangs"] = r.gangs.Len()
 	out["finalizer_releases"] = r.later.size()
+	out["stray_pods"] = r.strays.size()
 	out["paced_events"] = r.events.size()
 	out["taken_pod_names"] = r.takenNames.size()
 	out["gone_pods"] = r.gone.size()

@@ -21,11 +21,16 @@ import (
 // annotation of the same name when the label is missing. ok is false for a
 // missing, malformed (leading zero, sign, spaces) or negative index, and
 // for a malformed label whatever the annotation says: the label is what
-// selects the pod.
+// selects the pod. A label and an annotation that disagree (one of them
+// was edited after the pod was made with its index in both) name no valid
+// index either: the pod runs with the index it was made with, which the
+// edit hides, so it must not count for either.
 func Index(pod *corev1.Pod) (index int32, ok bool) {
 	v, found := pod.Labels[ibjv1.CompletionIndexLabel]
-	if !found {
-		v, found = pod.Annotations[ibjv1.CompletionIndexLabel]
+	if a, annotated := pod.Annotations[ibjv1.CompletionIndexLabel]; !found {
+		v, found = a, annotated
+	} else if annotated && a != v {
+		return 0, false
 	}
 	if !found {
 		return 0, false

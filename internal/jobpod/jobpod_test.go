@@ -29,6 +29,9 @@ func TestIndexReadsTheLabelThenTheAnnotation(t *testing.T) {
 		{"spaces", ptr.To(" 1"), nil, 0, false},
 		{"beyond int32", ptr.To(strconv.FormatInt(1<<31, 10)), nil, 0, false},
 		{"malformed label with a good annotation", ptr.To("x"), ptr.To("1"), 0, false},
+		{"label edited to another index", ptr.To("0"), ptr.To("1"), 0, false},
+		{"annotation edited to another index", ptr.To("1"), ptr.To("7"), 0, false},
+		{"label alone", ptr.To("4"), nil, 4, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -24,7 +25,8 @@ type Pod struct {
 	Meta
 
 	JobName  string    // the job-name label, "" when missing
-	OwnerUID types.UID // UID of the controlling owner, "" without one
+	OwnerUID types.UID // UID of the controlling IndexedBatchJob, "" without one
+	UIDLabel types.UID // the controller-uid label, "" when missing
 	// Index is the completion Index from the label (else the annotation);
 	// badIndex, when the Index is missing or malformed, is the label as
 	// written, for the event that reports it.
@@ -80,9 +82,10 @@ func Read(pod *corev1.Pod) *Pod {
 	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {
 		c.Discarded = true
 	}
-	if ref := metav1.GetControllerOf(pod); ref != nil {
+	if ref := metav1.GetControllerOf(pod); isJobRef(ref) {
 		c.OwnerUID = types.UID(intern(string(ref.UID)))
 	}
+	c.UIDLabel = types.UID(intern(pod.Labels[ibjv1.ControllerUIDLabel]))
 	c.Index, c.IndexOK = Index(pod)
 	if !c.IndexOK {
 		c.BadIndex = pod.Labels[ibjv1.CompletionIndexLabel]
@@ -115,6 +118,15 @@ func Read(pod *corev1.Pod) *Pod {
 	return c
 }
 
+// isJobRef: the controller reference names an IndexedBatchJob.
+func isJobRef(ref *metav1.OwnerReference) bool {
+	if ref == nil || ref.Kind != "IndexedBatchJob" {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == ibjv1.GroupVersion.Group
+}
+
 // intern returns the canonical copy of s, so that the pods of one job
 // (thousands of them) share one string for what they have in common (their
 // namespace, job name and owner) instead of each keeping its decoder's copy.
@@ -135,6 +147,16 @@ func internPhase(p corev1.PodPhase) corev1.PodPhase {
 // Finalized: the pod carries one of the operator's finalizers (tracking or
 // index-retry), which someone must remove before the pod can go.
 func (p *Pod) Finalized() bool { return p.Tracked || p.Held }
+
+// Strayed: the pod carries one of the operator's finalizers but no longer
+// belongs to a job: it has no IndexedBatchJob for its controller, or its
+// labels no longer name the job that controls it (someone edited them).
+// The operator lets such a pod go (its finalizers and its controller
+// reference), as upstream's Job controller releases a pod that no longer
+// matches its selector; the job runs the index again.
+func (p *Pod) Strayed() bool {
+	return p.Finalized() && (p.OwnerUID == "" || p.JobName == "" || p.UIDLabel != p.OwnerUID)
+}
 
 // Finished: the pod reached Succeeded or Failed.
 func (p *Pod) Finished() bool {

@@ -5,6 +5,10 @@ import (
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
 // The struct is a fraction of a decoded Pod's: this is what keeps a job of
@@ -14,5 +18,51 @@ import (
 func TestPodIsSmall(t *testing.T) {
 	if got, pod := unsafe.Sizeof(Pod{}), unsafe.Sizeof(corev1.Pod{}); got*100 > pod*35 {
 		t.Errorf("Pod is %d bytes, want at most 35%% of a Pod's %d", got, pod)
+	}
+}
+
+// A pod is stray when it holds a finalizer of the operator but its labels
+// or its controller reference no longer tie it to one job; what Read takes
+// for the owner is an IndexedBatchJob's controller reference only.
+func TestStrayed(t *testing.T) {
+	const uid = "job-uid"
+	mk := func(edit func(*corev1.Pod)) *corev1.Pod {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: "a-0-0", Namespace: "ns",
+			Labels:     map[string]string{ibjv1.JobNameLabel: "a", ibjv1.ControllerUIDLabel: uid, ibjv1.CompletionIndexLabel: "0"},
+			Finalizers: []string{ibjv1.TrackingFinalizer},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: ibjv1.GroupVersion.String(), Kind: "IndexedBatchJob", Name: "a", UID: uid, Controller: ptr.To(true),
+			}},
+		}}
+		edit(pod)
+		return pod
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Pod)
+		want bool
+	}{
+		{"as made", func(*corev1.Pod) {}, false},
+		{"job-name label removed", func(p *corev1.Pod) { delete(p.Labels, ibjv1.JobNameLabel) }, true},
+		{"controller-uid label removed", func(p *corev1.Pod) { delete(p.Labels, ibjv1.ControllerUIDLabel) }, true},
+		{"controller-uid label names another job", func(p *corev1.Pod) { p.Labels[ibjv1.ControllerUIDLabel] = "other" }, true},
+		{"controller reference removed", func(p *corev1.Pod) { p.OwnerReferences = nil }, true},
+		{"controlled by a ReplicaSet", func(p *corev1.Pod) {
+			p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind = "apps/v1", "ReplicaSet"
+		}, true},
+		{"an IndexedBatchJob of another version", func(p *corev1.Pod) { p.OwnerReferences[0].APIVersion = ibjv1.GroupVersion.Group + "/v1" }, false},
+		{"only the index-retry finalizer", func(p *corev1.Pod) {
+			p.Finalizers = []string{ibjv1.IndexRetryFinalizer}
+			delete(p.Labels, ibjv1.JobNameLabel)
+		}, true},
+		{"no finalizer of ours: nothing to let go", func(p *corev1.Pod) {
+			p.Finalizers = []string{"example.com/other"}
+			delete(p.Labels, ibjv1.JobNameLabel)
+		}, false},
+	} {
+		if got := Read(mk(tc.edit)).Strayed(); got != tc.want {
+			t.Errorf("%s: Strayed() = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

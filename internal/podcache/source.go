@@ -59,6 +59,9 @@ type Source struct {
 	// finalizerGone, if not nil, hears of every pod the cache shows losing its
 	// tracking finalizer or gone.
 	finalizerGone func(*jobpod.Pod)
+	// strayed, if not nil, hears of every pod the cache sees stray
+	// (jobpod.Pod.Strayed).
+	strayed func(*jobpod.Pod)
 	// batchPeriod is how long a pod event waits to be synced (Options).
 	batchPeriod time.Duration
 	// cached counts the pods the informers hold, kept by the event handler
@@ -75,6 +78,12 @@ type Options struct {
 	// FinalizerGone, if not nil, hears of every pod the cache shows losing
 	// its tracking finalizer or gone.
 	FinalizerGone func(*jobpod.Pod)
+	// Strayed, if not nil, hears of every pod that carries the operator's
+	// finalizers but no longer belongs to a job (jobpod.Pod.Strayed),
+	// including one that left the watch because its controller-uid label
+	// was removed or one whose deletion the informer missed while it still
+	// held a finalizer.
+	Strayed func(*jobpod.Pod)
 	// BatchPeriod is how long the sync waits that a pod's creation,
 	// deletion or failure asks for, so that the events that land together
 	// (two failures, a node's pods) are decided in one sync, as upstream's
@@ -97,7 +106,7 @@ func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: opts.FinalizerGone, batchPeriod: opts.BatchPeriod}
+	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: opts.FinalizerGone, strayed: opts.Strayed, batchPeriod: opts.BatchPeriod}
 	for _, ns := range namespaces {
 		lw := toolscache.NewFilteredListWatchFromClient(pods, "pods", ns, func(o *metav1.ListOptions) {
 			o.LabelSelector = ibjv1.ControllerUIDLabel
@@ -140,6 +149,11 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			s.finalizerGone(pod)
 		}
 	}
+	stray := func(pod *jobpod.Pod, lost bool) {
+		if s.strayed != nil && (pod.Strayed() || lost && pod.Finalized()) {
+			s.strayed(pod)
+		}
+	}
 	// An update that would sync at once waits for the batch too while the
 	// job has a failure no sync counted yet: its sync is the failure's,
 	// which sees every failure of the batch together.
@@ -155,6 +169,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(1)
 				s.failing.update(nil, pod)
+				stray(pod, false)
 				enqueue(batched, pod)
 			}
 		},
@@ -168,6 +183,11 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 				letGo(pod)
 			}
 			s.failing.update(old, pod)
+			stray(pod, false)
+			if old.JobName != pod.JobName {
+				// Its job-name label changed: the job it left syncs too.
+				enqueue(now, old)
+			}
 			switch {
 			case releasedAfterSuccess(old, pod):
 			case newlyFailed(old, pod):
@@ -177,12 +197,17 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			d, lost := obj.(toolscache.DeletedFinalStateUnknown)
+			if lost {
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(-1)
 				s.failing.update(pod, nil)
+				// A pod deleted for good has no finalizer left: one that
+				// still holds one left the watch (its controller-uid label
+				// removed), or its deletion was missed.
+				stray(pod, lost)
 				letGo(pod)
 				enqueue(batched, pod)
 			}

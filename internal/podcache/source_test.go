@@ -233,3 +233,55 @@ func TestUpdatesWaitForTheBatchOfAFailureNotCountedYet(t *testing.T) {
 		t.Errorf("FailingJobs = %d once no failure waits, want 0 (no entry left)", got)
 	}
 }
+
+// The cache reports a pod edited out of its job the moment it sees it:
+// one still cached with its job-name label removed or its controller-uid
+// label changed, one that left the watch with its controller-uid label
+// (the informer's delete carries the pod as it is now, finalizer and all),
+// and one whose deletion the informer missed while it held a finalizer. A
+// pod deleted for good (no finalizer left) is not stray; the job a pod's
+// job-name label named before the edit syncs too.
+func TestPodHandlerReportsStrays(t *testing.T) {
+	mk := func(edit func(*jobpod.Pod)) *jobpod.Pod {
+		p := &jobpod.Pod{Phase: corev1.PodRunning, Tracked: true, JobName: "job", OwnerUID: "j", UIDLabel: "j"}
+		p.Namespace, p.Name, p.UID = "ns", "job-0-0", "uid-0"
+		edit(p)
+		return p
+	}
+	mine := mk(func(*jobpod.Pod) {})
+	for _, tc := range []struct {
+		name   string
+		event  func(toolscache.ResourceEventHandlerFuncs)
+		strays int
+		synced []string
+	}{
+		{"job-name label removed", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(mine, mk(func(p *jobpod.Pod) { p.JobName = "" }))
+		}, 1, []string{"job"}},
+		{"job-name label renamed", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(mine, mk(func(p *jobpod.Pod) { p.JobName = "other" }))
+		}, 0, []string{"job", "other"}},
+		{"controller-uid label changed", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(mine, mk(func(p *jobpod.Pod) { p.UIDLabel = "x" }))
+		}, 1, []string{"job"}},
+		{"left the watch without its controller-uid label", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(mk(func(p *jobpod.Pod) { p.UIDLabel = "" }))
+		}, 1, []string{"job"}},
+		{"a deletion missed while it held its finalizer", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/job-0-0", Obj: mine})
+		}, 1, []string{"job"}},
+		{"deleted for good", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(mk(func(p *jobpod.Pod) { p.Tracked = false }))
+		}, 0, []string{"job"}},
+		{"a new pod of its job", func(h toolscache.ResourceEventHandlerFuncs) { h.OnAdd(mine, false) }, 0, []string{"job"}},
+	} {
+		var strays int
+		var synced []string
+		s := &Source{strayed: func(*jobpod.Pod) { strays++ }}
+		add := func(r reconcile.Request) { synced = append(synced, r.Name) }
+		tc.event(s.handler(add, add))
+		if strays != tc.strays || !slices.Equal(synced, tc.synced) {
+			t.Errorf("%s: %d strays reported, jobs synced %v; want %d and %v", tc.name, strays, synced, tc.strays, tc.synced)
+		}
+	}
+}
