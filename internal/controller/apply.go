@@ -62,7 +62,9 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
 	}
 	deleteErr := r.deletePods(ctx, job, p.delete)
-	created, yielded, createErrs := r.createPods(ctx, job, p.create)
+	took, yielded, createErrs := r.createPods(ctx, job, p.create)
+	created := countTaken(took)
+	p.memoryRaised = createdOnly(p.memoryRaised, p.create, took, job)
 	createErr := errors.Join(createErrs...)
 	if len(p.create) > 0 {
 		r.exp.createsRefused(job.UID, createErr != nil, r.clock.Now())
@@ -152,26 +154,27 @@ const nextTurn = time.Millisecond
 // once the sync has sent that many while other jobs wait for a worker it
 // stops there (yielded): a job with thousands of pods to create takes turns
 // with a job created after it, whatever the client's QPS. It returns how
-// many the API server took, whether it yielded, and the error of each
-// create (nil where it succeeded or was never sent), in the order of
+// which creates the API server took, whether it yielded, and the error of
+// each create (nil where it succeeded or was never sent), in the order of
 // creates. A pod that exists already is this job's only if it
 // is controlled by it (createdOrTaken).
-func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (created int, yielded bool, errs []error) {
+func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (took []bool, yielded bool, errs []error) {
 	errs = make([]error, len(creates))
+	took = make([]bool, len(creates))
+	created := 0
 	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, min(2*batch, max(r.writes, 1)) {
 		if created >= r.writes && r.othersWaiting() {
 			// This sync has sent its share of the write queue; the worker
 			// goes to the jobs that wait, and the rest to a later turn.
-			return created, true, errs
+			return took, true, errs
 		}
 		end := min(start+batch, len(creates))
-		took := make([]bool, end-start)
 		_ = r.parallel(ctx, end-start, func(i int) error {
-			took[i], errs[start+i] = r.createOne(ctx, job, creates[start+i])
+			took[start+i], errs[start+i] = r.createOne(ctx, job, creates[start+i])
 			return nil
 		})
 		refused := 0
-		for i, ok := range took {
+		for i, ok := range took[start:end] {
 			if ok {
 				created++
 			} else if errs[start+i] != nil {
@@ -184,7 +187,38 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 			break
 		}
 	}
-	return created, false, errs
+	return took, false, errs
+}
+
+// countTaken is how many creates the API server took.
+func countTaken(took []bool) int {
+	n := 0
+	for _, ok := range took {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// createdOnly keeps the raises of the pods that were created: a raise is
+// reported once, by the sync that made its pod, however many syncs before
+// it had their create refused.
+func createdOnly(raised []raisedPod, creates []podToCreate, took []bool, job *ibjv1.IndexedBatchJob) []raisedPod {
+	if len(raised) == 0 {
+		return nil
+	}
+	made := make(map[string]bool, len(creates))
+	for i, c := range creates {
+		made[podName(job, c.index, c.attempt)] = took[i]
+	}
+	out := raised[:0:0]
+	for _, r := range raised {
+		if made[r.pod] {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // refusedBatch says what a batch's refusals were: the first one's error and
@@ -236,7 +270,7 @@ func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, 
 
 // nameTakenByJob is called when the create of pod found its name taken. The
 // pod is the job's (took) when the pod of that name is controlled by the
-// job. Otherwise the name belongs to another pod (one left by a deleted job
+// job and labelled as its pod. Otherwise the name belongs to another pod (one left by a deleted job
 // of the same name, or anyone's): the job never counts it, the index's
 // next attempt is numbered past it (takenNames), and an event PodNameTaken
 // says so. err is the error of reading the pod, nil otherwise.
@@ -250,7 +284,10 @@ func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatch
 		}
 		return false, fmt.Errorf("reading pod %s, whose name is taken: %w", pod.Name, err)
 	}
-	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID {
+	// A pod edited out of the job (strays.go) may still be controlled by
+	// it until it is released: the job's pod is one its labels name too.
+	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID &&
+		holder.Labels[ibjv1.JobNameLabel] == job.Name && holder.Labels[ibjv1.ControllerUIDLabel] == string(job.UID) {
 		return true, nil
 	}
 	r.takenNames.take(job.UID, c.index, c.attempt)

@@ -138,7 +138,8 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 	for i := range creates {
 		creates[i] = podToCreate{index: int32(i)}
 	}
-	created, _, errs := r.createPods(context.Background(), job, creates)
+	took, _, errs := r.createPods(context.Background(), job, creates)
+	created := countTaken(took)
 	// Batches of 1, 2 and 4: the third has two refusals, and nothing more
 	// is sent.
 	if got := sent.Load(); got != 7 {
@@ -242,7 +243,8 @@ func TestCreatesGiveTheWorkerUpToAJobThatWaits(t *testing.T) {
 			for i := range creates {
 				creates[i] = podToCreate{index: int32(i)}
 			}
-			created, yielded, errs := r.createPods(context.Background(), job, creates)
+			took, yielded, errs := r.createPods(context.Background(), job, creates)
+			created := countTaken(took)
 			if got := sent.Load(); got != tc.wantSent || created != int(tc.wantSent) || yielded != tc.wantYielded || firstError(errs) != nil {
 				t.Errorf("sent %d, created %d, yielded %v (error %v); want %d sent and created, yielded %v",
 					got, created, yielded, firstError(errs), tc.wantSent, tc.wantYielded)
@@ -263,7 +265,8 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	recorder := events.NewFakeRecorder(10)
 	r := NewReconciler(api, recorder, clock.RealClock{}, DefaultBackoff)
 
-	created, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	took, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	created := countTaken(took)
 	if created != 1 || firstError(errs) != nil {
 		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
 	}

@@ -142,7 +142,7 @@ func (e *eventPacer) pacedEvents(job types.UID, jobName string, p *plan, created
 			return warningEvent("IndexFailed", "%d more %s failed for good; `kubectl ibj indexes %s --failed` lists them with the reasons",
 				n, plural(n, "index", "indexes"), jobName)
 		}},
-		{&pace.raised, p.memoryRaised, func(msg string) event { return normalEvent("MemoryRaised", "%s", msg) }, func(n int) event {
+		{&pace.raised, raisedMessages(p.memoryRaised), func(msg string) event { return normalEvent("MemoryRaised", "%s", msg) }, func(n int) event {
 			return normalEvent("MemoryRaised", "%d more %s memory raised after OOM kills; `kubectl ibj indexes %s -o wide` shows each index's memory",
 				n, plural(n, "pod got its", "pods got their"), jobName)
 		}},
@@ -163,4 +163,13 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// raisedMessages are the MemoryRaised events' messages.
+func raisedMessages(raised []raisedPod) []string {
+	out := make([]string, len(raised))
+	for i, r := range raised {
+		out[i] = r.message
+	}
+	return out
 }

@@ -104,10 +104,10 @@ func TestPacedEvents(t *testing.T) {
 // job OOM-killed everywhere does not flood the job's events.
 func TestRaisedMemoryEventsArePaced(t *testing.T) {
 	e := newEventPacer()
-	raised := func(from, to int) []string {
-		var out []string
+	raised := func(from, to int) []raisedPod {
+		var out []raisedPod
 		for ix := from; ix < to; ix++ {
-			out = append(out, fmt.Sprintf("Pod a-%d-1 raised", ix))
+			out = append(out, raisedPod{pod: fmt.Sprintf("a-%d-1", ix), message: fmt.Sprintf("Pod a-%d-1 raised", ix)})
 		}
 		return out
 	}
@@ -121,7 +121,7 @@ func TestRaisedMemoryEventsArePaced(t *testing.T) {
 	}{{
 		name: "the first raises are named, the rest counted; a held-back raise has a count of its own",
 		p:    &plan{memoryRaised: raised(0, 7), memoryHeldBack: heldBack},
-		want: append(append(prefixed("Normal MemoryRaised: ", raised(0, 5)),
+		want: append(append(prefixed("Normal MemoryRaised: ", raisedMessages(raised(0, 5))),
 			"Normal MemoryRaised: 2 more pods got their memory raised after OOM kills; `kubectl ibj indexes a -o wide` shows each index's memory"),
 			"Warning MemoryRaiseHeldBack: Pod a-0-1 held back"),
 	}, {

@@ -93,17 +93,21 @@ type Reconciler struct {
 	// gangs remembers, by job UID, the minCount the job's Workload and
 	// PodGroup were last given, for gangRecheckInterval (gang.go).
 	gangs *utilcache.Expiring
+	// memoryCaps remembers, by namespace, what its LimitRanges let an OOM
+	// raise reach, for memoryCapRecheckInterval (memory_cap.go).
+	memoryCaps *utilcache.Expiring
 }
 
 // NewReconciler returns a Reconciler that writes through c, reports events
 // to recorder (nil reports none), reads the time from clk and delays the
 // replacement of failed pods by backoff.
 func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.PassiveClock, backoff Backoff) *Reconciler {
-	taken, gangs := utilcache.NewExpiring(), utilcache.NewExpiring()
+	taken, gangs, caps := utilcache.NewExpiring(), utilcache.NewExpiring(), utilcache.NewExpiring()
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
-		taken, gangs = utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full)
+		taken, gangs, caps = utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(), takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken, gangs: gangs}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(),
+		takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken, gangs: gangs, memoryCaps: caps}
 	r.later = newLaterReleases(r)
 	r.strays = newStrayReleases(r)
 	return r
@@ -153,6 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	in := r.syncInput(job, pods, floors)
 	in.service = svc
 	in.gang = gang
+	in.memoryCap = r.memoryCap(ctx, job)
 	result, err := r.apply(ctx, job, syncJob(in))
 	if err = errors.Join(svcErr, gangErr, err); err != nil {
 		return ctrl.Result{}, err

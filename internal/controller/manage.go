@@ -181,7 +181,7 @@ func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
 	failures, ignored := jobpod.NextCounts(last, f)
 	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
 	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored,
-		oomKills: jobpod.NextOOMKills(s.job, last, f)}
+		oomKills: jobpod.NextOOMKills(s.job, last, f), memoryCap: s.memoryCap}
 }
 
 // reportRaisedMemory says, for the paced events, that a pod is created
@@ -192,11 +192,14 @@ func (s *syncState) reportRaisedMemory(next podToCreate) {
 		return
 	}
 	spec := s.job.Spec.Template.Spec.DeepCopy()
-	m := raiseMemory(s.job, spec, next.oomKills)
+	m := raiseMemory(s.job, spec, next.oomKills, next.memoryCap)
 	name := podName(s.job, next.index, next.attempt)
 	if m.raised {
-		s.plan.memoryRaised = append(s.plan.memoryRaised, fmt.Sprintf("Pod %s of index %d gets memory %s (OOM kills of the index: %d)",
-			name, next.index, memoryRecord(spec), next.oomKills))
+		msg := fmt.Sprintf("Pod %s of index %d gets memory %s (OOM kills of the index: %d)", name, next.index, memoryRecord(spec), next.oomKills)
+		if m.capped {
+			msg += fmt.Sprintf("; capped at %s, the container maximum of LimitRange %s", next.memoryCap.Max.String(), next.memoryCap.LimitRange)
+		}
+		s.plan.memoryRaised = append(s.plan.memoryRaised, raisedPod{pod: name, message: msg})
 	}
 	if len(m.heldBack) > 0 {
 		s.plan.memoryHeldBack = append(s.plan.memoryHeldBack, fmt.Sprintf("Kept the memory requests of containers %s of pod %s (index %d) "+

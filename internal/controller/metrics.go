@@ -145,6 +145,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	out["job_uids"] = uids
 	out["taken_services"] = r.takenServices.Len()
 	out["gangs"] = r.gangs.Len()
+	out["memory_caps"] = r.memoryCaps.Len()
 	out["finalizer_releases"] = r.later.size()
 	out["stray_pods"] = r.strays.size()
 	out["paced_events"] = r.events.size()

@@ -54,13 +54,14 @@ func TestTrackedEntries(t *testing.T) {
 	r.strays.add(pod)
 	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
 	r.gangs.Set(k8stypes.UID("job-a"), int32(4), time.Minute)
+	r.memoryCaps.Set("ns", (*jobpod.MemoryCap)(nil), time.Minute)
 	r.events.pacedEvents("job-a", "a", &plan{}, 2, now)
 	r.takenNames.take("job-b", 0, 0)
 	jobA := harness.MakeIndexedBatchJob("a", "ns").UID("job-a").Obj()
 	r.gone.observe(jobA, []*jobpod.Pod{makePod(jobA, 0).failedAt(now, 1).deletedAt(now).obj()})
 
 	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
-		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "gangs": 1, "paced_events": 1, "taken_pod_names": 1, "gone_pods": 1, "stray_pods": 1}
+		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "gangs": 1, "paced_events": 1, "taken_pod_names": 1, "gone_pods": 1, "stray_pods": 1, "memory_caps": 1}
 	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
 	}
@@ -74,8 +75,9 @@ func TestTrackedEntries(t *testing.T) {
 	r.strays.queue.Forget(stray)
 	r.strays.queue.Done(stray)
 	r.takenServices.Delete(k8stypes.UID("job-b"))
+	r.memoryCaps.Delete("ns")
 	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
-		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "gangs": 0, "paced_events": 0, "taken_pod_names": 0, "gone_pods": 0, "stray_pods": 0}
+		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "gangs": 0, "paced_events": 0, "taken_pod_names": 0, "gone_pods": 0, "stray_pods": 0, "memory_caps": 0}
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}

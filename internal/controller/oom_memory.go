@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // mebibyte is the step raised memory is rounded up to, so that a pod's
@@ -21,6 +22,9 @@ type oomMemory struct {
 	// heldBack names the containers whose memory request stayed below its
 	// raised value because the job's queue admitted only the template's.
 	heldBack []string
+	// capped: a raise stopped at the namespace's LimitRange maximum, below
+	// maxMemory.
+	capped bool
 }
 
 // raiseMemory raises the memory of spec's containers and init containers
@@ -33,12 +37,25 @@ type oomMemory struct {
 // request at the template's (its request, or its limit where it has no
 // request: what the API server defaults the request to and what Kueue
 // admitted), since a larger one would run outside the quota Kueue admitted;
-// limits, which Kueue does not admit, still grow.
-func raiseMemory(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, oomKills int32) oomMemory {
+// limits, which Kueue does not admit, still grow. Nothing grows past the
+// namespace's LimitRange maximum (memoryCap, when lower than maxMemory): a
+// pod above it would be refused, and the index would never run again.
+func raiseMemory(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, oomKills int32, memoryCap *jobpod.MemoryCap) oomMemory {
 	var out oomMemory
 	rr := job.Spec.RetryResources
 	if oomKills <= 0 || rr == nil || rr.OnOOMKilled == nil {
 		return out
+	}
+	maxMemory := rr.OnOOMKilled.MaxMemory
+	if memoryCap != nil && memoryCap.Max.Cmp(maxMemory) < 0 {
+		maxMemory = memoryCap.Max
+	}
+	raise := func(q resource.Quantity) resource.Quantity {
+		raised := raisedQuantity(q, maxMemory, rr.OnOOMKilled.FactorPercent, oomKills)
+		if memoryCap != nil && raised.Cmp(memoryCap.Max) == 0 && raised.Cmp(rr.OnOOMKilled.MaxMemory) < 0 {
+			out.capped = true
+		}
+		return raised
 	}
 	_, queued := job.Labels[ibjv1.QueueNameLabel]
 	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
@@ -50,7 +67,7 @@ func raiseMemory(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, oomKills int3
 				continue
 			}
 			if hasLimit {
-				raised := raisedQuantity(limit, rr.OnOOMKilled, oomKills)
+				raised := raise(limit)
 				out.raised = out.raised || raised.Cmp(limit) > 0
 				c.Resources.Limits[corev1.ResourceMemory] = raised
 			}
@@ -58,7 +75,7 @@ func raiseMemory(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, oomKills int3
 			if !hasReq {
 				admitted = limit
 			}
-			want := raisedQuantity(admitted, rr.OnOOMKilled, oomKills)
+			want := raise(admitted)
 			switch {
 			case queued && want.Cmp(admitted) > 0:
 				out.heldBack = append(out.heldBack, c.Name)
@@ -76,11 +93,12 @@ func raiseMemory(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, oomKills int3
 	return out
 }
 
-// raisedQuantity is q multiplied by the factor times times, each step
-// rounded up to a whole Mi, never above maxMemory (nor lowered to it: a
-// template above maxMemory is refused at admission).
-func raisedQuantity(q resource.Quantity, oom *ibjv1.OOMKilledResources, times int32) resource.Quantity {
-	maxBytes := oom.MaxMemory.Value()
+// raisedQuantity is q multiplied by factorPercent/100 times times, each
+// step rounded up to a whole Mi, never above maxMemory (nor lowered to it:
+// a template above maxMemory is refused at admission, or above a
+// LimitRange's maximum, by the API server).
+func raisedQuantity(q, maxMemory resource.Quantity, factorPercent, times int32) resource.Quantity {
+	maxBytes := maxMemory.Value()
 	v := q.Value()
 	// Each step of a v above 0 grows it by a byte or more, by a whole Mi
 	// after the first, so the loop ends at the cap.
@@ -88,7 +106,7 @@ func raisedQuantity(q resource.Quantity, oom *ibjv1.OOMKilledResources, times in
 		if v >= maxBytes || v == 0 {
 			break
 		}
-		v = (v*int64(oom.FactorPercent) + 99) / 100
+		v = (v*int64(factorPercent) + 99) / 100
 		v = (v + mebibyte - 1) / mebibyte * mebibyte
 	}
 	if v > maxBytes && q.Value() <= maxBytes {

@@ -146,11 +146,11 @@ func TestNewPodRaisesMemoryAfterOOMKills(t *testing.T) {
 func TestMostMemoryPodHasEveryRaisedContainerAtMaxMemory(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "3Gi").Obj()
 	job.Spec.Template.Spec.Containers[0].Resources = mem("512Mi", "1Gi")
-	if got, want := memoryOf(MostMemoryPod(job, 0).Spec.Containers[0]), (memory{"3Gi", "3Gi"}); got != want {
+	if got, want := memoryOf(MostMemoryPod(job, 0, nil).Spec.Containers[0]), (memory{"3Gi", "3Gi"}); got != want {
 		t.Errorf("MostMemoryPod's main container = %+v, want %+v", got, want)
 	}
 	job.Spec.RetryResources = nil
-	if pod := MostMemoryPod(job, 0); pod != nil {
+	if pod := MostMemoryPod(job, 0, nil); pod != nil {
 		t.Errorf("MostMemoryPod of a job without onOOMKilled = %s, want nil", pod.Name)
 	}
 }
@@ -164,5 +164,63 @@ func TestPodRecordKeepsTheOOMKill(t *testing.T) {
 	}
 	if failed := jobpod.Read(makePod(job, 1).failedAt(testNow, 137).api()); failed.OOMKilled {
 		t.Error("a pod that exited 137 without reason OOMKilled is cached as OOM-killed")
+	}
+}
+
+// A raise never passes the namespace's LimitRange maximum when it is below
+// maxMemory: the pod would be refused and its index never run again. At
+// the cap the index's next pods keep the capped memory; the cap is named
+// in the MemoryRaised event.
+func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(1).RetryOnOOMKilled(200, "8Gi").Obj()
+	job.Spec.Template.Spec.Containers[0].Resources = mem("512Mi", "768Mi")
+	limitCap := &jobpod.MemoryCap{Max: resource.MustParse("1Gi"), LimitRange: "mem"}
+	for _, tc := range []struct {
+		oomKills   int32
+		memoryCap  *jobpod.MemoryCap
+		want       memory
+		wantCapped bool
+	}{
+		{1, nil, memory{"1Gi", "1536Mi"}, false},
+		{1, limitCap, memory{"1Gi", "1Gi"}, true},
+		{3, limitCap, memory{"1Gi", "1Gi"}, true},
+		{1, &jobpod.MemoryCap{Max: resource.MustParse("16Gi"), LimitRange: "roomy"}, memory{"1Gi", "1536Mi"}, false},
+	} {
+		spec := job.Spec.Template.Spec.DeepCopy()
+		m := raiseMemory(job, spec, tc.oomKills, tc.memoryCap)
+		if got := memoryOf(spec.Containers[0]); got != tc.want || m.capped != tc.wantCapped || !m.raised {
+			t.Errorf("%d OOM kills, cap %v: memory %+v capped %v raised %v; want %+v capped %v raised", tc.oomKills, tc.memoryCap, got, m.capped, m.raised, tc.want, tc.wantCapped)
+		}
+	}
+	if got := memoryOf(MostMemoryPod(job, 0, limitCap).Spec.Containers[0]); got != (memory{"1Gi", "1Gi"}) {
+		t.Errorf("MostMemoryPod under a 1Gi LimitRange = %+v, want 1Gi and 1Gi", got)
+	}
+
+	s := newSyncState(syncInput{job: job, now: testNow, memoryCap: limitCap})
+	s.reportRaisedMemory(podToCreate{index: 0, attempt: 2, oomKills: 2, memoryCap: limitCap})
+	want := []raisedPod{{pod: "a-0-2", message: "Pod a-0-2 of index 0 gets memory main=1Gi (OOM kills of the index: 2); capped at 1Gi, the container maximum of LimitRange mem"}}
+	if diff := cmp.Diff(want, s.plan.memoryRaised, cmp.AllowUnexported(raisedPod{})); diff != "" {
+		t.Errorf("memoryRaised (-want +got):\n%s", diff)
+	}
+}
+
+// A raise is reported by the sync whose create made its pod: a refused
+// create reports nothing, so a create refused four times before it goes
+// through gives one MemoryRaised event, not five.
+func TestRaisesAreReportedForCreatedPodsOnly(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Obj()
+	creates := []podToCreate{{index: 0, attempt: 1}, {index: 1, attempt: 2}, {index: 2, attempt: 1}}
+	raised := []raisedPod{{pod: "a-0-1", message: "zero"}, {pod: "a-2-1", message: "two"}}
+	for _, tc := range []struct {
+		took []bool
+		want []string
+	}{
+		{[]bool{false, false, false}, []string{}},
+		{[]bool{true, true, false}, []string{"zero"}},
+		{[]bool{true, false, true}, []string{"zero", "two"}},
+	} {
+		if got := raisedMessages(createdOnly(raised, creates, tc.took, job)); !cmp.Equal(got, tc.want) {
+			t.Errorf("took %v: raises reported %q, want %q", tc.took, got, tc.want)
+		}
 	}
 }

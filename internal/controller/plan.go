@@ -14,6 +14,10 @@ import (
 // plan is everything one sync decided. The reconciler applies it in order:
 // deletes and creates, then the status (if changed), then finalizer removals
 // (only once the status holding their result is written), then events.
+// raisedPod is a pod created with more memory than the template's, and
+// what its MemoryRaised event says.
+type raisedPod struct{ pod, message string }
+
 type plan struct {
 	status          ibjv1.IndexedBatchJobStatus
 	create          []podToCreate
@@ -35,7 +39,8 @@ type plan struct {
 	// memory raised after OOM kills, and those whose raise Kueue's quota
 	// held back; they are reported as paced MemoryRaised and
 	// MemoryRaiseHeldBack events (event_pace.go).
-	memoryRaised, memoryHeldBack []string
+	memoryRaised   []raisedPod
+	memoryHeldBack []string
 	recorded                     []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // podToCreate is one pod the decision core asks the reconciler to create.
@@ -18,6 +19,9 @@ type podToCreate struct {
 	failures int32 // earlier failures of the index that counted
 	ignored  int32 // earlier failures of the index an Ignore rule matched
 	oomKills int32 // earlier pods of the index OOM-killed (retryResources.onOOMKilled)
+	// memoryCap is what the namespace's LimitRanges let a raise reach,
+	// nil when they set no maximum.
+	memoryCap *jobpod.MemoryCap
 }
 
 // podName is deterministic per (job, index, attempt). Together with the
@@ -86,7 +90,7 @@ func newPod(job *ibjv1.IndexedBatchJob, p podToCreate) *corev1.Pod {
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.ignored))
 	}
 	if rr := job.Spec.RetryResources; rr != nil && rr.OnOOMKilled != nil {
-		raiseMemory(job, &pod.Spec, p.oomKills)
+		raiseMemory(job, &pod.Spec, p.oomKills, p.memoryCap)
 		pod.Annotations[ibjv1.OOMKillsAnnotation] = strconv.Itoa(int(p.oomKills))
 		pod.Annotations[ibjv1.MemoryAnnotation] = memoryRecord(&pod.Spec)
 	}
@@ -111,14 +115,14 @@ func FirstPod(job *ibjv1.IndexedBatchJob, index int32) *corev1.Pod {
 
 // MostMemoryPod is the pod of index with the most memory
 // retryResources.onOOMKilled can give it (every raised container at
-// maxMemory, or as near as its queue allows), nil for a job without
-// onOOMKilled. The admission webhook dry-runs it beside FirstPod, so that a
-// raise is never what the API server refuses.
-func MostMemoryPod(job *ibjv1.IndexedBatchJob, index int32) *corev1.Pod {
+// maxMemory, or at the namespace's cap, or as near as its queue allows),
+// nil for a job without onOOMKilled. The admission webhook dry-runs it
+// beside FirstPod, so that a raise is never what the API server refuses.
+func MostMemoryPod(job *ibjv1.IndexedBatchJob, index int32, memoryCap *jobpod.MemoryCap) *corev1.Pod {
 	if rr := job.Spec.RetryResources; rr == nil || rr.OnOOMKilled == nil {
 		return nil
 	}
-	return newPod(job, podToCreate{index: index, oomKills: math.MaxInt32})
+	return newPod(job, podToCreate{index: index, oomKills: math.MaxInt32, memoryCap: memoryCap})
 }
 
 // controllerRef makes the job the controller of a pod or Service it

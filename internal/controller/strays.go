@@ -23,8 +23,9 @@ type strayPod struct {
 	namespace, name string
 	uid             types.UID
 	// owner is the job whose controller reference the pod carries, "" if
-	// none names an IndexedBatchJob.
-	owner types.UID
+	// none names an IndexedBatchJob; jobName is its job-name label.
+	owner   types.UID
+	jobName string
 }
 
 // strayReleases lets go of stray pods, as upstream's Job controller
@@ -53,7 +54,7 @@ func newStrayReleases(r *Reconciler) *strayReleases {
 
 // add queues a stray pod the cache reported.
 func (s *strayReleases) add(pod *jobpod.Pod) {
-	s.queue.Add(strayPod{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, owner: pod.OwnerUID})
+	s.queue.Add(strayPod{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, owner: pod.OwnerUID, jobName: pod.JobName})
 }
 
 // size is how many strays wait, for trackedEntries.
@@ -104,7 +105,7 @@ func (s *strayReleases) release(ctx context.Context, p strayPod) error {
 		return fmt.Errorf("releasing stray pod %s: %w", p.name, err)
 	}
 	log.FromContext(ctx).Info("Released a pod that no longer belongs to its job", "pod", klog.KRef(p.namespace, p.name), "job", p.owner)
-	if job, ok := s.r.jobOf(p.owner); ok {
+	if job, ok := s.r.jobOf(p.namespace, p.jobName, p.owner); ok {
 		s.r.emit(job, warningEvent("PodReleased", "Released pod %s without counting it: its labels no longer name this job; its index runs again", p.name))
 	}
 	return nil
@@ -123,21 +124,25 @@ func strayPatch(p strayPod) ([]byte, error) {
 	return json.Marshal(map[string]any{"metadata": meta})
 }
 
-// jobOf finds the cached job with this UID and queues its sync, so that it
-// sees its pod gone; ok is false when no job of this process has that UID.
-func (r *Reconciler) jobOf(uid types.UID) (*ibjv1.IndexedBatchJob, bool) {
-	if uid == "" {
-		return nil, false
+// jobOf finds the job a stray pod left, by its controller reference's UID
+// or else by its job-name label, among the jobs this process syncs, and
+// queues its sync, so that it sees its pod gone; ok is false when no such
+// job is known.
+func (r *Reconciler) jobOf(namespace, name string, uid types.UID) (*ibjv1.IndexedBatchJob, bool) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if uid != "" {
+		key = types.NamespacedName{}
+		r.uids.Range(func(k, v any) bool {
+			if v.(types.UID) == uid {
+				key = k.(types.NamespacedName)
+				return false
+			}
+			return true
+		})
+	} else if v, ok := r.uids.Load(key); ok {
+		uid = v.(types.UID)
 	}
-	var key types.NamespacedName
-	r.uids.Range(func(k, v any) bool {
-		if v.(types.UID) == uid {
-			key = k.(types.NamespacedName)
-			return false
-		}
-		return true
-	})
-	if key.Name == "" {
+	if key.Name == "" || uid == "" {
 		return nil, false
 	}
 	if r.wake != nil {

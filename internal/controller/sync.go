@@ -56,6 +56,10 @@ type syncInput struct {
 	// gone are the job's deleted failed pods that the API server no
 	// longer has (gone_pods.go): the job-wide backoff counts them.
 	gone []gonePod
+	// memoryCap is the most memory the namespace's LimitRanges let a
+	// container have (read only for a job with retryResources.onOOMKilled),
+	// nil when none sets a maximum.
+	memoryCap *jobpod.MemoryCap
 }
 
 // syncState is one sync's view of its job: what the last status recorded,

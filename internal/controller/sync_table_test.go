@@ -63,8 +63,8 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	for _, msg := range p.indexFailures {
 		d.Events = append(d.Events, "Warning IndexFailed: "+msg)
 	}
-	for _, msg := range p.memoryRaised {
-		d.Events = append(d.Events, "Normal MemoryRaised: "+msg)
+	for _, r := range p.memoryRaised {
+		d.Events = append(d.Events, "Normal MemoryRaised: "+r.message)
 	}
 	for _, msg := range p.memoryHeldBack {
 		d.Events = append(d.Events, "Warning MemoryRaiseHeldBack: "+msg)

@@ -2,6 +2,7 @@ package jobpod
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
@@ -37,4 +38,31 @@ func NextOOMKills(job *ibjv1.IndexedBatchJob, p *Pod, f Failure) int32 {
 		return p.OOMKills + 1
 	}
 	return p.OOMKills
+}
+
+// MemoryCap is the most memory a namespace's LimitRanges let a container
+// have (their Container maximum), and the LimitRange that sets it: what a
+// raise after an OOM kill may reach in that namespace, besides
+// retryResources.onOOMKilled.maxMemory.
+type MemoryCap struct {
+	Max        resource.Quantity
+	LimitRange string
+}
+
+// MemoryCapOf is the smallest Container maximum memory among the
+// LimitRanges, nil when none sets one.
+func MemoryCapOf(ranges []corev1.LimitRange) *MemoryCap {
+	var out *MemoryCap
+	for _, lr := range ranges {
+		for _, item := range lr.Spec.Limits {
+			q, ok := item.Max[corev1.ResourceMemory]
+			if item.Type != corev1.LimitTypeContainer || !ok {
+				continue
+			}
+			if out == nil || q.Cmp(out.Max) < 0 {
+				out = &MemoryCap{Max: q, LimitRange: lr.Name}
+			}
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -64,5 +65,29 @@ func TestStrayed(t *testing.T) {
 		if got := Read(mk(tc.edit)).Strayed(); got != tc.want {
 			t.Errorf("%s: Strayed() = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The cap of a namespace is the smallest Container maximum memory among its
+// LimitRanges; a Pod or PersistentVolumeClaim limit, or a Container
+// maximum of another resource, sets none.
+func TestMemoryCapOf(t *testing.T) {
+	lr := func(name string, items ...corev1.LimitRangeItem) corev1.LimitRange {
+		return corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.LimitRangeSpec{Limits: items}}
+	}
+	item := func(typ corev1.LimitType, res corev1.ResourceName, q string) corev1.LimitRangeItem {
+		return corev1.LimitRangeItem{Type: typ, Max: corev1.ResourceList{res: resource.MustParse(q)}}
+	}
+	if got := MemoryCapOf(nil); got != nil {
+		t.Errorf("no LimitRange: %+v, want nil", got)
+	}
+	none := []corev1.LimitRange{lr("pod", item(corev1.LimitTypePod, corev1.ResourceMemory, "1Gi")), lr("cpu", item(corev1.LimitTypeContainer, corev1.ResourceCPU, "2"))}
+	if got := MemoryCapOf(none); got != nil {
+		t.Errorf("no Container memory maximum: %+v, want nil", got)
+	}
+	got := MemoryCapOf(append(none, lr("wide", item(corev1.LimitTypeContainer, corev1.ResourceMemory, "4Gi")),
+		lr("narrow", item(corev1.LimitTypeContainer, corev1.ResourceCPU, "1"), item(corev1.LimitTypeContainer, corev1.ResourceMemory, "1536Mi"))))
+	if got == nil || got.LimitRange != "narrow" || got.Max.String() != "1536Mi" {
+		t.Errorf("MemoryCapOf = %+v, want 1536Mi from narrow", got)
 	}
 }

@@ -149,8 +149,8 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			s.finalizerGone(pod)
 		}
 	}
-	stray := func(pod *jobpod.Pod, lost bool) {
-		if s.strayed != nil && (pod.Strayed() || lost && pod.Finalized()) {
+	stray := func(pod *jobpod.Pod, gone bool) {
+		if s.strayed != nil && (pod.Strayed() || gone && pod.Finalized()) {
 			s.strayed(pod)
 		}
 	}
@@ -197,8 +197,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			}
 		},
 		DeleteFunc: func(obj any) {
-			d, lost := obj.(toolscache.DeletedFinalStateUnknown)
-			if lost {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*jobpod.Pod); ok {
@@ -206,8 +205,9 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 				s.failing.update(pod, nil)
 				// A pod deleted for good has no finalizer left: one that
 				// still holds one left the watch (its controller-uid label
-				// removed), or its deletion was missed.
-				stray(pod, lost)
+				// removed: the API server sends it as it was before that
+				// edit), or its deletion was missed.
+				stray(pod, true)
 				letGo(pod)
 				enqueue(batched, pod)
 			}

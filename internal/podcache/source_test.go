@@ -264,8 +264,8 @@ func TestPodHandlerReportsStrays(t *testing.T) {
 		{"controller-uid label changed", func(h toolscache.ResourceEventHandlerFuncs) {
 			h.OnUpdate(mine, mk(func(p *jobpod.Pod) { p.UIDLabel = "x" }))
 		}, 1, []string{"job"}},
-		{"left the watch without its controller-uid label", func(h toolscache.ResourceEventHandlerFuncs) {
-			h.OnDelete(mk(func(p *jobpod.Pod) { p.UIDLabel = "" }))
+		{"left the watch without its controller-uid label (sent as it was before)", func(h toolscache.ResourceEventHandlerFuncs) {
+			h.OnDelete(mine)
 		}, 1, []string{"job"}},
 		{"a deletion missed while it held its finalizer", func(h toolscache.ResourceEventHandlerFuncs) {
 			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/job-0-0", Obj: mine})

@@ -22,6 +22,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // DefaultDryRunTimeout bounds the dry-run create of a job's first pod. It is
@@ -181,20 +182,45 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 //     admitted with a warning. The webhook cannot judge, and refusing every
 //     job while the API server struggles would be worse than the status
 //     the controller reports later.
+//
+// A raise stops at the namespace's LimitRange maximum, as the controller
+// stops it; a warning says so when that is below maxMemory.
 func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
 	warnings, err := v.judgePod(ctx, job, controller.FirstPod(job, 0), "")
 	if err != nil || len(warnings) > 0 {
 		return warnings, err
 	}
-	if most := controller.MostMemoryPod(job, 0); most != nil {
-		return v.judgePod(ctx, job, most, raisedPodWords)
+	rr := job.Spec.RetryResources
+	if rr == nil || rr.OnOOMKilled == nil {
+		return nil, nil
 	}
-	return nil, nil
+	memoryCap := v.memoryCap(ctx, job.Namespace)
+	if memoryCap != nil && memoryCap.Max.Cmp(rr.OnOOMKilled.MaxMemory) < 0 {
+		warnings = admission.Warnings{fmt.Sprintf("a raise after an OOM kill stops at %s, the container maximum of LimitRange %s "+
+			"in namespace %s, below spec.retryResources.onOOMKilled.maxMemory (%s)",
+			memoryCap.Max.String(), memoryCap.LimitRange, job.Namespace, rr.OnOOMKilled.MaxMemory.String())}
+	}
+	more, err := v.judgePod(ctx, job, controller.MostMemoryPod(job, 0, memoryCap), raisedPodWords)
+	return append(warnings, more...), err
+}
+
+// memoryCap is what the namespace's LimitRanges let a container have, nil
+// when none sets a maximum or they cannot be read (the dry run of the
+// pod with the most memory then says what the API server thinks of it).
+func (v *Validator) memoryCap(ctx context.Context, namespace string) *jobpod.MemoryCap {
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	var list corev1.LimitRangeList
+	if err := v.client.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		log.FromContext(ctx).Info("Could not read the namespace's LimitRanges", "namespace", namespace, "error", err)
+		return nil
+	}
+	return jobpod.MemoryCapOf(list.Items)
 }
 
 // raisedPodWords begin what the API server says of the pod with the most
 // memory, so that a refusal says which pod it is about.
-const raisedPodWords = "with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, "
+const raisedPodWords = "with its memory raised as far as retryResources.onOOMKilled lets it after OOM kills, "
 
 // judgePod dry-runs one pod of the job and turns the API server's answer
 // into the job's (see judgePods); about, when set, begins each message.

@@ -408,6 +408,6 @@ func dumpNamespace(ctx context.Context, ns string) {
 	var pods corev1.PodList
 	_ = k8sClient.List(ctx, &pods, client.InNamespace(ns))
 	for _, p := range pods.Items {
-		GinkgoWriter.Printf("pod %s phase=%s node=%q deleting=%v finalizers=%v annotations=%v\n", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Finalizers, p.Annotations)
+		GinkgoWriter.Printf("pod %s phase=%s node=%q deleting=%v finalizers=%v labels=%v annotations=%v owners=%d\n", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Finalizers, p.Labels, p.Annotations, len(p.OwnerReferences))
 	}
 }

@@ -268,7 +268,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 		job.Spec.Template.Spec.Resources = &corev1.ResourceRequirements{Limits: memory("1Gi")}
 		err := k8sClient.Create(ctx, job)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
-		Expect(err).To(MatchError(ContainSubstring("with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, ")))
+		Expect(err).To(MatchError(ContainSubstring("with its memory raised as far as retryResources.onOOMKilled lets it after OOM kills, ")))
 
 		By("without onOOMKilled the same template is admitted")
 		job = oomJob("pod-level", ns)
@@ -287,7 +287,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 		Expect(causeFields(err)).To(ConsistOf("spec.template.spec.containers[0].resources.limits[memory]"))
 	})
 
-	It("admits, with a warning, a job whose raised pod a LimitRange forbids now", func() {
+	It("admits, with a warning naming it, a job whose raise a LimitRange caps below maxMemory", func() {
 		ns := newNamespace(nil)
 		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
 			ObjectMeta: metav1.ObjectMeta{Name: "max", Namespace: ns},
@@ -297,9 +297,9 @@ var _ = Describe("Memory after an OOM kill", func() {
 		})).To(Succeed())
 		warnings.take()
 		Expect(k8sClient.Create(ctx, oomJob("limited", ns))).To(Succeed())
-		Expect(warnings.take()).To(ContainElement(And(
-			HavePrefix("with its memory raised to retryResources.onOOMKilled.maxMemory after OOM kills, the API server forbids this job's pods now"),
-			ContainSubstring("maximum memory usage per Container is 1536Mi"))))
+		Expect(warnings.take()).To(ConsistOf(
+			"a raise after an OOM kill stops at 1536Mi, the container maximum of LimitRange max in namespace " + ns +
+				", below spec.retryResources.onOOMKilled.maxMemory (2Gi)"))
 	})
 })
 
