@@ -41,7 +41,7 @@ type plan struct {
 	// MemoryRaiseHeldBack events (event_pace.go).
 	memoryRaised   []raisedPod
 	memoryHeldBack []string
-	recorded                     []finishedPod
+	recorded       []finishedPod
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	// newlyCompleted and newlyFailedIndexes are how many indexes this sync
