@@ -106,6 +106,10 @@ const (
 	ReasonCompletionsReached       = batchv1.JobReasonCompletionsReached
 	ReasonJobSuspended             = "JobSuspended"
 	ReasonJobResumed               = "JobResumed"
+	// ReasonTerminatingTimeout is the reason of the DisruptionTarget
+	// condition the operator writes on a pod still terminating past
+	// spec.terminatingTimeoutSeconds.
+	ReasonTerminatingTimeout = "TerminatingTimeout"
 )
 
 // Condition PeerDNSReady and its reasons, for a job with
@@ -206,6 +210,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy in ['Never', 'OnFailure']",message="template.spec.restartPolicy must be Never or OnFailure"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || (has(self.template.spec.restartPolicy) && self.template.spec.restartPolicy == 'Never')",message="template.spec.restartPolicy must be Never when podFailurePolicy is set"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || !has(self.podReplacementPolicy) || self.podReplacementPolicy == 'Failed'",message="podReplacementPolicy must be Failed when podFailurePolicy is set"
+// +kubebuilder:validation:XValidation:rule="!has(self.terminatingTimeoutSeconds) || has(self.podFailurePolicy) || (has(self.podReplacementPolicy) && self.podReplacementPolicy == 'Failed')",message="terminatingTimeoutSeconds needs podReplacementPolicy Failed (the default with a podFailurePolicy): under TerminatingOrFailed a terminating pod is replaced at once"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || [self.template.spec.containers.map(c, c.name) + (has(self.template.spec.initContainers) ? self.template.spec.initContainers.map(c, c.name) : [])].all(names, self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || r.onExitCodes.containerName in names))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="successPolicy rules' succeededCount must be less than or equal to completions"
@@ -284,6 +289,31 @@ type IndexedBatchJobSpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=TerminatingOrFailed;Failed
 	PodReplacementPolicy *batchv1.PodReplacementPolicy `json:"podReplacementPolicy,omitempty"`
+
+	// terminatingTimeoutSeconds, when set, treats a pod of this job that is
+	// still terminating this many seconds after its deletion deadline (the
+	// time by which its kubelet should have stopped it: metadata.
+	// deletionTimestamp) as failed. Such a pod is one whose kubelet does not
+	// answer, typically on a node the cluster lost: the node lifecycle
+	// controller's taint eviction deletes it, but no kubelet confirms the
+	// end, and under podReplacementPolicy Failed its index would never run
+	// again until someone deletes the node or taints it out of service. The
+	// operator writes the pod's status as pod garbage collection does for a
+	// pod on an out-of-service node (phase Failed, and condition
+	// DisruptionTarget with reason TerminatingTimeout unless the taint
+	// eviction gave it one already), which counts as any such failure (a podFailurePolicy rule on DisruptionTarget matches it),
+	// and the index is replaced on another node. Off when unset, as upstream.
+	//
+	// Risk: a node that is only partitioned, not dead, may still run the
+	// pod's containers when its replacement starts, so for a while two pods
+	// of the index may run (a split brain) until the node is back and its
+	// kubelet stops the pod it finds Failed. Set it only for workloads that
+	// tolerate that, or with a fencing mechanism of your own. Needs
+	// podReplacementPolicy Failed (the default with a podFailurePolicy).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	TerminatingTimeoutSeconds *int32 `json:"terminatingTimeoutSeconds,omitempty"`
 
 	// ttlSecondsAfterFinished deletes the job and its pods that many seconds
 	// after it completed or failed.

@@ -148,6 +148,11 @@ func (in *IndexedBatchJobSpec) DeepCopyInto(out *IndexedBatchJobSpec) {
 		*out = new(v1.PodReplacementPolicy)
 		**out = **in
 	}
+	if in.TerminatingTimeoutSeconds != nil {
+		in, out := &in.TerminatingTimeoutSeconds, &out.TerminatingTimeoutSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.TTLSecondsAfterFinished != nil {
 		in, out := &in.TTLSecondsAfterFinished, &out.TTLSecondsAfterFinished
 		*out = new(int32)

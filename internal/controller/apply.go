@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,7 +62,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	if p.deleteJob {
 		return ctrl.Result{}, r.deleteFinishedJob(ctx, job)
 	}
-	deleteErr := r.deletePods(ctx, job, p.delete)
+	deleteErr := errors.Join(r.failStuckPods(ctx, job, p.failStuck), r.deletePods(ctx, job, p.delete))
 	took, yielded, createErrs := r.createPods(ctx, job, p.create)
 	created := countTaken(took)
 	p.memoryRaised = createdOnly(p.memoryRaised, p.create, took, job)
@@ -134,6 +135,43 @@ func (r *Reconciler) deletePods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		if d.event != nil {
 			r.emit(job, *d.event)
 		}
+		return nil
+	})
+}
+
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+
+// failStuckPods writes Failed the pods still terminating past the job's
+// terminatingTimeoutSeconds, as pod garbage collection writes a pod on an
+// out-of-service node: phase Failed and condition DisruptionTarget, here
+// with reason TerminatingTimeout. The next sync records them as any failed
+// pod.
+func (r *Reconciler) failStuckPods(ctx context.Context, job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	now := metav1.NewTime(r.clock.Now())
+	return r.parallel(ctx, len(pods), func(i int) error {
+		pod := pods[i]
+		msg := fmt.Sprintf("Pod was still terminating %ds after its deletion deadline (spec.terminatingTimeoutSeconds of IndexedBatchJob %s): its kubelet does not answer",
+			ptr.Deref(job.Spec.TerminatingTimeoutSeconds, 0), job.Name)
+		status := map[string]any{"phase": corev1.PodFailed}
+		if !slices.Contains(pod.Conditions, jobpod.Condition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}) {
+			// The taint eviction's own DisruptionTarget, if any, stays.
+			status["conditions"] = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: ibjv1.ReasonTerminatingTimeout, Message: msg, LastTransitionTime: now}}
+		}
+		patch, err := json.Marshal(map[string]any{"status": status})
+		if err != nil {
+			return err
+		}
+		target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+		if err := r.client.Status().Patch(ctx, target, client.RawPatch(types.StrategicMergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("writing pod %s Failed after terminatingTimeoutSeconds: %w", pod.Name, err)
+		}
+		log.FromContext(ctx).Info("Wrote a pod stuck terminating Failed", "pod", klog.KObj(pod), "terminatingTimeoutSeconds", ptr.Deref(job.Spec.TerminatingTimeoutSeconds, 0))
+		r.emit(job, warningEvent("PodTerminatingTimeout", "Pod %s was still terminating %ds after its deletion deadline: written Failed (DisruptionTarget), its index is replaced",
+			pod.Name, ptr.Deref(job.Spec.TerminatingTimeoutSeconds, 0)))
 		return nil
 	})
 }

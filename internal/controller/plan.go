@@ -25,6 +25,9 @@ type plan struct {
 	removeFinalizer []*jobpod.Pod
 	// discard are pods whose finalizer goes without their end being counted.
 	discard []*jobpod.Pod
+	// failStuck are pods still terminating past the job's
+	// terminatingTimeoutSeconds, whose status is to be written Failed.
+	failStuck []*jobpod.Pod
 	// countHeld are pods heldForRetry whose tracking finalizer goes (their
 	// failure is then counted) while their index-retry finalizer stays.
 	countHeld []*jobpod.Pod

@@ -132,6 +132,7 @@ func syncJob(in syncInput) plan {
 	s.groupPodsByIndex()
 	s.rebuildUnreadableIndexSets()
 	s.recordFinishedPods()
+	s.failStuckPods()
 	s.plan.indexFailures = s.indexFailures
 	setStartTime(s.status, in.job, in.now)
 	s.decideTarget()
@@ -363,6 +364,26 @@ func (s *syncState) recordFinishedPods() {
 				s.failedIndexes = s.failedIndexes.Add(ix)
 				s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(pod, f)))
 			}
+		}
+	}
+}
+
+// failStuckPods asks for the pods still terminating past the job's
+// terminatingTimeoutSeconds to be written Failed (plan.failStuck); the
+// sync that sees them Failed records them. A sync before the first of the
+// others' deadlines comes back then.
+func (s *syncState) failStuckPods() {
+	if s.job.Spec.TerminatingTimeoutSeconds == nil {
+		return
+	}
+	for _, pod := range s.pods {
+		at := jobpod.TerminatingDeadline(s.job, pod)
+		switch {
+		case at.IsZero():
+		case !at.After(s.now):
+			s.plan.failStuck = append(s.plan.failStuck, pod)
+		default:
+			s.plan.requeue(at.Sub(s.now))
 		}
 	}
 }

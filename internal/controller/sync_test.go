@@ -1076,3 +1076,33 @@ func TestRefusedReplacementNeverHoldsTheCountBack(t *testing.T) {
 		t.Errorf("failed = %d after the retry, want 1 (counted once)", c.job.Status.Failed)
 	}
 }
+
+// With terminatingTimeoutSeconds, a pod still terminating that long after
+// its deletion deadline (a kubelet that does not answer) is asked to be
+// written Failed, and a sync before then comes back at that moment; without
+// the field, or under TerminatingOrFailed where the pod is replaced at
+// once, nothing is written.
+func TestPodsStuckTerminatingAreFailedAfterTheTimeout(t *testing.T) {
+	deleted := testNow.Add(-20 * time.Second)
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).PodReplacementPolicy(batchv1.Failed).Obj()
+	job.Spec.TerminatingTimeoutSeconds = ptr.To[int32](30)
+	stuck := makePod(job, 0).running().deletedAt(deleted).obj()
+	running := makePod(job, 1).running().obj()
+
+	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{stuck, running}, now: testNow, expectationsSatisfied: true})
+	if len(p.failStuck) != 0 || p.requeueAfter != 10*time.Second {
+		t.Errorf("20 s after deletion: failStuck %v, requeue %v; want none, and a sync 10 s later", names(p.failStuck), p.requeueAfter)
+	}
+	p = syncJob(syncInput{job: job, pods: []*jobpod.Pod{stuck, running}, now: testNow.Add(10 * time.Second), expectationsSatisfied: true})
+	if got := names(p.failStuck); !slices.Equal(got, []string{stuck.Name}) {
+		t.Errorf("30 s after deletion: failStuck %v, want %s", got, stuck.Name)
+	}
+	if len(p.create) != 0 {
+		t.Errorf("created %v while the stuck pod is not Failed yet", createdIndexes(p))
+	}
+	job.Spec.TerminatingTimeoutSeconds = nil
+	p = syncJob(syncInput{job: job, pods: []*jobpod.Pod{stuck, running}, now: testNow.Add(time.Hour), expectationsSatisfied: true})
+	if len(p.failStuck) != 0 {
+		t.Errorf("without terminatingTimeoutSeconds: failStuck %v, want none", names(p.failStuck))
+	}
+}

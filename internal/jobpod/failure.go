@@ -229,3 +229,14 @@ func matchPodConditions(conds []Condition, patterns []batchv1.PodFailurePolicyOn
 	}
 	return "", false
 }
+
+// TerminatingDeadline is when a terminating pod of the job is treated as
+// failed under spec.terminatingTimeoutSeconds: that long after its deletion
+// deadline. Zero for a pod that is not terminating or a job without it.
+func TerminatingDeadline(job *ibjv1.IndexedBatchJob, p *Pod) time.Time {
+	t := job.Spec.TerminatingTimeoutSeconds
+	if t == nil || !p.Terminating() {
+		return time.Time{}
+	}
+	return p.DeletionTimestamp.Add(time.Duration(*t) * time.Second)
+}

@@ -162,6 +162,12 @@ func (w *JobWrapper) PodReplacementPolicy(p batchv1.PodReplacementPolicy) *JobWr
 	return w
 }
 
+// TerminatingTimeoutSeconds sets spec.terminatingTimeoutSeconds.
+func (w *JobWrapper) TerminatingTimeoutSeconds(s int32) *JobWrapper {
+	w.job.Spec.TerminatingTimeoutSeconds = &s
+	return w
+}
+
 // PodFailurePolicy sets spec.podFailurePolicy to the given batch/v1 rules,
 // in order (unnamed, without retry delays). Called with no rules it sets a
 // policy with an empty rule list.

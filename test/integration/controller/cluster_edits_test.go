@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -195,4 +196,47 @@ var _ = Describe("Exact whatever the cluster does", func() {
 		Entry("its index annotation moved out of range", podEdit{
 			patch: map[string]any{"metadata": map[string]any{"annotations": map[string]any{ibjv1.CompletionIndexLabel: "7"}}}, reasons: []string{"InvalidPodIndex"}}),
 	)
+
+	It("writes a pod still terminating past terminatingTimeoutSeconds Failed and replaces it, where batch/v1 would wait", func() {
+		job := harness.MakeIndexedBatchJob("stuck", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(1).
+			PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(2).Obj()
+		var lost atomic.Bool
+		k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
+			return podsim.Plan{Hold: ix == 0 && attempt == 0 && !lost.Load()}
+		})
+		defer k.Stop()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		pod := &corev1.Pod{}
+		key := types.NamespacedName{Namespace: ns, Name: "stuck-0-0"}
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, key, pod)).To(Succeed())
+			g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+
+		// The node is lost: its kubelet never ends the pod the taint
+		// eviction deletes.
+		k.HoldTerminating(true)
+		lost.Store(true)
+		Expect(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(1))).To(Succeed())
+		Consistently(func() []string {
+			var names []string
+			for _, p := range jobPods(ctx, ns, job.Name) {
+				names = append(names, p.Name)
+			}
+			return names
+		}, 2*time.Second, 200*time.Millisecond).ShouldNot(ContainElement("stuck-0-1"), "replaced before the timeout")
+
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, job.Name)
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(j.Status.Succeeded).To(Equal(int32(2)))
+			g.Expect(j.Status.Failed).To(Equal(int32(1)))
+		}, 60*time.Second, 200*time.Millisecond).Should(Succeed())
+		Expect(k8sClient.Get(ctx, key, pod)).To(Succeed())
+		Expect(pod.Status.Phase).To(Equal(corev1.PodFailed))
+		Expect(pod.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", corev1.DisruptionTarget), HaveField("Reason", ibjv1.ReasonTerminatingTimeout))))
+		Expect(eventReasons(ctx, ns, job.Name)).To(ContainElement("PodTerminatingTimeout"))
+		expectNoFinalizers(ctx, ns, job.Name)
+	})
 })

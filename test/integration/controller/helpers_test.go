@@ -50,13 +50,14 @@ func getJob(ctx context.Context, ns, name string) *ibjv1.IndexedBatchJob {
 	return job
 }
 
-// expectNoFinalizers checks that no pod of the job keeps the tracking finalizer.
+// expectNoFinalizers checks that no pod of the job keeps a finalizer of the
+// operator (tracking or index-retry).
 func expectNoFinalizers(ctx context.Context, ns, job string) {
 	Eventually(func() []string {
 		var held []string
 		for _, p := range jobPods(ctx, ns, job) {
 			for _, f := range p.Finalizers {
-				if f == ibjv1.TrackingFinalizer {
+				if f == ibjv1.TrackingFinalizer || f == ibjv1.IndexRetryFinalizer {
 					held = append(held, p.Name)
 				}
 			}

@@ -30,6 +30,7 @@ const (
 	msgRestartPolicy            = "template.spec.restartPolicy must be Never or OnFailure"
 	msgRestartPolicyWithPFP     = "template.spec.restartPolicy must be Never when podFailurePolicy is set"
 	msgReplacementWithPFP       = "podReplacementPolicy must be Failed when podFailurePolicy is set"
+	msgTerminatingTimeout       = "terminatingTimeoutSeconds needs podReplacementPolicy Failed (the default with a podFailurePolicy): under TerminatingOrFailed a terminating pod is replaced at once"
 	msgFailIndexNeedsPerIndex   = "podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
 	msgUnknownContainer         = "podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
 	msgExactlyOneRequirement    = "each podFailurePolicy rule must set exactly one of onExitCodes and onPodConditions"
@@ -302,6 +303,13 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).Obj(),
 			msgReplacementWithPFP),
 		Entry("an unknown podReplacementPolicy", job().PodReplacementPolicy("Never").Obj(), msgUnsupported+`: "Never"`),
+		Entry("terminatingTimeoutSeconds without podReplacementPolicy Failed", job().TerminatingTimeoutSeconds(60).Obj(), msgTerminatingTimeout),
+		Entry("terminatingTimeoutSeconds under TerminatingOrFailed",
+			job().PodReplacementPolicy(batchv1.TerminatingOrFailed).TerminatingTimeoutSeconds(60).Obj(), msgTerminatingTimeout),
+		Entry("a negative terminatingTimeoutSeconds", job().PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(-1).Obj(),
+			"spec.terminatingTimeoutSeconds: Invalid value: -1: spec.terminatingTimeoutSeconds in body should be greater than or equal to 0"),
+		Entry("a terminatingTimeoutSeconds over a day", job().PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(86401).Obj(),
+			"spec.terminatingTimeoutSeconds: Invalid value: 86401: spec.terminatingTimeoutSeconds in body should be less than or equal to 86400"),
 
 		// Success policy.
 		Entry("a successPolicy without rules", job().SuccessPolicy().Obj(), msgAtLeastOneItem),
@@ -425,6 +433,8 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			return j
 		}()),
 		Entry("podReplacementPolicy TerminatingOrFailed without a podFailurePolicy", job().PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()),
+		Entry("terminatingTimeoutSeconds under podReplacementPolicy Failed", job().PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(0).Obj()),
+		Entry("terminatingTimeoutSeconds with a podFailurePolicy", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).TerminatingTimeoutSeconds(300).Obj()),
 		Entry("20 successPolicy rules", job().SuccessPolicy(successPolicyRules(20)...).Obj()),
 		Entry("succeededCount equal to completions", job().Completions(4).SuccessPolicy(harness.SucceededCount(4)).Obj()),
 		Entry("succeededIndexes up to completions-1 with a succeededCount",
