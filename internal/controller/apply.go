@@ -306,6 +306,14 @@ func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, 
 	return false, err
 }
 
+// isPodToCreate: the pod holding c's name is the one the job would create
+// for c, by its labels, index and attempt.
+func isPodToCreate(job *ibjv1.IndexedBatchJob, c podToCreate, holder *metav1.PartialObjectMetadata) bool {
+	ix, ok := jobpod.Index(&corev1.Pod{ObjectMeta: holder.ObjectMeta})
+	return ok && ix == c.index && jobpod.Count(holder.Annotations, ibjv1.AttemptAnnotation) == c.attempt &&
+		holder.Labels[ibjv1.JobNameLabel] == job.Name && holder.Labels[ibjv1.ControllerUIDLabel] == string(job.UID)
+}
+
 // nameTakenByJob is called when the create of pod found its name taken. The
 // pod is the job's (took) when the pod of that name is controlled by the
 // job and labelled as its pod. Otherwise the name belongs to another pod (one left by a deleted job
@@ -322,10 +330,11 @@ func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatch
 		}
 		return false, fmt.Errorf("reading pod %s, whose name is taken: %w", pod.Name, err)
 	}
-	// A pod edited out of the job (strays.go) may still be controlled by
-	// it until it is released: the job's pod is one its labels name too.
-	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID &&
-		holder.Labels[ibjv1.JobNameLabel] == job.Name && holder.Labels[ibjv1.ControllerUIDLabel] == string(job.UID) {
+	// A pod edited out of the job (strays.go), or to name another index,
+	// may still be controlled by it until it is released or gone: the
+	// job's own pod is the one it would create, its labels and index
+	// unchanged.
+	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID && isPodToCreate(job, c, holder) {
 		return true, nil
 	}
 	r.takenNames.take(job.UID, c.index, c.attempt)

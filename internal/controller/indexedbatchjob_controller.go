@@ -206,7 +206,7 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 		return nil, nil, err
 	}
 	for _, pod := range foreign {
-		r.emit(job, warningEvent("ForeignPod", "Released pod %s without counting it: it carries this job's labels but is not controlled by it", pod.Name))
+		r.emit(job, foreignPodEvent(pod.Name))
 	}
 	var others []*jobpod.Pod
 	if len(own) < len(listed) {
@@ -217,6 +217,12 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 		}
 	}
 	return own, nameFloors(others), nil
+}
+
+// foreignPodEvent says that a pod labelled with the job's name but not
+// controlled by it was let go.
+func foreignPodEvent(pod string) event {
+	return warningEvent("ForeignPod", "Released pod %s without counting it: it carries this job's labels but is not controlled by it", pod)
 }
 
 // splitByOwner divides the pods labelled with a job's name into those the

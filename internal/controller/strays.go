@@ -105,7 +105,12 @@ func (s *strayReleases) release(ctx context.Context, p strayPod) error {
 		return fmt.Errorf("releasing stray pod %s: %w", p.name, err)
 	}
 	log.FromContext(ctx).Info("Released a pod that no longer belongs to its job", "pod", klog.KRef(p.namespace, p.name), "job", p.owner)
-	if job, ok := s.r.jobOf(p.namespace, p.jobName, p.owner); ok {
+	job, ok := s.r.jobOf(ctx, p.namespace, p.jobName, p.owner)
+	switch {
+	case !ok:
+	case p.owner == "":
+		s.r.emit(job, foreignPodEvent(p.name))
+	default:
 		s.r.emit(job, warningEvent("PodReleased", "Released pod %s without counting it: its labels no longer name this job; its index runs again", p.name))
 	}
 	return nil
@@ -125,13 +130,12 @@ func strayPatch(p strayPod) ([]byte, error) {
 }
 
 // jobOf finds the job a stray pod left, by its controller reference's UID
-// or else by its job-name label, among the jobs this process syncs, and
-// queues its sync, so that it sees its pod gone; ok is false when no such
-// job is known.
-func (r *Reconciler) jobOf(namespace, name string, uid types.UID) (*ibjv1.IndexedBatchJob, bool) {
+// or else by its job-name label, among the jobs this process syncs or else
+// in the cache, and queues its sync, so that it sees its pod gone; ok is
+// false when no such job is found.
+func (r *Reconciler) jobOf(ctx context.Context, namespace, name string, uid types.UID) (*ibjv1.IndexedBatchJob, bool) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if uid != "" {
-		key = types.NamespacedName{}
 		r.uids.Range(func(k, v any) bool {
 			if v.(types.UID) == uid {
 				key = k.(types.NamespacedName)
@@ -139,16 +143,16 @@ func (r *Reconciler) jobOf(namespace, name string, uid types.UID) (*ibjv1.Indexe
 			}
 			return true
 		})
-	} else if v, ok := r.uids.Load(key); ok {
-		uid = v.(types.UID)
 	}
-	if key.Name == "" || uid == "" {
+	if key.Name == "" {
+		return nil, false
+	}
+	job := &ibjv1.IndexedBatchJob{}
+	if err := r.client.Get(ctx, key, job); err != nil || uid != "" && job.UID != uid {
 		return nil, false
 	}
 	if r.wake != nil {
 		r.wake(reconcile.Request{NamespacedName: key})
 	}
-	job := &ibjv1.IndexedBatchJob{}
-	job.Namespace, job.Name, job.UID = key.Namespace, key.Name, uid
 	return job, true
 }

@@ -31,7 +31,8 @@ func TestStrayPodIsReleased(t *testing.T) {
 			{APIVersion: "v1", Kind: "ConfigMap", Name: "cm", UID: "cm-uid"},
 		},
 	}}
-	c := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod).Build()
+	job := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "job-uid"}}
+	c := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod, job).Build()
 	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
 	r.uids.Store(types.NamespacedName{Namespace: "ns", Name: "a"}, types.UID("job-uid"))
 	var woken []string

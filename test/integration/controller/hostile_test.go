@@ -79,8 +79,14 @@ var _ = Describe("Hostile and odd pods", func() {
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job = getJob(ctx, ns, job.Name)
 		foreign := strayPod(job, "foreign-0-impostor", "0", false)
-		foreign.Status.Phase = corev1.PodSucceeded
-		Expect(k8sClient.Status().Update(ctx, foreign)).To(Succeed())
+		// The operator may let it go (a patch) before its status is written.
+		Eventually(func() error {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil {
+				return err
+			}
+			foreign.Status.Phase = corev1.PodSucceeded
+			return k8sClient.Status().Update(ctx, foreign)
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
 		defer k.Stop()
 		setSuspend(ctx, ns, job.Name, false)
