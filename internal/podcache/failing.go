@@ -9,16 +9,19 @@ import (
 )
 
 // failingPods counts, by job (namespace/job-name), the cached pods that
-// failed and still carry the tracking finalizer: failures that no sync has
-// counted yet. A job has an entry only while its count is above zero.
+// failed or are terminating and still carry the tracking finalizer:
+// failures that no sync has counted yet (a terminating pod is one under
+// podReplacementPolicy TerminatingOrFailed, and soon one under Failed). A
+// job has an entry only while its count is above zero.
 type failingPods struct {
 	mu    sync.Mutex
 	byJob map[string]int
 }
 
-// uncountedFailure: the pod failed and its failure is not counted yet.
+// uncountedFailure: the pod failed, or is terminating, and its end is not
+// counted yet.
 func uncountedFailure(pod *jobpod.Pod) bool {
-	return pod != nil && pod.JobName != "" && pod.Tracked && pod.Phase == corev1.PodFailed
+	return pod != nil && pod.JobName != "" && pod.Tracked && (pod.Phase == corev1.PodFailed || pod.Terminating())
 }
 
 func jobKey(pod *jobpod.Pod) string { return pod.Namespace + "/" + pod.JobName }

@@ -215,13 +215,16 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 	}
 }
 
-// newlyFailed reports whether the update is the pod's failure. As upstream's
-// Job controller, a failure waits for the batch period, so that failures
+// newlyFailed reports whether the update is the pod's failure, or its
+// deletion (a failure under podReplacementPolicy TerminatingOrFailed, and
+// what a lost node's pods get together). As upstream's Job controller, a
+// failure waits for the batch period, so that failures
 // that land together are decided together (the one that ends the job is
 // seen before a replacement of the other starts); every other update (a
 // pod that succeeded, started or became ready) is synced at once.
 func newlyFailed(old, pod *jobpod.Pod) bool {
-	return pod.Phase == corev1.PodFailed && old.Phase != corev1.PodFailed
+	return pod.Phase == corev1.PodFailed && old.Phase != corev1.PodFailed ||
+		pod.Terminating() && old.DeletionTimestamp == nil
 }
 
 // releasedAfterSuccess reports whether a pod update only took the tracking

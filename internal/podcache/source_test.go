@@ -285,3 +285,26 @@ func TestPodHandlerReportsStrays(t *testing.T) {
 		}
 	}
 }
+
+// The deletion of a running pod (what a lost node's pods get together, and
+// a failure under TerminatingOrFailed) waits for the batch, as upstream's,
+// and holds the job's other updates in it until it is counted.
+func TestDeletionsAreBatchedLikeFailures(t *testing.T) {
+	deleting := metav1.Now()
+	mk := func(name string, deleted bool) *jobpod.Pod {
+		p := &jobpod.Pod{Phase: corev1.PodRunning, Tracked: true, JobName: "a"}
+		p.Namespace, p.Name, p.UID = "ns", name, types.UID(name)
+		if deleted {
+			p.DeletionTimestamp = &deleting
+		}
+		return p
+	}
+	var now, batched int
+	s := &Source{}
+	h := s.handler(func(reconcile.Request) { now++ }, func(reconcile.Request) { batched++ })
+	h.OnUpdate(mk("a-0", false), mk("a-0", true))
+	h.OnUpdate(mk("a-1", false), mk("a-1", false)) // another pod's update, say it became ready
+	if now != 0 || batched != 2 {
+		t.Errorf("synced at once %d, batched %d; want 0 and 2", now, batched)
+	}
+}
