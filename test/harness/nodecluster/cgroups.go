@@ -21,8 +21,9 @@ import (
 // StopNode kills every process in it.
 
 // cgroupHierarchies are the mount points of this host's cgroup v1
-// hierarchies (the cgroup2 one beside them has no controllers here).
-func cgroupHierarchies() ([]string, error) {
+// hierarchies, and with v2 the cgroup2 one beside them (it has no
+// controllers here, but runc makes the containers' cgroups there too).
+func cgroupHierarchies(v2 bool) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -34,7 +35,7 @@ func cgroupHierarchies() ([]string, error) {
 		// ... mount-point ... - fstype source options
 		before, after, ok := strings.Cut(scanner.Text(), " - ")
 		fields := strings.Fields(before)
-		if ok && len(fields) >= 5 && strings.HasPrefix(after, "cgroup ") {
+		if ok && len(fields) >= 5 && (strings.HasPrefix(after, "cgroup ") || v2 && strings.HasPrefix(after, "cgroup2 ")) {
 			points = append(points, unescapeMount(fields[4]))
 		}
 	}
@@ -45,7 +46,7 @@ func cgroupHierarchies() ([]string, error) {
 // makeCgroupRoot creates the cgroup root in every hierarchy, the cpuset's
 // with its parent's CPUs and memory nodes (an empty cpuset takes no task).
 func makeCgroupRoot(root string) error {
-	hierarchies, err := cgroupHierarchies()
+	hierarchies, err := cgroupHierarchies(false)
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func makeCgroupRoot(root string) error {
 // killCgroup sends SIGKILL to every process in the cgroup root (the
 // node's containers and pod sandboxes) until none is left, for up to 10s.
 func killCgroup(root string) error {
-	hierarchies, err := cgroupHierarchies()
+	hierarchies, err := cgroupHierarchies(false)
 	if err != nil {
 		return err
 	}
@@ -116,7 +117,7 @@ func cgroupPids(dir string) []int {
 // removeCgroupRoot removes the cgroup root and every cgroup below it,
 // deepest first, in every hierarchy.
 func removeCgroupRoot(root string) error {
-	hierarchies, err := cgroupHierarchies()
+	hierarchies, err := cgroupHierarchies(true)
 	if err != nil {
 		return err
 	}

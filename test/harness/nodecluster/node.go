@@ -190,15 +190,16 @@ func (n *node) halt(grace time.Duration) error {
 			*p = nil
 		}
 	}
-	killShims(n.socket)
+	// The containers before their shims, which reap them.
 	errs = append(errs, killCgroup(n.cgroupRoot))
+	killShims(n.socket)
 	return errors.Join(errs...)
 }
 
 // StopNode loses node i as a machine that lost its power: its kubelet,
-// kube-proxy and containerd are killed (SIGKILL), then containerd's shims
-// and every process in the node's cgroup: its containers and pod
-// sandboxes. Nothing is written to the API server: the pods stay bound to
+// kube-proxy and containerd are killed (SIGKILL), then every process in
+// the node's cgroup (its containers and pod sandboxes) and containerd's
+// shims. Nothing is written to the API server: the pods stay bound to
 // the node, Running, until the node lifecycle controller notices the
 // missing heartbeats (Options.NodeMonitorGracePeriod) and taints the node
 // unreachable. Its state stays on disk (as on a machine's disk); StartNode
@@ -213,8 +214,10 @@ func (c *Cluster) StopNode(i int) error {
 			*p = nil
 		}
 	}
+	// The containers before their shims, which reap them.
+	err := killCgroup(n.cgroupRoot)
 	killShims(n.socket)
-	return killCgroup(n.cgroupRoot)
+	return err
 }
 
 // StartNode boots node i again after StopNode, as a machine that comes
