@@ -246,8 +246,9 @@ type podLife struct {
 	Labels map[string]string
 	Node   string
 	// Created is its first event; Running its first in phase Running;
-	// Ended its first in phase Succeeded or Failed; Deleted its removal.
-	Created, Running, Ended, Deleted moment
+	// Terminating its first with a deletion timestamp; Ended its first
+	// in phase Succeeded or Failed; Deleted its removal.
+	Created, Running, Terminating, Ended, Deleted moment
 	// Disruptions are the reasons of its DisruptionTarget condition, in
 	// the order seen.
 	Disruptions []string
@@ -284,6 +285,9 @@ func (r *podRecorder) observe(deleted bool, pod *corev1.Pod) {
 		l.Running = now
 	case (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && !l.Ended.seen():
 		l.Ended = now
+	}
+	if pod.DeletionTimestamp != nil && !l.Terminating.seen() {
+		l.Terminating = now
 	}
 	if deleted {
 		l.Deleted = now
@@ -371,8 +375,8 @@ func lifeReport(l podLife, t0 time.Time) string {
 		}
 		return fmt.Sprintf("%.1fs", m.At.Sub(t0).Seconds())
 	}
-	return fmt.Sprintf("%s on %s: created %s, running %s, ended %s, deleted %s, DisruptionTarget %v",
-		l.Name, l.Node, at(l.Created), at(l.Running), at(l.Ended), at(l.Deleted), l.Disruptions)
+	return fmt.Sprintf("%s on %s: created %s, running %s, terminating %s, ended %s, deleted %s, DisruptionTarget %v",
+		l.Name, l.Node, at(l.Created), at(l.Running), at(l.Terminating), at(l.Ended), at(l.Deleted), l.Disruptions)
 }
 
 // podsOf lists the job's pods as last seen, by index then creation.

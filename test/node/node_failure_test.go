@@ -338,8 +338,26 @@ func checkLost(ctx context.Context, lost lostNode, v lostVariant, failed int64) 
 				Expect(l.Disruptions).To(HaveExactElements("DeletionByTaintManager"), "%s: %s", kind, l.Name)
 			}
 		}
+		AddReportEntry(kind+" "+v.name+" replacements", replacementTimes(lives[kind], lost))
 	}
 	return lives
+}
+
+// replacementTimes says, from the node's loss, when the lost pods were
+// deleted and Failed and when their replacements were created.
+func replacementTimes(lives []podLife, lost lostNode) string {
+	var evicted, failed, created []string
+	for _, l := range lives {
+		switch {
+		case l.Node == lost.name:
+			evicted = append(evicted, fmt.Sprintf("%.1fs", l.Terminating.At.Sub(lost.stopped).Seconds()))
+			failed = append(failed, fmt.Sprintf("%.1fs", l.Ended.At.Sub(lost.stopped).Seconds()))
+		case l.Created.At.After(lost.stopped):
+			created = append(created, fmt.Sprintf("%.1fs", l.Created.At.Sub(lost.stopped).Seconds()))
+		}
+	}
+	return fmt.Sprintf("after the loss: lost pods deleted %v, Failed %v; replacements created %v; out-of-service taint %.1fs",
+		evicted, failed, created, lost.tainted.Sub(lost.stopped).Seconds())
 }
 
 // checkLostFailed is checkLost for podReplacementPolicy Failed: no index
