@@ -99,6 +99,9 @@ var _ = Describe("Real failures", Label("node", "node-failure"), func() {
 				for _, l := range replaced {
 					Expect(l.Created.At).To(BeTemporally("<", lost.tainted), "%s: %s was not created before the out-of-service taint", kind, l.Name)
 				}
+				// What Failed rules out: each replacement ran while
+				// the pod it replaced was still terminating.
+				Expect(secondPods(kind, lifetimesAfter[kind])).To(HaveLen(2), kind)
 			}
 		})
 
