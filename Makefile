@@ -291,7 +291,8 @@ operator-binaries: ## Build bin/manager, bin/kubectl-ibj and bin/kwok-cluster.
 demo-binaries: ## Build what the demo runs: control plane, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (its pods run on the pod simulator: no kwok).
 	$(MAKE) --no-print-directory -j2 controlplane operator-binaries
 
-# NODE=real: the demo on real containers (make node-cluster; needs root).
+# NODE=real: the demo on real containers (make node-cluster, NODES nodes;
+# needs root).
 NODE ?=
 
 # GANG=1: the gang sample, on a cluster serving the Workload API with the
@@ -302,7 +303,7 @@ GANG ?=
 demo: $(if $(filter real,$(NODE)),node-prereqs node-binaries node-images,demo-binaries) $(if $(GANG),kwok) ## Run the per-index sample on a throwaway local cluster (fake nodes; NODE=real: real containers, as root; GANG=1: the gang sample, kube-scheduler placing it), live; KEEP=1 leaves it running.
 	@case "$(NODE)" in ""|real) ;; *) echo "NODE must be real or empty, not $(NODE)"; exit 2 ;; esac
 	@if [ -n "$(GANG)" ] && [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh kube-scheduler; fi
-	DEMO_GANG=$(if $(GANG),1,0) KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) $(if $(filter real,$(NODE)),hack/demo/node-demo.sh,hack/demo/demo.sh)
+	DEMO_GANG=$(if $(GANG),1,0) KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) NODES=$(NODES) $(if $(filter real,$(NODE)),hack/demo/node-demo.sh,hack/demo/demo.sh)
 
 .PHONY: demo-kueue
 demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the module cache, its controllers in process) on a throwaway local cluster (fake nodes); KEEP=1 leaves it running.
@@ -330,9 +331,11 @@ demo-multikueue: e2e-binaries kueue-manager ## Run one job through MultiKueue: c
 ##@ A real node
 
 # The node cluster (test/harness/nodecluster): the control plane with
-# kube-controller-manager, kube-scheduler and kube-proxy, and one kubelet on
-# Debian's containerd and runc, in a network namespace of its own. Needs
-# root. Nothing is pulled: make node-images writes the images it imports.
+# kube-controller-manager and kube-scheduler, and NODES nodes, each a
+# kubelet on a containerd of its own (Debian's containerd and runc) and a
+# kube-proxy, each in a network namespace of its own. Needs root. Nothing
+# is pulled: make node-images writes the images it imports.
+NODES ?= 2
 NODE_IMAGES ?= dist/node-images
 NODE_ARCH ?= $(shell go env GOARCH)
 NODE_DIR ?= $(LOCALBIN)/node-cluster
@@ -376,12 +379,12 @@ build-installer-node: manifests kustomize
 	@mv dist/install.yaml $(NODE_IMAGES)/install.yaml
 
 .PHONY: node-cluster
-node-cluster: node-prereqs node-binaries node-images ## Run the one-node cluster (real containers) until Ctrl-C; its kubeconfig is NODE_DIR/kubeconfig (needs root).
-	$(LOCALBIN)/node-cluster --dir $(NODE_DIR) --images $(NODE_IMAGES)
+node-cluster: node-prereqs node-binaries node-images ## Run the cluster of NODES real nodes (real containers) until Ctrl-C; its kubeconfig is NODE_DIR/kubeconfig (needs root).
+	$(LOCALBIN)/node-cluster --dir $(NODE_DIR) --images $(NODE_IMAGES) --nodes $(NODES)
 
 .PHONY: test-node
-test-node: node-prereqs node-binaries node-images helm ## Run the node specs (test/node): the operator installed from install.yaml and by helm as a pod of its own image, jobs on real containers beside batch/v1 Jobs (needs root).
-	IBJ_NODE=1 IBJ_NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) IBJ_HELM=$(HELM) go test -count=1 -timeout 40m ./test/node -v -ginkgo.v
+test-node: node-prereqs node-binaries node-images helm ## Run the node specs (test/node) on NODES real nodes: the operator installed from install.yaml and by helm as a pod of its own image, jobs on real containers beside batch/v1 Jobs, nodes lost and kubelets and containerds restarted (needs root).
+	IBJ_NODE=1 IBJ_NODE_NODES=$(NODES) IBJ_NODE_IMAGES=$(CURDIR)/$(NODE_IMAGES) IBJ_HELM=$(HELM) go test -count=1 -timeout 40m ./test/node -v -ginkgo.v
 
 ##@ Supported Kubernetes versions
 

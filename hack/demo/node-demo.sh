@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make demo NODE=real`: the seed's per-index example on real containers.
-# It starts the one-node cluster of `make node-cluster` (bin/node-cluster:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
-# and a kubelet on containerd and runc, in a network namespace of its own;
-# see test/harness/nodecluster), installs the operator as users do, with
+# It starts the cluster of `make node-cluster` (bin/node-cluster: etcd,
+# kube-apiserver, kube-controller-manager and kube-scheduler, and NODES
+# nodes, each a kubelet on a containerd of its own and runc and a
+# kube-proxy, in a network namespace of its own; see
+# test/harness/nodecluster), installs the operator as users do, with
 # kubectl apply of an install.yaml naming its image (imported into
 # containerd, as nothing is pulled here), runs the per-index sample with the
 # worker image of test/nodeimages/worker in place of busybox, and shows the
@@ -16,7 +17,7 @@
 # expects bin/node-cluster, bin/kubectl-ibj, the binaries of make
 # node-binaries and the images of make node-images.
 #
-# Environment: KEEP=1, DEMO_DIR (state and logs; default a new temp dir),
+# Environment: KEEP=1, NODES (default 2), DEMO_DIR (state and logs; default a new temp dir),
 # DEMO_TIMEOUT (seconds the job may take; default 180), NODE_IMAGES
 # (default dist/node-images), LOCALBIN, K8S_VERSION.
 set -euo pipefail
@@ -28,6 +29,7 @@ bin=${LOCALBIN:-$root/bin}
 kubectl="${KUBEBUILDER_ASSETS:-$bin/k8s/$k8s_version}/kubectl"
 images=${NODE_IMAGES:-$root/dist/node-images}
 keep=${KEEP:-0}
+nodes=${NODES:-2}
 timeout=${DEMO_TIMEOUT:-180}
 job=per-index
 
@@ -64,7 +66,7 @@ cleanup() {
   kubectl get ibj,pods -o wide
   kubectl ibj indexes $job
   kubectl -n indexed-batch-job-system logs deployment/indexed-batch-job-controller-manager
-Logs: $dir/*.log (each component), $dir/cluster.out
+Logs: $dir/*.log (the control plane), $dir/ibj-node-*/*.log (each node's), $dir/cluster.out
 Stop everything (containers, mounts and the network namespace go with it) with:
   kill $cluster_pid
 EOF
@@ -76,8 +78,8 @@ EOF
 trap cleanup EXIT
 trap 'aborted=1; exit 130' INT TERM
 
-say "Starting a one-node cluster on real containers (state and logs in $dir)"
-start_cluster 240 "$bin/node-cluster" --dir "$dir" --root "$root" --images "$images"
+say "Starting a cluster of $nodes nodes on real containers (state and logs in $dir)"
+start_cluster 300 "$bin/node-cluster" --dir "$dir" --root "$root" --images "$images" --nodes "$nodes"
 "$kubectl" get nodes -o wide
 
 say "Installing the operator: kubectl apply --server-side -f $images/install.yaml"
@@ -122,7 +124,7 @@ watch_job "$job" "$timeout"
 say "Finished: $phase after $(elapsed)"
 echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$job   (as the kubelet reported them)"
 "$kubectl" get pods -l "batch.indexedjob.dev/job-name=$job" \
-  -o custom-columns='NAME:.metadata.name,INDEX:.metadata.labels.batch\.indexedjob\.dev/completion-index,PHASE:.status.phase,EXIT-CODE:.status.containerStatuses[0].state.terminated.exitCode,IP:.status.podIP'
+  -o custom-columns='NAME:.metadata.name,INDEX:.metadata.labels.batch\.indexedjob\.dev/completion-index,PHASE:.status.phase,EXIT-CODE:.status.containerStatuses[0].state.terminated.exitCode,NODE:.spec.nodeName,IP:.status.podIP'
 echo
 echo "\$ kubectl logs $job-1-1"
 "$kubectl" logs "$job-1-1"

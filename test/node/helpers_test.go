@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
@@ -190,15 +192,20 @@ func waitBoth(ctx context.Context, namespace, name string, timeout time.Duration
 type podReport struct {
 	Name     string
 	Index    int
+	Node     string
 	Phase    corev1.PodPhase
 	ExitCode int32
 	Reason   string
 	// Disruption is the DisruptionTarget condition's reason, if any.
 	Disruption string
+	// Started and Finished are when its container ran, if it ended;
+	// Restarts its containers' restart count.
+	Started, Finished time.Time
+	Restarts          int32
 }
 
 func (p podReport) String() string {
-	s := fmt.Sprintf("%s (index %d): %s, exit code %d (%s)", p.Name, p.Index, p.Phase, p.ExitCode, p.Reason)
+	s := fmt.Sprintf("%s (index %d) on %s: %s, exit code %d (%s)", p.Name, p.Index, p.Node, p.Phase, p.ExitCode, p.Reason)
 	if p.Disruption != "" {
 		s += ", DisruptionTarget " + p.Disruption
 	}
@@ -206,16 +213,90 @@ func (p podReport) String() string {
 }
 
 // recorders keep, for each spec's namespace, the last state of every pod
-// seen in it (by UID): a pod deleted after it ended (a job's end deletes its running
-// pods; the kubelet then removes them) is reported as it was last.
+// seen in it (by UID), and its lifetime: a pod deleted after it ended (a
+// job's end deletes its running pods; the kubelet then removes them) is
+// reported as it was last.
 var (
 	recordersMu sync.Mutex
 	recorders   = map[string]*podRecorder{}
 )
 
 type podRecorder struct {
-	mu   sync.Mutex
-	pods map[string]*corev1.Pod
+	mu    sync.Mutex
+	seq   int
+	pods  map[string]*corev1.Pod
+	lives map[string]*podLife
+}
+
+// moment is when the namespace's watch saw a change: its order among the
+// watch's events (one watch sees every change in the order the API server
+// made them, so the orders compare whatever the clocks) and the time this
+// process received it.
+type moment struct {
+	Seq int
+	At  time.Time
+}
+
+func (m moment) seen() bool { return m.Seq > 0 }
+
+// podLife is a pod's lifetime as the watch saw it.
+type podLife struct {
+	UID    types.UID
+	Name   string
+	Labels map[string]string
+	Node   string
+	// Created is its first event; Running its first in phase Running;
+	// Terminating its first with a deletion timestamp; Ended its first
+	// in phase Succeeded or Failed; Deleted its removal.
+	Created, Running, Terminating, Ended, Deleted moment
+	// Disruptions are the reasons of its DisruptionTarget condition, in
+	// the order seen.
+	Disruptions []string
+}
+
+// end is when the pod stopped counting as unfinished: its terminal phase,
+// or its removal if it had none.
+func (l podLife) end() moment {
+	if l.Ended.seen() {
+		return l.Ended
+	}
+	return l.Deleted
+}
+
+func (r *podRecorder) observe(deleted bool, pod *corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	now := moment{Seq: r.seq, At: time.Now()}
+	// By UID: a job may give a later pod of an index the name of one
+	// that is gone.
+	uid := string(pod.UID)
+	r.pods[uid] = pod
+	l := r.lives[uid]
+	if l == nil {
+		l = &podLife{UID: pod.UID, Name: pod.Name, Labels: pod.Labels, Created: now}
+		r.lives[uid] = l
+	}
+	if pod.Spec.NodeName != "" {
+		l.Node = pod.Spec.NodeName
+	}
+	switch {
+	case pod.Status.Phase == corev1.PodRunning && !l.Running.seen():
+		l.Running = now
+	case (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && !l.Ended.seen():
+		l.Ended = now
+	}
+	if pod.DeletionTimestamp != nil && !l.Terminating.seen() {
+		l.Terminating = now
+	}
+	if deleted {
+		l.Deleted = now
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && !slices.Contains(l.Disruptions, c.Reason) {
+			l.Disruptions = append(l.Disruptions, c.Reason)
+		}
+	}
 }
 
 // recordPods watches the namespace's pods until ctx ends.
@@ -223,7 +304,7 @@ func recordPods(ctx context.Context, namespace string) {
 	GinkgoHelper()
 	w, err := clientset.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
-	r := &podRecorder{pods: map[string]*corev1.Pod{}}
+	r := &podRecorder{pods: map[string]*corev1.Pod{}, lives: map[string]*podLife{}}
 	recordersMu.Lock()
 	recorders[namespace] = r
 	recordersMu.Unlock()
@@ -231,28 +312,84 @@ func recordPods(ctx context.Context, namespace string) {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
 			if pod, ok := ev.Object.(*corev1.Pod); ok {
-				r.mu.Lock()
-				// By UID: a job may give a later pod of an index
-				// the name of one that is gone.
-				r.pods[string(pod.UID)] = pod
-				r.mu.Unlock()
+				r.observe(ev.Type == watch.Deleted, pod)
 			}
 		}
 	}()
 }
 
-// podsOf lists the job's pods as last seen, by index then creation.
-func podsOf(kind, namespace, name string) []podReport {
+func recorderOf(namespace string) *podRecorder {
 	GinkgoHelper()
 	recordersMu.Lock()
 	r := recorders[namespace]
 	recordersMu.Unlock()
 	Expect(r).NotTo(BeNil(), "no pods recorded in %s", namespace)
+	return r
+}
+
+// lifetimes are the lifetimes of the job's pods, by index then creation.
+func lifetimes(kind, namespace, name string) []podLife {
+	GinkgoHelper()
+	r := recorderOf(namespace)
+	r.mu.Lock()
+	var lives []podLife
+	for _, l := range r.lives {
+		if l.Labels[jobNameLabel[kind]] == name {
+			l := *l
+			l.Disruptions = slices.Clone(l.Disruptions)
+			lives = append(lives, l)
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(lives, func(a, b podLife) int {
+		if a.Labels[indexLabel[kind]] != b.Labels[indexLabel[kind]] {
+			return strings.Compare(a.Labels[indexLabel[kind]], b.Labels[indexLabel[kind]])
+		}
+		return a.Created.Seq - b.Created.Seq
+	})
+	return lives
+}
+
+// secondPods lists each pod created while an earlier pod of its index
+// had not ended: what podReplacementPolicy Failed rules out.
+func secondPods(kind string, lives []podLife) []string {
+	var found []string
+	for i, l := range lives {
+		for _, earlier := range lives[:i] {
+			if earlier.Labels[indexLabel[kind]] != l.Labels[indexLabel[kind]] {
+				continue
+			}
+			if end := earlier.end(); !end.seen() || end.Seq > l.Created.Seq {
+				found = append(found, fmt.Sprintf("%s created while %s (index %s) had not ended", l.Name, earlier.Name, l.Labels[indexLabel[kind]]))
+			}
+		}
+	}
+	return found
+}
+
+// lifeReport is a pod's lifetime in seconds from t0, for the report.
+func lifeReport(l podLife, t0 time.Time) string {
+	at := func(m moment) string {
+		if !m.seen() {
+			return "-"
+		}
+		return fmt.Sprintf("%.1fs", m.At.Sub(t0).Seconds())
+	}
+	return fmt.Sprintf("%s on %s: created %s, running %s, terminating %s, ended %s, deleted %s, DisruptionTarget %v",
+		l.Name, l.Node, at(l.Created), at(l.Running), at(l.Terminating), at(l.Ended), at(l.Deleted), l.Disruptions)
+}
+
+// podsOf lists the job's pods as last seen, by index then creation.
+func podsOf(kind, namespace, name string) []podReport {
+	GinkgoHelper()
+	r := recorderOf(namespace)
 	r.mu.Lock()
 	var pods []corev1.Pod
-	for _, pod := range r.pods {
+	created := map[types.UID]int{}
+	for uid, pod := range r.pods {
 		if pod.Labels[jobNameLabel[kind]] == name {
 			pods = append(pods, *pod)
+			created[pod.UID] = r.lives[uid].Created.Seq
 		}
 	}
 	r.mu.Unlock()
@@ -260,25 +397,32 @@ func podsOf(kind, namespace, name string) []podReport {
 		if a.Labels[indexLabel[kind]] != b.Labels[indexLabel[kind]] {
 			return strings.Compare(a.Labels[indexLabel[kind]], b.Labels[indexLabel[kind]])
 		}
-		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+		return created[a.UID] - created[b.UID]
 	})
 	var reports []podReport
 	for _, pod := range pods {
-		r := podReport{Name: pod.Name, Phase: pod.Status.Phase, ExitCode: -1}
-		r.Index, _ = strconv.Atoi(pod.Labels[indexLabel[kind]])
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.State.Terminated != nil {
-				r.ExitCode, r.Reason = cs.State.Terminated.ExitCode, cs.State.Terminated.Reason
-			}
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-				r.Disruption = c.Reason
-			}
-		}
-		reports = append(reports, r)
+		reports = append(reports, reportOf(kind, &pod))
 	}
 	return reports
+}
+
+// reportOf is the pod as the kubelet last reported it.
+func reportOf(kind string, pod *corev1.Pod) podReport {
+	r := podReport{Name: pod.Name, Node: pod.Spec.NodeName, Phase: pod.Status.Phase, ExitCode: -1}
+	r.Index, _ = strconv.Atoi(pod.Labels[indexLabel[kind]])
+	for _, cs := range pod.Status.ContainerStatuses {
+		r.Restarts += cs.RestartCount
+		if cs.State.Terminated != nil {
+			r.ExitCode, r.Reason = cs.State.Terminated.ExitCode, cs.State.Terminated.Reason
+			r.Started, r.Finished = cs.State.Terminated.StartedAt.Time, cs.State.Terminated.FinishedAt.Time
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			r.Disruption = c.Reason
+		}
+	}
+	return r
 }
 
 // exitCodes is the pods' exit codes by index, as the kubelet reported them.
@@ -294,6 +438,14 @@ func exitCodes(pods []podReport) map[int][]int32 {
 // in the suite's verbose output), for the record of what the kubelet said.
 func report(ctx context.Context, namespace, name string, ibj, job outcome) {
 	var b strings.Builder
+	var t0 time.Time
+	for _, kind := range []string{ibjKind, jobKind} {
+		for _, l := range lifetimes(kind, namespace, name) {
+			if t0.IsZero() || l.Created.At.Before(t0) {
+				t0 = l.Created.At
+			}
+		}
+	}
 	for _, kind := range []string{ibjKind, jobKind} {
 		o := ibj
 		if kind == jobKind {
@@ -302,6 +454,10 @@ func report(ctx context.Context, namespace, name string, ibj, job outcome) {
 		fmt.Fprintf(&b, "%s %s: %s\n", kind, name, o)
 		for _, p := range podsOf(kind, namespace, name) {
 			fmt.Fprintf(&b, "  %s\n", p)
+		}
+		fmt.Fprintf(&b, "  lifetimes, from the first pod's creation:\n")
+		for _, l := range lifetimes(kind, namespace, name) {
+			fmt.Fprintf(&b, "    %s\n", lifeReport(l, t0))
 		}
 	}
 	AddReportEntry(name, b.String())

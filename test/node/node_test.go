@@ -302,17 +302,25 @@ spec:
 		Expect(out).To(ContainSubstring("spec.template.metadata.labels[batch.indexedjob.dev/completion-index]: Forbidden: is reserved"))
 		Expect(webhookRejections(ctx)).To(Equal(rejectedBefore+1), "kube-apiserver counts the refusal as the validating webhook's")
 
-		By("a pod scrapes the metrics Service with its service account token")
+		By("a pod scrapes the metrics Service with its service account token, from another node than the manager's")
 		svc, err := clientset.CoreV1().Services(operatorNamespace).Get(ctx, "indexed-batch-job-controller-manager-metrics-service", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		url := fmt.Sprintf("https://%s:8443/metrics", svc.Spec.ClusterIP)
+		// Across nodes: the Service's endpoint is the manager's pod, on
+		// another node's pod range, routed between the nodes.
+		override := `{"spec":{"serviceAccountName":%q}}`
+		if len(cluster.Nodes) > 1 {
+			other := cluster.Nodes[nodeWithoutOperator(ctx)]
+			Expect(other).NotTo(Equal(manager.Spec.NodeName))
+			override = `{"spec":{"serviceAccountName":%q,"nodeName":"` + other + `"}}`
+		}
 		mustKubectl("-n", ns, "create", "serviceaccount", "scraper")
 		mustKubectl("create", "clusterrolebinding", ns+"-scraper", "--clusterrole=indexed-batch-job-metrics-reader", "--serviceaccount="+ns+":scraper")
 		DeferCleanup(func() { _, _ = kubectl("delete", "clusterrolebinding", ns+"-scraper") })
 		scrape := func(name, account string) (corev1.PodPhase, string) {
 			GinkgoHelper()
 			mustKubectl("-n", ns, "run", name, "--image="+nodecluster.WorkerImage, "--restart=Never",
-				"--overrides", fmt.Sprintf(`{"spec":{"serviceAccountName":%q}}`, account), "--", "scrape", url)
+				"--overrides", fmt.Sprintf(override, account), "--", "scrape", url)
 			var phase corev1.PodPhase
 			Eventually(func() bool {
 				pod, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})

@@ -1,12 +1,15 @@
-// Package node runs IndexedBatchJobs on real containers: a one-node cluster
-// whose kubelet runs them on containerd and runc (test/harness/nodecluster),
+// Package node runs IndexedBatchJobs on real containers: a cluster of real
+// nodes (IBJ_NODE_NODES, default 2) whose kubelets run them on containerd
+// and runc (test/harness/nodecluster),
 // with the operator installed as users install it, from dist/install.yaml,
 // as a pod of its own image under its ServiceAccount and restricted Pod
 // Security, its webhook called through its Service. Each spec runs the same
 // job as a batch/v1 Job beside it, which the built-in Job controller of the
-// cluster's kube-controller-manager runs on the same node, and holds the two
-// statuses to each other and to the exact values, with the pod phases and
-// exit codes the kubelet reported.
+// cluster's kube-controller-manager runs on the same nodes, and holds the
+// two statuses to each other and to the exact values, with the pod phases
+// and exit codes the kubelets reported. The node-failure specs
+// (node_failure_test.go) lose a node and restart kubelets and containerds
+// under both.
 //
 // `make test-node` builds what the suite needs and runs it as root. Under a
 // plain `go test ./...` the suite skips itself; with IBJ_NODE=1 a missing
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,10 +66,15 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		Fail("missing " + strings.Join(missing, "; "))
 	}
 
+	nodes := 2
+	if v := os.Getenv("IBJ_NODE_NODES"); v != "" {
+		nodes, err = strconv.Atoi(v)
+		Expect(err).NotTo(HaveOccurred(), "IBJ_NODE_NODES")
+	}
 	dir, err := os.MkdirTemp("", "ibj-node-")
 	Expect(err).NotTo(HaveOccurred())
 	By("starting the node cluster in " + dir)
-	cluster, err = nodecluster.Start(ctx, nodecluster.Options{Root: root, Dir: dir, ImagesDir: imagesDir, Progress: GinkgoWriter})
+	cluster, err = nodecluster.Start(ctx, nodecluster.Options{Root: root, Dir: dir, ImagesDir: imagesDir, Nodes: nodes, Progress: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred())
 	version, err := harness.CheckServerVersion(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())

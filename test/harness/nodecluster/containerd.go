@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -42,11 +44,13 @@ var images = []image{
 }
 
 // containerdConfig is containerd's configuration (version 2, as containerd
-// 1.6 and 1.7 read it): its state under the cluster's directories, the CRI
-// plugin with our sandbox image and OOM scores no lower than its own, runc through its v2 shim with the cgroupfs
-// driver (the kubelet's, on this host's cgroup v1), and the CNI
-// configuration of conf.
-func containerdConfig(root, state, socket, cniConf string) string {
+// 1.6 and 1.7 read it): its state under the node's directories, the CRI
+// plugin with our sandbox image and OOM scores no lower than its own, runc
+// through its v2 shim with the cgroupfs driver (the kubelet's, on this
+// host's cgroup v1) and its state in runcRoot (its default,
+// /run/containerd/runc, is shared by every containerd of the host), and the
+// CNI configuration of conf.
+func containerdConfig(root, state, socket, runcRoot, cniConf string) string {
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -67,22 +71,25 @@ state = %q
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, root, state, socket, PauseImage, cniBinDir, cniConf)
+`, root, state, socket, PauseImage, runcRoot, cniBinDir, cniConf)
 }
 
 // cniBinDir is where Debian's containernetworking-plugins puts the plugins.
 const cniBinDir = "/usr/lib/cni"
 
-// cniConfig is the pods' network: a bridge on the node with host-local
-// addresses from the pod range, the node as their gateway, hairpin on so
-// that a pod reaches itself through its Service.
-func cniConfig(podCIDR string) string {
+// cniConfig is a node's pods' network: a bridge on the node with
+// host-local addresses from its pod range, kept in ipamDir (host-local's
+// default, /var/lib/cni/networks/<name>, is shared by every node of the
+// host), the node as their gateway, hairpin on so that a pod reaches itself
+// through its Service.
+func cniConfig(name, podCIDR, ipamDir string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "ibj",
+  "name": %q,
   "plugins": [
     {
       "type": "bridge",
@@ -92,13 +99,14 @@ func cniConfig(podCIDR string) string {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
+        "dataDir": %q,
         "ranges": [[{"subnet": %q}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     }
   ]
 }
-`, podCIDR)
+`, name, ipamDir, podCIDR)
 }
 
 // importImages imports each image's OCI layout into containerd's k8s.io
@@ -187,5 +195,31 @@ func killContainers(socket string) {
 	}
 	for _, id := range strings.Fields(ctr("containers", "ls", "-q")) {
 		ctr("containers", "delete", id)
+	}
+}
+
+// killShims kills the runc shims containerd started on socket, found by
+// their command line (-address socket): a shim whose containerd is gone
+// lives on, holding its containers' mounts.
+func killShims(socket string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if !strings.HasSuffix(args[0], "containerd-shim-runc-v2") {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == socket {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 }

@@ -12,37 +12,64 @@ import (
 	"strings"
 )
 
-// network is the cluster's own network namespace and its addresses. Every
-// component runs inside it (nsenter --net), so kube-proxy's iptables rules,
-// the pods' bridge and every port stay there, and are gone with it; a veth
-// pair joins it to this host, which reaches the API server at the node's
-// address. Slot n picks the addresses, from ranges reserved for network
-// tests (RFC 2544):
+// network is the cluster's network namespaces and their addresses. The
+// control plane runs in a namespace of its own, whose bridge ibjbr is the
+// cluster's one L2 segment; each node runs in a namespace of its own too
+// (nsenter --net), with its kubelet, containerd, its pods' bridge and its
+// kube-proxy's iptables rules, and is plugged into that bridge by a veth
+// pair, as kind's nodes are plugged into one docker network. A veth pair
+// joins this host to the bridge as well. Pod-to-pod traffic between nodes
+// is routed, by routes to each node's pod range through its address, in
+// every node's namespace and in the control plane's (which reaches the
+// operator's webhook at its pod's address: --enable-aggregator-routing).
+// Everything is gone with the namespaces.
 //
-//	198.19.n.1    this host's end of the veth pair
-//	198.19.n.2    the node: its end, the API server's and kubelet's address
-//	198.18.n.0/24 the pods, on the bridge ibj0 (198.18.n.1 its gateway)
-//	198.18.(128+n).0/24 the Services' cluster IPs
+// Slot s picks the namespaces' names, ibj-node-s-cp for the control plane
+// and ibj-node-s-i for node i, and the addresses, from ranges reserved for network tests
+// (RFC 2544):
+//
+//	198.19.s.1          this host's end of its veth pair
+//	198.19.s.2          the control plane (the bridge's address): the API server
+//	198.19.s.(10+i)     node i: its kubelet's address
+//	198.18.(8s+i).0/24  node i's pods, on its bridge ibj0 (.1 the gateway)
+//	198.18.(128+s).0/24 the Services' cluster IPs
 type network struct {
 	slot   int
-	name   string // the namespace, under /run/netns
-	hostIf string // this host's end of the veth pair
+	name   string // the control plane's namespace, under /run/netns
+	hostIf string // this host's end of its veth pair
 	host   net.IP
-	node   net.IP
-	pods   string // CIDR
-	svcs   string // CIDR
+	cp     net.IP
+	nodes  []nodeNet
+	// clusterPods is the CIDR holding every node's pod range.
+	clusterPods string
+	svcs        string // CIDR
 	// kubernetesIP is the kubernetes Service's cluster IP: the first of
 	// svcs.
 	kubernetesIP net.IP
 }
 
-const maxSlots = 100
+// nodeNet is one node's namespace and addresses.
+type nodeNet struct {
+	name string // the namespace
+	ip   net.IP
+	pods string // CIDR
+}
 
-// newNetwork creates the namespace of the first free slot, and the veth
-// pair into it.
-func newNetwork() (*network, error) {
+const (
+	maxSlots = 16
+	// MaxNodes is the most nodes a cluster can have: node i's pods are
+	// on 198.18.(8s+i).0/24.
+	MaxNodes = 8
+)
+
+// newNetwork creates the namespaces of the first free slot for nodes
+// nodes, and the veth pairs between them.
+func newNetwork(nodes int) (*network, error) {
+	if nodes < 1 || nodes > MaxNodes {
+		return nil, fmt.Errorf("nodecluster: %d nodes: from 1 to %d", nodes, MaxNodes)
+	}
 	for slot := range maxSlots {
-		name := fmt.Sprintf("ibj-node-%d", slot)
+		name := fmt.Sprintf("ibj-node-%d-cp", slot)
 		if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
 			continue
 		}
@@ -51,10 +78,17 @@ func newNetwork() (*network, error) {
 			name:         name,
 			hostIf:       fmt.Sprintf("ibjh%d", slot),
 			host:         net.IPv4(198, 19, byte(slot), 1),
-			node:         net.IPv4(198, 19, byte(slot), 2),
-			pods:         fmt.Sprintf("198.18.%d.0/24", slot),
+			cp:           net.IPv4(198, 19, byte(slot), 2),
+			clusterPods:  fmt.Sprintf("198.18.%d.0/21", 8*slot),
 			svcs:         fmt.Sprintf("198.18.%d.0/24", 128+slot),
 			kubernetesIP: net.IPv4(198, 18, byte(128+slot), 1),
+		}
+		for i := range nodes {
+			n.nodes = append(n.nodes, nodeNet{
+				name: fmt.Sprintf("ibj-node-%d-%d", slot, i),
+				ip:   net.IPv4(198, 19, byte(slot), byte(10+i)),
+				pods: fmt.Sprintf("198.18.%d.0/24", 8*slot+i),
+			})
 		}
 		if err := n.create(); err != nil {
 			_ = n.delete()
@@ -62,28 +96,26 @@ func newNetwork() (*network, error) {
 		}
 		return n, nil
 	}
-	return nil, fmt.Errorf("no free network slot: /run/netns/ibj-node-0 to -%d all exist (ip netns del the ones no cluster runs in)", maxSlots-1)
+	return nil, fmt.Errorf("no free network slot: /run/netns/ibj-node-0-cp to -%d-cp all exist (ip netns del the ones no cluster runs in)", maxSlots-1)
 }
 
+// create makes the control plane's namespace with its bridge, joins this
+// host to it, then each node.
 func (n *network) create() error {
-	nodeIf := fmt.Sprintf("ibjn%d", n.slot)
 	steps := [][]string{
 		{"ip", "netns", "add", n.name},
 		{"ip", "-n", n.name, "link", "set", "lo", "up"},
-		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", nodeIf, "netns", n.name},
+		{"ip", "-n", n.name, "link", "add", "ibjbr", "type", "bridge"},
+		{"ip", "-n", n.name, "addr", "add", n.cp.String() + "/24", "dev", "ibjbr"},
+		{"ip", "-n", n.name, "link", "set", "ibjbr", "up"},
+		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", "host0", "netns", n.name},
+		{"ip", "-n", n.name, "link", "set", "host0", "master", "ibjbr", "up"},
 		{"ip", "addr", "add", n.host.String() + "/24", "dev", n.hostIf},
 		{"ip", "link", "set", n.hostIf, "up"},
-		{"ip", "-n", n.name, "addr", "add", n.node.String() + "/24", "dev", nodeIf},
-		{"ip", "-n", n.name, "link", "set", nodeIf, "up"},
-		// The node's default route: kube-proxy and the kubelet look for
-		// one to learn the node's address.
 		{"ip", "-n", n.name, "route", "add", "default", "via", n.host.String()},
-		// What a node's kernel is set up with for pods on a bridge:
-		// forwarding, and bridged traffic through iptables (so that
-		// kube-proxy's rules see pod-to-Service traffic). Both are per
-		// network namespace.
-		n.exec("sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
-		n.exec("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"),
+	}
+	for i := range n.nodes {
+		steps = append(steps, n.nodeSteps(i)...)
 	}
 	for _, step := range steps {
 		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
@@ -93,22 +125,61 @@ func (n *network) create() error {
 	return nil
 }
 
-// exec is the command line that runs a command in the namespace, in this
-// host's mount namespace (unlike ip netns exec, which remounts /sys and
-// so hides the cgroup hierarchies).
-func (n *network) exec(args ...string) []string {
-	return append([]string{"nsenter", "--net=/run/netns/" + n.name, "--"}, args...)
+// nodeSteps create node i's namespace, plug it into the bridge and route
+// every other node's pods through that node.
+func (n *network) nodeSteps(i int) [][]string {
+	node := n.nodes[i]
+	port := fmt.Sprintf("node%d", i)
+	steps := [][]string{
+		{"ip", "netns", "add", node.name},
+		{"ip", "-n", node.name, "link", "set", "lo", "up"},
+		{"ip", "-n", n.name, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", node.name},
+		{"ip", "-n", n.name, "link", "set", port, "master", "ibjbr", "up"},
+		{"ip", "-n", node.name, "addr", "add", node.ip.String() + "/24", "dev", "eth0"},
+		{"ip", "-n", node.name, "link", "set", "eth0", "up"},
+		// The node's default route: kube-proxy and the kubelet look for
+		// one to learn the node's address.
+		{"ip", "-n", node.name, "route", "add", "default", "via", n.host.String()},
+		// The control plane and this host reach the node's pods through it.
+		{"ip", "-n", n.name, "route", "add", node.pods, "via", node.ip.String()},
+		{"ip", "route", "add", node.pods, "via", node.ip.String(), "dev", n.hostIf},
+		// What a node's kernel is set up with for pods on a bridge:
+		// forwarding, and bridged traffic through iptables (so that
+		// kube-proxy's rules see pod-to-Service traffic). Both are per
+		// network namespace.
+		nsExec(node.name, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
+		nsExec(node.name, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"),
+	}
+	for j, other := range n.nodes {
+		if j != i {
+			steps = append(steps, []string{"ip", "-n", node.name, "route", "add", other.pods, "via", other.ip.String()})
+		}
+	}
+	return steps
 }
 
-// delete removes the namespace, and with it the veth pair, the bridge and
-// kube-proxy's rules.
+// nsExec is the command line that runs a command in the namespace, in this
+// host's mount namespace (unlike ip netns exec, which remounts /sys and
+// so hides the cgroup hierarchies).
+func nsExec(namespace string, args ...string) []string {
+	return append([]string{"nsenter", "--net=/run/netns/" + namespace, "--"}, args...)
+}
+
+// delete removes the namespaces, and with them the veth pairs, the bridges,
+// the routes and kube-proxy's rules.
 func (n *network) delete() error {
 	var errs []error
 	if out, err := exec.Command("ip", "link", "del", n.hostIf).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", n.hostIf, err, out))
 	}
-	if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-		errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", n.name, err, out))
+	names := []string{n.name}
+	for _, node := range n.nodes {
+		names = append(names, node.name)
+	}
+	for _, name := range names {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", name, err, out))
+		}
 	}
 	return errors.Join(errs...)
 }

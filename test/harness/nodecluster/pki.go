@@ -47,10 +47,12 @@ type pki struct {
 	identities                          map[string]identity
 }
 
+// kubeletID is the identity of node i's kubelet.
+func kubeletID(i int) string { return fmt.Sprintf("kubelet-%d", i) }
+
 // The components' identities, by name.
 const (
 	admin      = "admin"
-	kubeletID  = "kubelet"
 	controller = "kube-controller-manager"
 	scheduler  = "kube-scheduler"
 	proxy      = "kube-proxy"
@@ -58,8 +60,10 @@ const (
 
 // newPKI writes the cluster's credentials under dir. The serving
 // certificate names every address the API server is reached at: loopback,
-// the node's address, and the kubernetes Service's cluster IP.
-func newPKI(dir, nodeName string, ips []net.IP) (*pki, error) {
+// the control plane's address, and the kubernetes Service's cluster IP.
+// Each node's kubelet has an identity of its own, as the Node authorizer
+// wants (system:node:<its node's name>).
+func newPKI(dir string, nodeNames []string, ips []net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -126,30 +130,37 @@ func newPKI(dir, nodeName string, ips []net.IP) (*pki, error) {
 		return nil, err
 	}
 
-	// The users Kubernetes' bootstrap RBAC (and the Node authorizer, for
-	// the kubelet) grants each component.
+	if err := p.writeTokens(nodeNames); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writeTokens gives each component a static token, as the user
+// Kubernetes' bootstrap RBAC (and the Node authorizer, for the kubelets)
+// grants it.
+func (p *pki) writeTokens(nodeNames []string) error {
 	users := map[string]identity{
 		admin:      {user: "ibj-admin", groups: []string{"system:masters"}},
-		kubeletID:  {user: "system:node:" + nodeName, groups: []string{"system:nodes"}},
 		controller: {user: "system:kube-controller-manager"},
 		scheduler:  {user: "system:kube-scheduler"},
 		proxy:      {user: "system:kube-proxy"},
+	}
+	for i, name := range nodeNames {
+		users[kubeletID(i)] = identity{user: "system:node:" + name, groups: []string{"system:nodes"}}
 	}
 	var tokens strings.Builder
 	for name, id := range users {
 		raw := make([]byte, 16)
 		if _, err := rand.Read(raw); err != nil {
-			return nil, err
+			return err
 		}
 		id.token = hex.EncodeToString(raw)
 		p.identities[name] = id
 		// token,user,uid,"group1,group2"
 		fmt.Fprintf(&tokens, "%s,%s,%s,%q\n", id.token, id.user, id.user, strings.Join(id.groups, ","))
 	}
-	if err := os.WriteFile(p.tokenFile, []byte(tokens.String()), 0o600); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return os.WriteFile(p.tokenFile, []byte(tokens.String()), 0o600)
 }
 
 // sign issues template, signed by the CA, with a new key, and writes both.
