@@ -137,7 +137,9 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cp.processMu.Lock()
 	cp.apiserver = p
+	cp.processMu.Unlock()
 	return cp.WaitReady(ctx)
 }
 
@@ -170,7 +172,9 @@ func (cp *ControlPlane) RestartEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cp.processMu.Lock()
 	cp.etcd = p
+	cp.processMu.Unlock()
 	return cp.WaitReady(ctx)
 }
 

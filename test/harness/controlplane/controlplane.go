@@ -138,17 +138,20 @@ type ControlPlane struct {
 	// PKI is the control plane's credentials.
 	PKI *PKI
 
-	opts      Options
-	admin     string
+	opts     Options
+	admin    string
+	etcdURL  string
+	etcdArgs []string
+	apiArgs  []string
+	// processMu guards etcd and apiserver, which restarts replace, and
+	// processes, started by StartComponent and Run, in order.
+	processMu sync.Mutex
 	etcd      *Process
 	apiserver *Process
-	etcdURL   string
-	etcdArgs  []string
-	apiArgs   []string
-	processMu sync.Mutex
-	processes []*Process // started by StartComponent and Run, in order
-	portsMu   sync.Mutex
-	ports     []int
+	processes []*Process
+	// ports are every port the cluster picked for itself or handed out.
+	portsMu sync.Mutex
+	ports   []int
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs, starts the
@@ -270,7 +273,10 @@ func (cp *ControlPlane) startEtcd() error {
 		"--initial-cluster=default=" + peerURL,
 		"--unsafe-no-fsync=true",
 	}
-	cp.etcd, err = cp.start(Etcd, filepath.Join(cp.opts.BinDir, Etcd), cp.etcdArgs...)
+	p, err := cp.start(Etcd, filepath.Join(cp.opts.BinDir, Etcd), cp.etcdArgs...)
+	cp.processMu.Lock()
+	cp.etcd = p
+	cp.processMu.Unlock()
 	return err
 }
 
@@ -404,7 +410,10 @@ func (cp *ControlPlane) Stop() error {
 	for i := len(procs) - 1; i >= 0; i-- {
 		errs = append(errs, procs[i].Stop(apiServerStopGrace))
 	}
-	for _, p := range []*Process{cp.apiserver, cp.etcd} {
+	cp.processMu.Lock()
+	last := []*Process{cp.apiserver, cp.etcd}
+	cp.processMu.Unlock()
+	for _, p := range last {
 		if p != nil {
 			errs = append(errs, p.Stop(apiServerStopGrace))
 		}
