@@ -64,7 +64,8 @@ type Options struct {
 	// Required.
 	BinDir string
 	// Dir receives the kubeconfigs, the PKI (Dir/pki), etcd's data and
-	// one log file per process. Required; created if missing.
+	// one log file per process. Required; created if missing; made
+	// absolute.
 	Dir string
 	// Name names the cluster and its context in the kubeconfigs; the
 	// admin is the user <Name>-admin, in group system:masters. Default
@@ -183,10 +184,13 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			return cp, fmt.Errorf("installing CRDs: %w", err)
 		}
 	}
-	for name, comp := range map[string]*Component{ControllerManager: opts.ControllerManager, Scheduler: opts.Scheduler} {
-		if comp != nil {
-			cp.step("starting %s", name)
-			if _, err := cp.StartComponent(name, *comp); err != nil {
+	for _, c := range []struct {
+		name string
+		comp *Component
+	}{{ControllerManager, opts.ControllerManager}, {Scheduler, opts.Scheduler}} {
+		if c.comp != nil {
+			cp.step("starting %s", c.name)
+			if _, err := cp.StartComponent(c.name, *c.comp); err != nil {
 				return cp, err
 			}
 		}
@@ -208,6 +212,12 @@ func (o *Options) defaults() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("controlplane: missing %v: hack/build-controlplane.sh builds them", missing)
 	}
+	// Absolute, for the processes' flags wherever they run.
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return err
+	}
+	o.Dir = dir
 	if o.Name == "" {
 		o.Name = "local"
 	}
