@@ -415,7 +415,7 @@ func (b *bench) startOperator(p *proc, n, port int, profile bool, qps, burst int
 	return err
 }
 
-func (p *proc) stop() { _ = p.Process.Stop(10 * time.Second) }
+func (p *proc) stop() { _ = p.Stop(10 * time.Second) }
 
 func template(w workload) corev1.PodTemplateSpec {
 	labels := map[string]string{benchLabel: "true"}
