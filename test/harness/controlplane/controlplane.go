@@ -257,9 +257,6 @@ func (cp *ControlPlane) step(format string, args ...any) {
 // Server is kube-apiserver's URL.
 func (cp *ControlPlane) Server() string { return cp.Config.Host }
 
-// AdminUser is the admin's user name (group system:masters).
-func (cp *ControlPlane) AdminUser() string { return cp.admin }
-
 // startEtcd starts etcd on free loopback ports (in Prefix's network).
 func (cp *ControlPlane) startEtcd() error {
 	clientPort, err := cp.FreePort()
