@@ -31,20 +31,6 @@ import (
 // feature gate GenericWorkload and --runtime-config=scheduling.k8s.io/v1beta1=true.
 var GroupVersion = schema.GroupVersion{Group: "scheduling.k8s.io", Version: "v1beta1"}
 
-// APIServerFlags are the kube-apiserver flags (name without dashes, value)
-// that serve the Workload API and keep a pod's spec.schedulingGroup: the
-// feature gate, and the beta API version, which is off by default.
-var APIServerFlags = map[string]string{
-	"feature-gates":  "GenericWorkload=true",
-	"runtime-config": GroupVersion.String() + "=true",
-}
-
-// SchedulerFeatureGates is kube-scheduler's --feature-gates for gang
-// scheduling: GenericWorkload adds the GangScheduling plugin to the
-// default profile (it holds a PodGroup's pods in Permit until minCount of
-// them have a place, then binds them together).
-const SchedulerFeatureGates = "GenericWorkload=true"
-
 // Kinds of the Workload API.
 var (
 	WorkloadGVK = GroupVersion.WithKind("Workload")

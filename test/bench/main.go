@@ -1,9 +1,10 @@
 // Command bench compares the IndexedBatchJob operator with the built-in Job
 // controller (kube-controller-manager --controllers=job) on the same local
-// control plane (envtest's etcd and kube-apiserver), the same workloads and
-// the same pod simulator, which plays every kubelet as fast as the API server
-// allows. Each run starts fresh controller processes and measures time to the
-// terminal condition, controller CPU seconds, peak RSS and client requests.
+// control plane (the test harness's controlplane: etcd and kube-apiserver),
+// the same workloads and the same pod simulator, which plays every kubelet
+// as fast as the API server allows. Each run starts fresh controller
+// processes and measures time to the terminal condition, controller CPU
+// seconds, peak RSS and client requests.
 //
 // usage: go run ./test/bench [-quick] [-repeats 3] [-out docs/bench]
 package main
@@ -23,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,16 +31,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 const (
@@ -184,7 +182,37 @@ func main() {
 	// the controllers under test log to their files.
 	crlog.SetLogger(logr.Discard())
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
-	workloads := []workload{
+	all, workloads := selectWorkloads()
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if *reportOnly {
+		if err := rewriteReport(all); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := newBench(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.stop()
+	results, profiled := b.runAll(ctx, workloads)
+	if err := writeReport(*outDir, all, results); err != nil {
+		log.Fatal(err)
+	}
+	if profiled {
+		writeProfileTop(b.manager)
+	}
+	log.Printf("wrote %s", *outDir)
+}
+
+// selectWorkloads returns every workload (the report lists them in this
+// order) and those this run measures, as the flags pick them.
+func selectWorkloads() (all, workloads []workload) {
+	workloads = []workload{
 		{Name: "1k/p100", Completions: 1000, Parallelism: 100, Repeats: *repeats, Targets: usual(targets{})},
 		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
 		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats, Targets: usual(targets{Time: 0.75})},
@@ -197,7 +225,7 @@ func main() {
 	if *fleetJobs != 1000 {
 		workloads[4].Name = fmt.Sprintf("fleet %d jobs x 10/p10", *fleetJobs)
 	}
-	all := slices.Clone(workloads)
+	all = slices.Clone(workloads)
 	if *quick {
 		all = all[:1]
 		workloads = workloads[:1]
@@ -215,103 +243,32 @@ func main() {
 			return !strings.Contains(w.Name, *only)
 		})
 	}
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		log.Fatal(err)
-	}
-	if *reportOnly {
-		var results []result
-		b, err := os.ReadFile(filepath.Join(*outDir, "results.json"))
-		if err == nil {
-			err = json.Unmarshal(b, &results)
-		}
-		if err == nil {
-			err = writeReport(*outDir, all, results)
-		}
-		if err != nil {
-			log.Fatal(err)
-		}
-		return
-	}
-	absAssets, _ := filepath.Abs(*assets)
-	kcm := filepath.Join(absAssets, "kube-controller-manager")
-	mgrBin, _ := filepath.Abs(*manager)
+	return all, workloads
+}
 
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{"config/crd/bases"},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: absAssets,
-	}
-	// The default 20 s is tight on 2 busy cores.
-	env.ControlPlaneStartTimeout = 2 * time.Minute
-	work, err := os.MkdirTemp("", "ibj-bench-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	auditLog := filepath.Join(work, "audit.log")
-	if err := os.WriteFile(filepath.Join(work, "audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
-		log.Fatal(err)
-	}
-	env.ControlPlane.GetAPIServer().Configure().
-		Set("audit-policy-file", filepath.Join(work, "audit-policy.yaml")).
-		Set("audit-log-path", auditLog).
-		Set("audit-log-maxsize", "0")
-	cfg, err := env.Start()
-	if err != nil {
-		log.Fatalf("start control plane: %v", err)
-	}
-	defer func() { _ = env.Stop() }()
-	if !*keep {
-		defer os.RemoveAll(work)
-	} else {
-		log.Printf("controller logs and the audit log stay in %s", work)
-	}
-	kubeconfigs := map[string]string{}
-	for _, who := range []string{"ibj-operator", "kcm-job-controller"} {
-		u, err := env.AddUser(envtest.User{Name: who, Groups: []string{"system:masters"}}, nil)
-		if err != nil {
-			log.Fatal(err)
-		}
-		b, err := u.KubeConfig()
-		if err != nil {
-			log.Fatal(err)
-		}
-		p := filepath.Join(work, who+".kubeconfig")
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			log.Fatal(err)
-		}
-		kubeconfigs[who] = p
-	}
-
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = ibjv1.AddToScheme(scheme)
-	simCfg := *cfg
-	simCfg.QPS, simCfg.Burst = -1, 0 // no client-side limit: as fast as the API server allows
-	simCfg.UserAgent = simulatorAgent
-	cs := kubernetes.NewForConfigOrDie(&simCfg)
-	cl, err := client.New(&simCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := newSimulator(cs).Run(ctx); err != nil {
-		log.Fatal(err)
-	}
-
-	wcl, err := client.NewWithWatch(&simCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		log.Fatal(err)
-	}
-	b := &bench{auditLog: auditLog, cl: cl, wcl: wcl, cs: cs, work: work, kcm: kcm, manager: mgrBin, kubeconfigs: kubeconfigs}
+// rewriteReport rewrites results.md and the chart from results.json.
+func rewriteReport(all []workload) error {
 	var results []result
+	b, err := os.ReadFile(filepath.Join(*outDir, "results.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &results)
+	}
+	if err != nil {
+		return err
+	}
+	return writeReport(*outDir, all, results)
+}
+
+// runAll runs each workload's repeats under each controller, the built-in
+// one first, writing results.json after each run, and reports whether it
+// profiled the operator.
+func (b *bench) runAll(ctx context.Context, workloads []workload) (results []result, profiled bool) {
 	if *appendRes {
 		if data, err := os.ReadFile(filepath.Join(*outDir, "results.json")); err == nil {
 			_ = json.Unmarshal(data, &results)
 		}
 	}
 	n := 0
-	profiled := false
 	for _, w := range workloads {
 		for rep := 1; rep <= w.Repeats; rep++ {
 			for _, ctrl := range []string{upstream, ours} {
@@ -335,31 +292,31 @@ func main() {
 			}
 		}
 	}
-	if err := writeReport(*outDir, all, results); err != nil {
-		log.Fatal(err)
-	}
-	if profiled {
-		var top []byte
-		for _, run := range []struct {
-			file string
-			args []string
-		}{
-			{"cpu.pprof", []string{"-top", "-nodecount=50"}},
-			{"cpu.pprof", []string{"-top", "-cum", "-nodecount=80"}},
-			{"heap.pprof", []string{"-top", "-sample_index=inuse_space", "-nodecount=30"}},
-		} {
-			args := append([]string{"tool", "pprof"}, run.args...)
-			out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, run.file))...).Output()
-			if err != nil {
-				log.Printf("pprof: %v", err)
-			}
-			top = append(top, []byte("$ go "+strings.Join(args, " ")+" manager "+run.file+"\n")...)
-			top = append(top, out...)
-			top = append(top, '\n')
+	return results, profiled
+}
+
+// writeProfileTop writes profile-top.txt: pprof's top of the operator's
+// CPU profile, flat and cumulative, and of its heap at the end of the run.
+func writeProfileTop(mgrBin string) {
+	var top []byte
+	for _, run := range []struct {
+		file string
+		args []string
+	}{
+		{"cpu.pprof", []string{"-top", "-nodecount=50"}},
+		{"cpu.pprof", []string{"-top", "-cum", "-nodecount=80"}},
+		{"heap.pprof", []string{"-top", "-sample_index=inuse_space", "-nodecount=30"}},
+	} {
+		args := append([]string{"tool", "pprof"}, run.args...)
+		out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, run.file))...).Output()
+		if err != nil {
+			log.Printf("pprof: %v", err)
 		}
-		_ = os.WriteFile(filepath.Join(*outDir, "profile-top.txt"), top, 0o644)
+		top = append(top, []byte("$ go "+strings.Join(args, " ")+" manager "+run.file+"\n")...)
+		top = append(top, out...)
+		top = append(top, '\n')
 	}
-	log.Printf("wrote %s", *outDir)
+	_ = os.WriteFile(filepath.Join(*outDir, "profile-top.txt"), top, 0o644)
 }
 
 // last reports whether this is the last run, after which nothing needs wiping.
@@ -372,74 +329,61 @@ func writeJSON(p string, v any) {
 	_ = os.WriteFile(p, b, 0o644)
 }
 
+// bench is the benchmark's control plane and clients.
 type bench struct {
+	cp          *controlplane.ControlPlane
 	auditLog    string
 	cl          client.Client
 	wcl         client.WithWatch
 	cs          kubernetes.Interface
 	work        string
-	kcm         string
 	manager     string
 	kubeconfigs map[string]string
+	stopSim     context.CancelFunc
 }
 
+// proc is a controller under test.
 type proc struct {
-	cmd        *exec.Cmd
+	*controlplane.Process
 	metricsURL string
 	pprofURL   string
 }
 
+// start starts a fresh controller and returns once it serves its metrics
+// and has had 2 s to sync its informers.
 func (b *bench) start(ctrl string, n int, profile bool, qps, burst int) (*proc, error) {
-	port := freePort()
-	logf, err := os.Create(filepath.Join(b.work, fmt.Sprintf("run%02d-%s.log", n, strings.Fields(ctrl)[0])))
+	port, err := b.cp.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	p := &proc{}
-	var cmd *exec.Cmd
 	if ctrl == ours {
-		args := []string{
-			fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
-			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false",
-			"--health-probe-bind-address=0", fmt.Sprintf("--max-concurrent-reconciles=%d", *syncs),
-			"--kubeconfig=" + b.kubeconfigs["ibj-operator"],
-		}
-		args = append(args, strings.Fields(*oursArgs)...)
-		if profile {
-			pp := freePort()
-			args = append(args, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pp))
-			p.pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile", pp)
-		}
-		cmd = exec.Command(b.manager, args...)
-		cmd.Env = append(os.Environ(), strings.Fields(*oursEnv)...)
 		p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		err = b.startOperator(p, n, port, profile, qps, burst)
 	} else {
-		cmd = exec.Command(b.kcm,
-			"--kubeconfig="+b.kubeconfigs["kcm-job-controller"],
-			"--controllers=job",
-			fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
-			fmt.Sprintf("--concurrent-job-syncs=%d", *syncs),
-			"--leader-elect=false",
-			"--use-service-account-credentials=false",
-			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-			"--cert-dir="+filepath.Join(b.work, "kcm-certs"),
-			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-			"--authentication-skip-lookup",
-		)
 		p.metricsURL = fmt.Sprintf("https://127.0.0.1:%d/metrics", port)
+		p.Process, err = b.cp.StartComponent(controlplane.ControllerManager, controlplane.Component{
+			User: kcmUser, Port: port,
+			Flags: []string{
+				"--controllers=job",
+				fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
+				fmt.Sprintf("--concurrent-job-syncs=%d", *syncs),
+				"--use-service-account-credentials=false",
+				"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+				"--authentication-skip-lookup",
+			},
+		})
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	p.cmd = cmd
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if _, err := restRequests(p.metricsURL); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			p.stop()
-			return nil, fmt.Errorf("%s not ready (see %s): %v", ctrl, logf.Name(), err)
+			return nil, fmt.Errorf("%s not ready (see %s): %v", ctrl, p.LogPath, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -447,17 +391,31 @@ func (b *bench) start(ctrl string, n int, profile bool, qps, burst int) (*proc, 
 	return p, nil
 }
 
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
+// startOperator starts the operator as its user, its metrics on port, and
+// with profile its pprof endpoint too.
+func (b *bench) startOperator(p *proc, n, port int, profile bool, qps, burst int) error {
+	args := []string{
+		fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false",
+		"--health-probe-bind-address=0", fmt.Sprintf("--max-concurrent-reconciles=%d", *syncs),
+		"--kubeconfig=" + b.kubeconfigs[operatorUser],
 	}
+	args = append(args, strings.Fields(*oursArgs)...)
+	if profile {
+		pp, err := b.cp.FreePort()
+		if err != nil {
+			return err
+		}
+		args = append(args, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pp))
+		p.pprofURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile", pp)
+	}
+	logPath := filepath.Join(b.work, fmt.Sprintf("run%02d-%s.log", n, ours))
+	var err error
+	p.Process, err = controlplane.StartProcess("manager", logPath, strings.Fields(*oursEnv), b.manager, args...)
+	return err
 }
+
+func (p *proc) stop() { _ = p.Stop(10 * time.Second) }
 
 func template(w workload) corev1.PodTemplateSpec {
 	labels := map[string]string{benchLabel: "true"}
@@ -597,6 +555,25 @@ func percentile(xs []float64, p float64) float64 {
 	return s[max(0, int(float64(len(s))*p+0.999999)-1)]
 }
 
+// runState is one run: its controller, its watches and what was measured
+// before its first create.
+type runState struct {
+	w        workload
+	ctrl     string
+	n        int
+	p        *proc
+	jobs     *jobWatch
+	fins     *finalizerWatch
+	cpu0     float64
+	req0     float64
+	audit0   int64
+	profDone chan []byte
+	start    time.Time
+}
+
+// run measures one run of w under ctrl: it starts the controller, creates
+// the jobs, waits for every terminal condition and every finalizer gone,
+// and checks each job's status.
 func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, profile string) result {
 	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs()}
 	ns := fmt.Sprintf("bench-%02d", n)
@@ -606,99 +583,133 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	}
 	runCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	jobs := watchJobs(runCtx, b.wcl, ctrl, ns)
-	fins := watchFinalizers(runCtx, b.wcl, ns)
+	st := &runState{w: w, ctrl: ctrl, n: n, jobs: watchJobs(runCtx, b.wcl, ctrl, ns), fins: watchFinalizers(runCtx, b.wcl, ns)}
 	qps, burst := w.limits()
-	p, err := b.start(ctrl, n, profile != "", qps, burst)
-	if err != nil {
+	var err error
+	if st.p, err = b.start(ctrl, n, profile != "", qps, burst); err != nil {
 		r.Detail = err.Error()
 		return r
 	}
-	defer p.stop()
-	pid := p.cmd.Process.Pid
-	cpu0, _ := cpuSeconds(pid)
-	req0, _ := restRequests(p.metricsURL)
-	audit0 := fileSize(b.auditLog)
-	profDone := make(chan []byte, 1)
-	if profile != "" {
-		go func() {
-			resp, err := http.Get(fmt.Sprintf("%s?seconds=%d", p.pprofURL, *profSecs))
-			if err != nil {
-				log.Printf("pprof: %v", err)
-				profDone <- nil
-				return
-			}
-			defer resp.Body.Close()
-			data, _ := readAll(resp)
-			profDone <- data
-		}()
-	}
-	r.StartMiB, _ = rssMiB(pid)
-	start := time.Now()
+	defer st.p.stop()
+	b.measureStart(st, &r, profile)
 	names, sent, err := b.createJobs(ctx, w, ctrl, ns, "bench")
 	if err != nil {
 		r.Detail = err.Error()
 		return r
 	}
-	total := len(names)
-	late := make(chan lateJobs, 1)
-	if w.Late != nil {
-		total += w.Late.jobs()
-		go func() {
-			time.Sleep(time.Until(start.Add(w.LateAfter)))
-			var l lateJobs
-			l.names, l.sent, l.err = b.createJobs(ctx, *w.Late, ctrl, ns, "late")
-			late <- l
-		}()
-	} else {
-		late <- lateJobs{}
-	}
-	// Wait for every job's terminal condition, then for every tracking
-	// finalizer to be gone.
-	deadline := start.Add(max(*timeout, w.Timeout))
-	var finalizersAt time.Time
-	for {
-		time.Sleep(100 * time.Millisecond)
-		if anon, err := anonRSSMiB(pid); err == nil {
-			r.AnonMiB = max(r.AnonMiB, anon)
-		}
-		if jobs.terminal() == total {
-			if left, at := fins.remaining(); left == 0 {
-				finalizersAt = at
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			left, _ := fins.remaining()
-			r.Detail = fmt.Sprintf("timeout: %d/%d jobs terminal, %d pods hold a finalizer", jobs.terminal(), total, left)
-			break
-		}
-	}
+	late := b.createLate(ctx, st, ns)
+	finalizersAt := st.wait(&r, len(names))
 	l := <-late
 	if l.err != nil {
 		r.Detail = strings.TrimSpace(r.Detail + " " + l.err.Error())
 	}
 	end := time.Now()
+	b.measureEnd(st, &r)
+	st.check(&r, names, sent, l, end, finalizersAt)
+	if profile != "" {
+		st.saveProfile(profile)
+	}
+	return r
+}
+
+// measureStart reads the controller's CPU, requests and RSS and the audit
+// log's size before the first create, starts its CPU profile if asked,
+// and starts the clock.
+func (b *bench) measureStart(st *runState, r *result, profile string) {
+	pid := st.p.Pid()
+	st.cpu0, _ = cpuSeconds(pid)
+	st.req0, _ = restRequests(st.p.metricsURL)
+	st.audit0 = fileSize(b.auditLog)
+	st.profDone = make(chan []byte, 1)
+	if profile != "" {
+		go func() {
+			resp, err := http.Get(fmt.Sprintf("%s?seconds=%d", st.p.pprofURL, *profSecs))
+			if err != nil {
+				log.Printf("pprof: %v", err)
+				st.profDone <- nil
+				return
+			}
+			defer resp.Body.Close()
+			data, _ := readAll(resp)
+			st.profDone <- data
+		}()
+	}
+	r.StartMiB, _ = rssMiB(pid)
+	st.start = time.Now()
+}
+
+// createLate creates a mixed workload's late jobs LateAfter the start;
+// the channel has them (none for other workloads).
+func (b *bench) createLate(ctx context.Context, st *runState, ns string) <-chan lateJobs {
+	late := make(chan lateJobs, 1)
+	if st.w.Late == nil {
+		late <- lateJobs{}
+		return late
+	}
+	go func() {
+		time.Sleep(time.Until(st.start.Add(st.w.LateAfter)))
+		var l lateJobs
+		l.names, l.sent, l.err = b.createJobs(ctx, *st.w.Late, st.ctrl, ns, "late")
+		late <- l
+	}()
+	return late
+}
+
+// wait waits for every job's terminal condition, then for every tracking
+// finalizer to be gone, sampling the controller's anonymous RSS, and
+// returns when the last finalizer went (zero on a timeout).
+func (st *runState) wait(r *result, first int) time.Time {
+	total := first
+	if st.w.Late != nil {
+		total += st.w.Late.jobs()
+	}
+	deadline := st.start.Add(max(*timeout, st.w.Timeout))
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if anon, err := anonRSSMiB(st.p.Pid()); err == nil {
+			r.AnonMiB = max(r.AnonMiB, anon)
+		}
+		if st.jobs.terminal() == total {
+			if left, at := st.fins.remaining(); left == 0 {
+				return at
+			}
+		}
+		if time.Now().After(deadline) {
+			left, _ := st.fins.remaining()
+			r.Detail = fmt.Sprintf("timeout: %d/%d jobs terminal, %d pods hold a finalizer", st.jobs.terminal(), total, left)
+			return time.Time{}
+		}
+	}
+}
+
+// measureEnd reads the controller's CPU, peak RSS and requests (its own
+// count and the audit log's) after the run, and keeps its metrics.
+func (b *bench) measureEnd(st *runState, r *result) {
+	pid := st.p.Pid()
 	cpu1, _ := cpuSeconds(pid)
-	r.CPU = cpu1 - cpu0
+	r.CPU = cpu1 - st.cpu0
 	r.RSSMiB, _ = peakRSSMiB(pid)
-	if req1, err := restRequests(p.metricsURL); err == nil {
-		r.ClientReqs = req1 - req0
+	if req1, err := restRequests(st.p.metricsURL); err == nil {
+		r.ClientReqs = req1 - st.req0
 	}
 	time.Sleep(300 * time.Millisecond)
-	user := "ibj-operator"
-	if ctrl == upstream {
-		user = "kcm-job-controller"
+	user := operatorUser
+	if st.ctrl == upstream {
+		user = kcmUser
 	}
-	cnt, verbs := auditCount(b.auditLog, audit0, user)
+	cnt, verbs := auditCount(b.auditLog, st.audit0, user)
 	r.Requests, r.Verbs = float64(cnt), verbs
-	if resp, err := metricsClient.Get(p.metricsURL); err == nil {
+	if resp, err := metricsClient.Get(st.p.metricsURL); err == nil {
 		data, _ := readAll(resp)
 		resp.Body.Close()
-		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", n)), data, 0o644)
+		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", st.n)), data, 0o644)
 	}
+}
 
-	last, terminalAt := jobs.snapshot()
+// check holds each job's last status against the expected one and sets
+// the run's times, rates and latencies.
+func (st *runState) check(r *result, names []string, sent []time.Time, l lateJobs, end, finalizersAt time.Time) {
+	last, terminalAt := st.jobs.snapshot()
 	var lastTerminal time.Time
 	var latencies, lateLatencies []float64
 	var pods int32
@@ -723,9 +734,9 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 			}
 		}
 	}
-	checkJobs(w, names, sent, &latencies)
-	if w.Late != nil {
-		checkJobs(*w.Late, l.names, l.sent, &lateLatencies)
+	checkJobs(st.w, names, sent, &latencies)
+	if st.w.Late != nil {
+		checkJobs(*st.w.Late, l.names, l.sent, &lateLatencies)
 		if len(latencies) > 0 {
 			r.FirstSeconds = latencies[0]
 		}
@@ -735,39 +746,40 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 	if badJobs > 3 {
 		bad = append(bad, fmt.Sprintf("and %d more jobs", badJobs-3))
 	}
-	if lastTerminal.IsZero() {
-		lastTerminal = end
+	st.times(r, cmp.Or(lastTerminal, end), cmp.Or(finalizersAt, end), float64(pods), len(names), latencies)
+	r.OK = r.Detail == "" && badJobs == 0
+	if len(bad) > 0 {
+		r.Detail = strings.TrimSpace(r.Detail + " " + strings.Join(bad, "; "))
 	}
-	if finalizersAt.IsZero() {
-		finalizersAt = end
-	}
+}
+
+// times sets the run's times from its start, its rates and its jobs'
+// latency percentiles.
+func (st *runState) times(r *result, lastTerminal, finalizersAt time.Time, pods float64, jobs int, latencies []float64) {
 	if finalizersAt.Before(lastTerminal) {
 		// The last finalizer went before the terminal condition was written,
 		// as the built-in controller orders it.
 		finalizersAt = lastTerminal
 	}
-	r.Seconds = lastTerminal.Sub(start).Seconds()
-	r.FinalizerSeconds = finalizersAt.Sub(start).Seconds()
-	r.PodsPerSec = float64(pods) / r.Seconds
-	r.JobsPerSec = float64(len(names)) / r.Seconds
+	r.Seconds = lastTerminal.Sub(st.start).Seconds()
+	r.FinalizerSeconds = finalizersAt.Sub(st.start).Seconds()
+	r.PodsPerSec = pods / r.Seconds
+	r.JobsPerSec = float64(jobs) / r.Seconds
 	r.JobP50, r.JobP99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
-	r.OK = r.Detail == "" && badJobs == 0
-	if len(bad) > 0 {
-		r.Detail = strings.TrimSpace(r.Detail + " " + strings.Join(bad, "; "))
+}
+
+// saveProfile writes the operator's CPU profile to path, and its heap at
+// the end of the run, with every pod of the job cached, beside it.
+func (st *runState) saveProfile(path string) {
+	if data := <-st.profDone; len(data) > 0 {
+		_ = os.WriteFile(path, data, 0o644)
 	}
-	if profile != "" {
-		if data := <-profDone; len(data) > 0 {
-			_ = os.WriteFile(profile, data, 0o644)
-		}
-		// The heap at the end of the run, with every pod of the job cached.
-		heapURL := strings.TrimSuffix(p.pprofURL, "profile") + "heap"
-		if resp, err := http.Get(heapURL); err == nil {
-			data, _ := readAll(resp)
-			resp.Body.Close()
-			_ = os.WriteFile(filepath.Join(filepath.Dir(profile), "heap.pprof"), data, 0o644)
-		}
+	heapURL := strings.TrimSuffix(st.p.pprofURL, "profile") + "heap"
+	if resp, err := http.Get(heapURL); err == nil {
+		data, _ := readAll(resp)
+		resp.Body.Close()
+		_ = os.WriteFile(filepath.Join(filepath.Dir(path), "heap.pprof"), data, 0o644)
 	}
-	return r
 }
 
 // check lists how a job's status differs from the expected one.

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -78,13 +77,4 @@ func restRequests(url string) (float64, error) {
 		return 0, fmt.Errorf("%s: %s: %s", url, resp.Status, b)
 	}
 	return harness.SumSeries(resp.Body, "rest_client_requests_total")
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -23,7 +23,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 // EnvtestOptions says what an integration suite's control plane serves
@@ -46,7 +46,7 @@ type EnvtestOptions struct {
 	// Log receives controller-runtime's log (a suite's GinkgoWriter).
 	Log io.Writer
 	// WorkloadAPI starts kube-apiserver serving the Workload API
-	// (workloadapi.APIServerFlags; Kubernetes 1.37 or later).
+	// (controlplane.WorkloadAPIServerFlags; Kubernetes 1.37 or later).
 	WorkloadAPI bool
 }
 
@@ -85,7 +85,7 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 	}
 	if o.WorkloadAPI {
 		args := env.ControlPlane.GetAPIServer().Configure()
-		for name, value := range workloadapi.APIServerFlags {
+		for name, value := range controlplane.WorkloadAPIServerFlags {
 			args.Set(name, value)
 		}
 	}

@@ -1,7 +1,8 @@
 // Command kubectl-ibj measures `kubectl ibj` on a job of many indexes: it
-// starts a control plane (envtest: etcd and kube-apiserver, no operator),
-// writes one job and the pods its run would have left (every index
-// succeeded, one in a hundred after a failed first attempt), then runs the
+// starts a control plane (the test harness's controlplane: etcd and
+// kube-apiserver, no operator), writes one job and the pods its run would
+// have left (every index succeeded, one in a hundred after a failed first
+// attempt), then runs the
 // plugin binary (and kubectl, for comparison) as a user would and records
 // each command's wall time, CPU time and peak RSS (getrusage of the child).
 // With -completions above -indexes, the job is still running: its first
@@ -35,12 +36,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 const (
@@ -65,59 +66,25 @@ func main() {
 	if *assets == "" {
 		log.Fatal("set -assets or KUBEBUILDER_ASSETS (make controlplane builds bin/k8s/v1.37.2)")
 	}
-	os.Setenv("KUBEBUILDER_ASSETS", *assets)
-
-	env := &envtest.Environment{CRDDirectoryPaths: []string{"config/crd/bases"}, ErrorIfCRDPathMissing: true}
-	env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "1000")
-	cfg, err := env.Start()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	cfg.QPS, cfg.Burst = -1, 0
-	scheme := runtime.NewScheme()
-	must(clientgoscheme.AddToScheme(scheme))
-	must(ibjv1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	must(err)
-	protoCfg := *cfg
-	protoCfg.ContentType = runtime.ContentTypeProtobuf
-	kube, err := kubernetes.NewForConfig(&protoCfg)
-	must(err)
-
-	ctx := context.Background()
-	start := time.Now()
 	if *completions == 0 {
 		*completions = *indexes
 	}
-	job := populate(ctx, c, kube, int32(*indexes), int32(*completions), *workers)
-	log.Printf("wrote job %s and its pods in %s", job.Name, time.Since(start).Round(time.Second))
-
 	dir, err := os.MkdirTemp("", "kubectl-ibj-bench-")
 	must(err)
 	defer os.RemoveAll(dir)
-	kubeconfig, err := harness.WriteAdminKubeconfig(env, "bench", dir)
-	must(err)
+	cp, c, kube := startControlPlane(*assets, dir)
+	defer func() { _ = cp.Stop() }()
 
-	kubectl := filepath.Join(*assets, "kubectl")
-	selector := ibjv1.JobNameLabel + "=" + jobName
-	commands := []command{
-		{"kubectl ibj indexes big", *plugin, []string{"indexes", jobName}},
-		{"kubectl ibj indexes big --failed", *plugin, []string{"indexes", jobName, "--failed"}},
-		{"kubectl ibj indexes big --all", *plugin, []string{"indexes", jobName, "--all"}},
-		{"kubectl ibj indexes big -o json", *plugin, []string{"indexes", jobName, "-o", "json"}},
-		{"kubectl ibj describe big", *plugin, []string{"describe", jobName}},
-		{"kubectl get pods -l " + selector, kubectl, []string{"get", "pods", "-l", selector}},
-	}
-	if *kubectlJSON {
-		commands = append(commands, command{"kubectl get pods -l " + selector + " -o json", kubectl, []string{"get", "pods", "-l", selector, "-o", "json"}})
-	}
+	start := time.Now()
+	job := populate(context.Background(), c, kube, int32(*indexes), int32(*completions), *workers)
+	log.Printf("wrote job %s and its pods in %s", job.Name, time.Since(start).Round(time.Second))
+
 	var rows []string
-	for _, cmd := range commands {
+	for _, cmd := range commands(*plugin, filepath.Join(*assets, "kubectl"), *kubectlJSON) {
 		if !strings.Contains(cmd.title, *only) {
 			continue
 		}
-		m := cmd.measure(kubeconfig, *repeats)
+		m := cmd.measure(cp.Kubeconfig, *repeats)
 		output := humanBytes(m.outBytes)
 		if m.err != nil {
 			output += " (" + m.err.Error() + ")"
@@ -137,6 +104,53 @@ func main() {
 	if *out != "" {
 		must(os.WriteFile(*out, []byte(report), 0o644))
 	}
+}
+
+// startControlPlane starts the harness's control plane of assets in dir,
+// with the CRD, and returns it with its admin's clients, unthrottled (the
+// clientset speaks protobuf, for the pods).
+func startControlPlane(assets, dir string) (*controlplane.ControlPlane, client.Client, kubernetes.Interface) {
+	cp, err := controlplane.Start(context.Background(), controlplane.Options{
+		BinDir: assets, Dir: dir, Name: "bench",
+		APIServerFlags: []string{
+			// The pods are written directly: no controller creates the
+			// default service account that admission plugin requires.
+			"--disable-admission-plugins=ServiceAccount",
+			"--max-requests-inflight=1000",
+		},
+		CRDPaths: []string{"config/crd/bases"},
+	})
+	must(err)
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	scheme := runtime.NewScheme()
+	must(clientgoscheme.AddToScheme(scheme))
+	must(ibjv1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	must(err)
+	protoCfg := rest.CopyConfig(cfg)
+	protoCfg.ContentType = runtime.ContentTypeProtobuf
+	kube, err := kubernetes.NewForConfig(protoCfg)
+	must(err)
+	return cp, c, kube
+}
+
+// commands are what the benchmark measures: the plugin's commands on the
+// job, and kubectl's listing of its pods for comparison.
+func commands(plugin, kubectl string, kubectlJSON bool) []command {
+	selector := ibjv1.JobNameLabel + "=" + jobName
+	commands := []command{
+		{"kubectl ibj indexes big", plugin, []string{"indexes", jobName}},
+		{"kubectl ibj indexes big --failed", plugin, []string{"indexes", jobName, "--failed"}},
+		{"kubectl ibj indexes big --all", plugin, []string{"indexes", jobName, "--all"}},
+		{"kubectl ibj indexes big -o json", plugin, []string{"indexes", jobName, "-o", "json"}},
+		{"kubectl ibj describe big", plugin, []string{"describe", jobName}},
+		{"kubectl get pods -l " + selector, kubectl, []string{"get", "pods", "-l", selector}},
+	}
+	if kubectlJSON {
+		commands = append(commands, command{"kubectl get pods -l " + selector + " -o json", kubectl, []string{"get", "pods", "-l", selector, "-o", "json"}})
+	}
+	return commands
 }
 
 func must(err error) {

@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -97,63 +97,12 @@ func Install(ctx context.Context, c *kwokcluster.Cluster, o Options) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := rbacv1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := admissionv1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	admin, err := client.New(c.Config, client.Options{Scheme: s})
+	admin, err := installAPI(ctx, c.ControlPlane, module)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
-		Paths: []string{inprocess.CRDDir(module)}, ErrorIfPathMissing: true,
-	}); err != nil {
-		return nil, fmt.Errorf("installing Kueue's CRDs: %w", err)
-	}
-	if err := installRBAC(ctx, admin, filepath.Join(module, "config", "components", "rbac")); err != nil {
-		return nil, err
-	}
-
-	// Kueue's manager reads its metrics certificate from a fixed path,
-	// /etc/kueue/metrics/certs, whenever its internal certificate management
-	// is off, and exits without it. Rather than write into the host's /etc,
-	// it runs as its image would: chrooted into a root of its own, holding
-	// the (static) binary, that directory, its configuration, kubeconfig
-	// and webhook certificate, as the image's nonroot user.
 	root := filepath.Join(c.Dir, fmt.Sprintf("%s-root-%d", o.Name, time.Now().UnixNano()))
-	for _, d := range []string{"etc/kueue/metrics/certs", "etc/kueue/webhook/certs", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		return nil, err
-	}
-	if err := copyFile(o.Binary, filepath.Join(root, "kueue"), 0o755); err != nil {
-		return nil, err
-	}
-	cert, err := harness.NewServingCert("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"etc/kueue/metrics/certs", "etc/kueue/webhook/certs"} {
-		if err := os.WriteFile(filepath.Join(root, d, "tls.crt"), cert.Cert, 0o644); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(root, d, "tls.key"), cert.Key, 0o600); err != nil {
-			return nil, err
-		}
-	}
 	m := &Manager{Kubeconfig: filepath.Join(root, "etc", "kueue", "kubeconfig"), admin: admin}
-	if err := writeKubeconfig(c, m.Kubeconfig); err != nil {
-		return nil, err
-	}
 	if m.HealthPort, err = c.FreePort(); err != nil {
 		return nil, err
 	}
@@ -161,7 +110,96 @@ func Install(ctx context.Context, c *kwokcluster.Cluster, o Options) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	config := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
+	if err := m.prepareRoot(c.ControlPlane, root, managerConfig(m.HealthPort, webhook, o.Config), o.Binary); err != nil {
+		return nil, err
+	}
+	gates := strings.Join(append([]string{"VisibilityOnDemand=false"}, o.FeatureGates...), ",")
+	m.Proc, err = kwokcluster.StartProcess(o.Name, filepath.Join(c.Dir, o.Name+".log"),
+		[]string{"KUBECONFIG=/etc/kueue/kubeconfig"},
+		"chroot", "--userspec="+strconv.Itoa(nonroot)+":"+strconv.Itoa(nonroot), "--groups=", root,
+		"/kueue", "--config=/etc/kueue/config.yaml", "--feature-gates="+gates)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.waitReady(ctx); err != nil {
+		_ = m.Proc.Stop(10 * time.Second)
+		return nil, err
+	}
+	if err := m.installWebhooks(ctx, module, "https://127.0.0.1:"+strconv.Itoa(webhook), c.PKI.CA.CertPEM); err != nil {
+		_ = m.Stop(ctx)
+		return nil, err
+	}
+	return m, nil
+}
+
+// installAPI installs Kueue's CRDs and its manager's RBAC (from Kueue's
+// module at module) on cp, and returns the admin's client that did.
+func installAPI(ctx context.Context, cp *controlplane.ControlPlane, module string) (client.Client, error) {
+	s := runtime.NewScheme()
+	if err := errors.Join(corev1.AddToScheme(s), rbacv1.AddToScheme(s), admissionv1.AddToScheme(s)); err != nil {
+		return nil, err
+	}
+	admin, err := client.New(cp.Config, client.Options{Scheme: s})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{
+		Paths: []string{inprocess.CRDDir(module)}, ErrorIfPathMissing: true,
+	}); err != nil {
+		return nil, fmt.Errorf("installing Kueue's CRDs: %w", err)
+	}
+	return admin, installRBAC(ctx, admin, filepath.Join(module, "config", "components", "rbac"))
+}
+
+// prepareRoot makes the manager's root: Kueue's manager reads its metrics
+// certificate from a fixed path, /etc/kueue/metrics/certs, whenever its
+// internal certificate management is off, and exits without it. Rather
+// than write into the host's /etc, it runs as its image would: chrooted
+// into a root of its own, holding the (static) binary, that directory, its
+// configuration, kubeconfig and a serving certificate from the cluster's
+// CA, all owned by the image's nonroot user.
+func (m *Manager) prepareRoot(cp *controlplane.ControlPlane, root, config, binary string) error {
+	for _, d := range []string{"etc/kueue/metrics/certs", "etc/kueue/webhook/certs", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		return err
+	}
+	if err := copyFile(binary, filepath.Join(root, "kueue"), 0o755); err != nil {
+		return err
+	}
+	cert, key, err := cp.PKI.CA.ServingCert([]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"etc/kueue/config.yaml": []byte(config)}
+	for _, d := range []string{"etc/kueue/metrics/certs", "etc/kueue/webhook/certs"} {
+		files[d+"/tls.crt"], files[d+"/tls.key"] = cert, key
+	}
+	for path, data := range files {
+		if err := os.WriteFile(filepath.Join(root, path), data, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := writeKubeconfig(cp, m.Kubeconfig); err != nil {
+		return err
+	}
+	return filepath.Walk(root, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, nonroot, nonroot)
+	})
+}
+
+// managerConfig is the manager's Configuration: health on healthPort, its
+// webhook on webhookPort, both on loopback, no leader election, no
+// certificate management, IndexedBatchJob as an external framework, and
+// extra (Options.Config).
+func managerConfig(healthPort, webhookPort int, extra string) string {
+	return fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 namespace: %s
 health:
@@ -180,36 +218,7 @@ integrations:
   # An empty list means Kueue's default, batch/job, which needs no CRD.
   frameworks: ["batch/job"]
   externalFrameworks: ["IndexedBatchJob.v1alpha1.batch.indexedjob.dev"]
-%s`, Namespace, m.HealthPort, webhook, o.Config)
-	if err := os.WriteFile(filepath.Join(root, "etc", "kueue", "config.yaml"), []byte(config), 0o644); err != nil {
-		return nil, err
-	}
-	if err := filepath.Walk(root, func(path string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(path, nonroot, nonroot)
-	}); err != nil {
-		return nil, err
-	}
-
-	gates := strings.Join(append([]string{"VisibilityOnDemand=false"}, o.FeatureGates...), ",")
-	m.Proc, err = kwokcluster.StartProcess(o.Name, filepath.Join(c.Dir, o.Name+".log"),
-		[]string{"KUBECONFIG=/etc/kueue/kubeconfig"},
-		"chroot", "--userspec="+strconv.Itoa(nonroot)+":"+strconv.Itoa(nonroot), "--groups=", root,
-		"/kueue", "--config=/etc/kueue/config.yaml", "--feature-gates="+gates)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.waitReady(ctx); err != nil {
-		_ = m.Proc.Stop(10 * time.Second)
-		return nil, err
-	}
-	if err := m.installWebhooks(ctx, module, "https://127.0.0.1:"+strconv.Itoa(webhook), cert.CA); err != nil {
-		_ = m.Stop(ctx)
-		return nil, err
-	}
-	return m, nil
+%s`, Namespace, healthPort, webhookPort, extra)
 }
 
 // waitReady waits up to a minute for the manager's /readyz.
@@ -357,7 +366,7 @@ func (m *Manager) installWebhooks(ctx context.Context, module, base string, caPE
 // writeKubeconfig writes a kubeconfig that reaches c with the admin's
 // token but impersonates Kueue's ServiceAccount (and the groups a
 // ServiceAccount's token carries).
-func writeKubeconfig(c *kwokcluster.Cluster, path string) error {
+func writeKubeconfig(c *controlplane.ControlPlane, path string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["kwok"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
 	cfg.AuthInfos["kueue"] = &clientcmdapi.AuthInfo{

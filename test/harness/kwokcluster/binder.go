@@ -18,8 +18,8 @@ import (
 )
 
 // binder is the cluster's scheduler, as small as will do: kwok runs the pods
-// of its nodes but schedules nothing, and kube-scheduler is not part of the
-// pinned control plane. It binds each pending pod to a fake node that is
+// of its nodes but schedules nothing, and kube-scheduler runs only with
+// Options.KubeScheduler (its binary is built for the gang specs). It binds each pending pod to a fake node that is
 // Ready, not cordoned, carries the labels of the pod's nodeSelector and whose
 // NoSchedule/NoExecute taints the pod tolerates; pods with scheduling gates
 // wait. Among fitting nodes it takes the one with the fewest pods it bound,

@@ -1,30 +1,29 @@
 // Package kwokcluster starts a throwaway Kubernetes cluster on loopback for
-// the demo and the end-to-end tests: etcd and kube-apiserver from the pinned
-// control plane (bin/k8s/<version>), the IndexedBatchJob CRD, the admission
+// the demo and the end-to-end tests: the harness's control plane
+// (controlplane: etcd and kube-apiserver from bin/k8s/<version>, with
+// kube-scheduler and kube-controller-manager's garbage collector when asked),
+// the IndexedBatchJob CRD, the admission
 // webhook's configurations (calling the operator on this host through a
 // forwarder, see webhook.go), fake nodes run
 // by kwok, a minimal binder in place of kube-scheduler (or, with
 // Options.KubeScheduler, the real one) and a reaper for the kubelet's final
-// delete of a pod. There is no kube-controller-manager: the operator under
-// test is the only controller.
+// delete of a pod. Unless Options.GarbageCollector asks for its garbage
+// collector, there is no kube-controller-manager: the operator under test
+// is the only controller.
 //
 // How pods end is scripted by their annotations, which kwok's stages in
 // hack/kwok/stages/pods.yaml read: see that file.
 package kwokcluster
 
 import (
+	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -32,16 +31,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 // K8sVersion is the version of the pinned control plane, as in the Makefile.
-const K8sVersion = "v1.37.2"
+const K8sVersion = controlplane.K8sVersion
 
 // KwokVersion is the kwok release the Makefile installs into bin/kwok-<version>.
 const KwokVersion = "v0.8.0"
@@ -97,8 +92,8 @@ type Options struct {
 	KubeScheduler bool
 	// WorkloadAPI starts kube-apiserver, and kube-scheduler with
 	// KubeScheduler, with the feature gate and API version of the Workload
-	// API (workloadapi.APIServerFlags; Kubernetes 1.37 or later), so that
-	// the scheduler places a PodGroup's pods all or none.
+	// API (controlplane.Options.WorkloadAPI; Kubernetes 1.37 or later), so
+	// that the scheduler places a PodGroup's pods all or none.
 	WorkloadAPI bool
 	// NodeAllocatable, when set, is every fake node's allocatable and
 	// capacity (kwok keeps what a node was created with); unset, kwok
@@ -111,15 +106,11 @@ type Options struct {
 	GarbageCollector bool
 }
 
-// Cluster is a running cluster.
+// Cluster is a running cluster: the control plane (its Kubeconfig, admin
+// Config, Dir, restarts and FreePort), its fake nodes and the webhook's
+// forwarder.
 type Cluster struct {
-	// Kubeconfig is the path of an admin kubeconfig (user kwok-admin, in
-	// group system:masters).
-	Kubeconfig string
-	// Config is the admin's client configuration.
-	Config *rest.Config
-	// Dir is Options.Dir.
-	Dir string
+	*controlplane.ControlPlane
 	// NodeNames are the fake nodes, in order.
 	NodeNames []string
 	// WebhookPort is the port of the URL the webhook configurations call
@@ -132,36 +123,27 @@ type Cluster struct {
 
 	// nodeAllocatable is Options.NodeAllocatable, for AddNode.
 	nodeAllocatable corev1.ResourceList
+	clientset       kubernetes.Interface
+	forwarder       *forwarder
+	stopHelpers     context.CancelFunc
+	stopSimulator   func()
+	helpers         sync.WaitGroup
+	helpersLog      *os.File
+}
 
-	// ports are every port the cluster picked for itself or handed out
-	// (FreePort): some are unbound at times (a restart, a killed operator),
-	// when the kernel could offer them to the next listener on port 0.
-	portsMu sync.Mutex
-	ports   []int
+// Process is a process the harness started: controlplane.Process, named
+// here for the suites and nodecluster, which start theirs with
+// StartProcess.
+type Process = controlplane.Process
 
-	etcd, apiserver, kwok, scheduler *Process
-	// controllerManager is kube-controller-manager, with
-	// Options.GarbageCollector only.
-	controllerManager *Process
-	// etcdCmd and apiserverCmd are how etcd and kube-apiserver were
-	// started, to start them again.
-	etcdCmd, apiserverCmd []string
-	certs                 *pki
-	forwarder             *forwarder
-	stopHelpers           context.CancelFunc
-	stopSimulator         func()
-	helpers               sync.WaitGroup
-	helpersLog            *os.File
+// StartProcess starts path with args, as controlplane.StartProcess.
+func StartProcess(name, logPath string, env []string, path string, args ...string) (*Process, error) {
+	return controlplane.StartProcess(name, logPath, env, path, args...)
 }
 
 // ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
-// kube-apiserver and kubectl.
-func ControlPlaneDir(root string) string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	return filepath.Join(root, "bin", "k8s", K8sVersion)
-}
+// kube-apiserver and kubectl (controlplane.BinDir).
+func ControlPlaneDir(root string) string { return controlplane.BinDir(root) }
 
 // KwokBinary is where the Makefile installs kwok.
 func KwokBinary(root string) string {
@@ -174,15 +156,22 @@ func KwokBinary(root string) string {
 // MissingBinaries lists the binaries Start needs for these kubelets that
 // are not built yet.
 func MissingBinaries(root string, kubelets Kubelets) []string {
-	var missing []string
-	bins := []string{
-		filepath.Join(ControlPlaneDir(root), "etcd"),
-		filepath.Join(ControlPlaneDir(root), "kube-apiserver"),
-		filepath.Join(ControlPlaneDir(root), "kubectl"),
-	}
-	if kubelets == KwokKubelets {
+	return missingBinaries(root, Options{Kubelets: kubelets})
+}
+
+func missingBinaries(root string, opts Options) []string {
+	bin := ControlPlaneDir(root)
+	bins := []string{filepath.Join(bin, controlplane.Etcd), filepath.Join(bin, controlplane.APIServer), filepath.Join(bin, controlplane.Kubectl)}
+	if opts.Kubelets == KwokKubelets {
 		bins = append(bins, KwokBinary(root))
 	}
+	if opts.KubeScheduler {
+		bins = append(bins, filepath.Join(bin, controlplane.Scheduler))
+	}
+	if opts.GarbageCollector {
+		bins = append(bins, filepath.Join(bin, controlplane.ControllerManager))
+	}
+	var missing []string
 	for _, bin := range bins {
 		if _, err := os.Stat(bin); err != nil {
 			missing = append(missing, bin)
@@ -197,15 +186,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Root == "" || opts.Dir == "" {
 		return nil, errors.New("kwokcluster: Root and Dir are required")
 	}
-	missing := MissingBinaries(opts.Root, opts.Kubelets)
-	for bin, wanted := range map[string]bool{"kube-scheduler": opts.KubeScheduler, "kube-controller-manager": opts.GarbageCollector} {
-		if path := filepath.Join(ControlPlaneDir(opts.Root), bin); wanted {
-			if _, err := os.Stat(path); err != nil {
-				missing = append(missing, path)
-			}
-		}
-	}
-	if len(missing) > 0 {
+	if missing := missingBinaries(opts.Root, opts); len(missing) > 0 {
 		return nil, fmt.Errorf("kwokcluster: missing %v: run `make demo` or `make test-e2e` (hack/build-controlplane.sh kube-scheduler kube-controller-manager for those two), which build them", missing)
 	}
 	if opts.Nodes <= 0 {
@@ -214,229 +195,113 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.WebhookReplicas <= 0 {
 		opts.WebhookReplicas = 1
 	}
-	progress := opts.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
+	progress := cmp.Or[io.Writer](opts.Progress, io.Discard)
 	step := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "  "+format+"\n", args...) }
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	c = &Cluster{Dir: opts.Dir, Kubeconfig: filepath.Join(opts.Dir, "kubeconfig")}
+	c = &Cluster{nodeAllocatable: opts.NodeAllocatable}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
 			c = nil
 		}
 	}()
-
-	bin := ControlPlaneDir(opts.Root)
-	etcdPort, err := c.FreePort()
-	if err != nil {
+	if c.ControlPlane, err = controlplane.Start(ctx, controlPlaneOptions(opts, progress)); err != nil {
 		return c, err
 	}
-	peerPort, err := c.FreePort()
-	if err != nil {
+	if c.clientset, err = c.Clientset(); err != nil {
 		return c, err
 	}
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	step("starting etcd on %s", etcdURL)
-	c.etcdCmd = []string{filepath.Join(bin, "etcd"),
-		"--data-dir=" + filepath.Join(opts.Dir, "etcd"),
-		"--listen-client-urls=" + etcdURL,
-		"--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=http://127.0.0.1:" + strconv.Itoa(peerPort),
-		"--initial-advertise-peer-urls=http://127.0.0.1:" + strconv.Itoa(peerPort),
-		"--initial-cluster=default=http://127.0.0.1:" + strconv.Itoa(peerPort),
-		"--unsafe-no-fsync=true",
-	}
-	c.etcd, err = StartProcess("etcd", c.etcdLog(), nil, c.etcdCmd[0], c.etcdCmd[1:]...)
-	if err != nil {
+	if err := c.startWebhook(ctx, opts); err != nil {
 		return c, err
 	}
-
-	certs, err := newPKI(filepath.Join(opts.Dir, "pki"))
-	if err != nil {
-		return c, err
-	}
-	apiPort, err := c.FreePort()
-	if err != nil {
-		return c, err
-	}
-	server := "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	step("starting kube-apiserver on %s", server)
-	// The flags envtest uses, with a static token for the admin. Without
-	// kube-controller-manager no namespace gets a default service account
-	// and no node loses the not-ready taint that TaintNodesByCondition puts
-	// on a new node, so both admission plugins are off.
-	c.certs = certs
-	c.apiserverCmd = []string{filepath.Join(bin, "kube-apiserver"),
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// No kube-proxy reads the kubernetes Service's endpoints here, and
-		// since 1.37 the endpoint reconciler refuses a loopback address.
-		"--endpoint-reconciler-type=none",
-		"--secure-port=" + strconv.Itoa(apiPort),
-		"--cert-dir=" + filepath.Join(opts.Dir, "pki"),
-		"--tls-cert-file=" + certs.certFile,
-		"--tls-private-key-file=" + certs.keyFile,
-		"--token-auth-file=" + certs.tokenFile,
-		"--authorization-mode=RBAC",
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--service-account-issuer=" + server,
-		"--service-account-key-file=" + certs.saKeyFile,
-		"--service-account-signing-key-file=" + certs.saKeyFile,
-		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-		"--allow-privileged=true",
-	}
-	if opts.WorkloadAPI {
-		for _, name := range slices.Sorted(maps.Keys(workloadapi.APIServerFlags)) {
-			c.apiserverCmd = append(c.apiserverCmd, "--"+name+"="+workloadapi.APIServerFlags[name])
-		}
-	}
-	c.apiserver, err = StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
-	if err != nil {
-		return c, err
-	}
-	c.Config = &rest.Config{
-		Host:            server,
-		BearerToken:     certs.adminToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: certs.caCert},
-		QPS:             100,
-		Burst:           200,
-	}
-	if err := c.writeKubeconfig(certs); err != nil {
-		return c, err
-	}
-	if err := c.waitReady(ctx); err != nil {
-		return c, err
-	}
-
-	step("installing the IndexedBatchJob CRD")
-	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(opts.Root, "config", "crd", "bases")},
-		ErrorIfPathMissing: true,
-	}); err != nil {
-		return c, fmt.Errorf("installing CRDs: %w", err)
-	}
-
-	clientset, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		return c, err
-	}
-
-	for range opts.WebhookReplicas {
-		port, err := c.FreePort()
-		if err != nil {
-			return c, err
-		}
-		c.WebhookBackendPorts = append(c.WebhookBackendPorts, port)
-	}
-	if c.forwarder, err = startForwarder(c.WebhookBackendPorts); err != nil {
-		return c, err
-	}
-	c.WebhookPort = c.forwarder.port()
 	step("installing the admission webhook: https://localhost:%d, forwarded to the operator's port %v", c.WebhookPort, c.WebhookBackendPorts)
-	if err := c.installWebhook(ctx, opts.Root, clientset); err != nil {
-		return c, fmt.Errorf("installing the webhook: %w", err)
-	}
-	c.nodeAllocatable = opts.NodeAllocatable
 	for range opts.Nodes {
-		if _, err := c.createNode(ctx, clientset); err != nil {
+		if _, err := c.createNode(ctx); err != nil {
 			return c, err
 		}
 	}
-
 	if opts.Kubelets == SimulatedKubelets {
 		step("starting the pod simulator for %d fake nodes", opts.Nodes)
-		if err := c.startSimulatedKubelets(ctx, clientset); err != nil {
-			return c, err
-		}
+		err = c.startSimulatedKubelets(ctx)
 	} else {
 		step("starting kwok %s with %d fake nodes", KwokVersion, opts.Nodes)
-		if err := c.startKwok(ctx, opts, clientset); err != nil {
-			return c, err
-		}
+		err = c.startKwok(ctx, opts)
 	}
-
-	if opts.GarbageCollector {
-		step("starting kube-controller-manager's garbage collector")
-		if err := c.startGarbageCollector(bin); err != nil {
-			return c, err
-		}
-	}
-
-	// What kube-scheduler and the kubelet would do that kwok does not, or
-	// not safely: bind pending pods, remove finished deleted ones.
-	helpersLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder-reaper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return c, err
 	}
-	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
-	helpersCtx, stop := context.WithCancel(context.Background())
-	c.stopHelpers = stop
-	if opts.KubeScheduler {
-		step("starting kube-scheduler")
-		if err := c.startScheduler(opts); err != nil {
-			return c, err
-		}
-	} else {
-		c.helpers.Go(func() { runBinder(helpersCtx, clientset, logger) })
+	if err := c.startHelpers(opts); err != nil {
+		return c, err
 	}
-	if opts.Kubelets == KwokKubelets {
-		// The pod simulator makes its final deletes itself.
-		c.helpers.Go(func() { runReaper(helpersCtx, clientset, logger) })
-	}
-	c.helpersLog = helpersLog
 	step("cluster ready: KUBECONFIG=%s", c.Kubeconfig)
 	return c, nil
 }
 
-func (c *Cluster) apiserverLog() string { return filepath.Join(c.Dir, "kube-apiserver.log") }
+// controlPlaneOptions is the control plane of a kwok cluster: on loopback,
+// the IndexedBatchJob CRD, kube-scheduler and kube-controller-manager's
+// garbage collector as asked. Without kube-controller-manager's other
+// controllers no namespace gets a default service account and no node
+// loses the not-ready taint that TaintNodesByCondition puts on a new node,
+// so both admission plugins are off.
+func controlPlaneOptions(opts Options, progress io.Writer) controlplane.Options {
+	cpo := controlplane.Options{
+		BinDir:         ControlPlaneDir(opts.Root),
+		Dir:            opts.Dir,
+		Name:           "kwok",
+		Progress:       progress,
+		APIServerFlags: []string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
+		WorkloadAPI:    opts.WorkloadAPI,
+		CRDPaths:       []string{filepath.Join(opts.Root, "config", "crd", "bases")},
+	}
+	if opts.KubeScheduler {
+		cpo.Scheduler = &controlplane.Component{}
+	}
+	if opts.GarbageCollector {
+		cpo.ControllerManager = &controlplane.Component{Flags: []string{"--controllers=garbagecollector"}}
+	}
+	return cpo
+}
 
-// RestartAPIServer stops kube-apiserver as a rollout of it would (SIGTERM,
-// then SIGKILL after 15 s), starts it again with the same flags on the same
-// port, and returns once it is ready. Clients see their connections drop and
-// their watches end, and must recover by themselves.
-func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	if err := c.StopAPIServer(); err != nil {
+// startWebhook picks the operators' webhook ports, starts the forwarder in
+// front of them and installs the webhook's configurations calling it.
+func (c *Cluster) startWebhook(ctx context.Context, opts Options) error {
+	for range opts.WebhookReplicas {
+		port, err := c.FreePort()
+		if err != nil {
+			return err
+		}
+		c.WebhookBackendPorts = append(c.WebhookBackendPorts, port)
+	}
+	var err error
+	if c.forwarder, err = startForwarder(c.WebhookBackendPorts); err != nil {
 		return err
 	}
-	return c.StartAPIServer(ctx)
+	c.WebhookPort = c.forwarder.port()
+	if err := c.installWebhook(ctx, opts.Root); err != nil {
+		return fmt.Errorf("installing the webhook: %w", err)
+	}
+	return nil
 }
 
-// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 15 s)
-// and leaves it stopped: every client's requests fail until
-// StartAPIServer.
-func (c *Cluster) StopAPIServer() error {
-	return c.apiserver.Stop(15 * time.Second)
-}
-
-// StartAPIServer starts kube-apiserver again with the same flags on the
-// same port and returns once it is ready.
-func (c *Cluster) StartAPIServer(ctx context.Context) error {
-	p, err := StartProcess("kube-apiserver", c.apiserverLog(), nil, c.apiserverCmd[0], c.apiserverCmd[1:]...)
+// startHelpers starts what kube-scheduler and the kubelet would do that
+// kwok does not, or not safely: bind pending pods (or kube-scheduler does,
+// with Options.KubeScheduler), remove finished deleted ones (the pod
+// simulator makes its final deletes itself).
+func (c *Cluster) startHelpers(opts Options) error {
+	helpersLog, err := os.OpenFile(filepath.Join(opts.Dir, "binder-reaper.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	c.apiserver = p
-	return c.waitReady(ctx)
-}
-
-// RestartEtcd stops etcd (SIGTERM, then SIGKILL after 15 s) and starts it
-// again on the same data directory, so nothing stored is lost, and returns
-// once kube-apiserver is ready again.
-func (c *Cluster) RestartEtcd(ctx context.Context) error {
-	if err := c.etcd.Stop(15 * time.Second); err != nil {
-		return err
+	c.helpersLog = helpersLog
+	logger := log.New(helpersLog, "", log.LstdFlags|log.Lmicroseconds)
+	helpersCtx, stop := context.WithCancel(context.Background())
+	c.stopHelpers = stop
+	if !opts.KubeScheduler {
+		c.helpers.Go(func() { runBinder(helpersCtx, c.clientset, logger) })
 	}
-	p, err := StartProcess("etcd", c.etcdLog(), nil, c.etcdCmd[0], c.etcdCmd[1:]...)
-	if err != nil {
-		return err
+	if opts.Kubelets == KwokKubelets {
+		c.helpers.Go(func() { runReaper(helpersCtx, c.clientset, logger) })
 	}
-	c.etcd = p
-	return c.waitReady(ctx)
+	return nil
 }
 
 // SetWebhookReachable cuts the webhook off from kube-apiserver (false), as
@@ -444,13 +309,11 @@ func (c *Cluster) RestartEtcd(ctx context.Context) error {
 // restores it (true). The operators behind it keep running.
 func (c *Cluster) SetWebhookReachable(reachable bool) { c.forwarder.setDown(!reachable) }
 
-func (c *Cluster) etcdLog() string { return filepath.Join(c.Dir, "etcd.log") }
-
 // startKwok starts kwok for the fake nodes and waits until it has made
 // them Ready.
-func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kubernetes.Interface) (err error) {
+func (c *Cluster) startKwok(ctx context.Context, opts Options) error {
 	stages := filepath.Join(opts.Root, "hack", "kwok", "stages")
-	c.kwok, err = StartProcess("kwok", filepath.Join(opts.Dir, "kwok.log"), nil, KwokBinary(opts.Root),
+	_, err := c.Run("kwok", KwokBinary(opts.Root),
 		"--kubeconfig="+c.Kubeconfig,
 		"--config="+filepath.Join(stages, "nodes.yaml"),
 		"--config="+filepath.Join(stages, "pods.yaml"),
@@ -464,11 +327,11 @@ func (c *Cluster) startKwok(ctx context.Context, opts Options, clientset kuberne
 	if err != nil {
 		return err
 	}
-	return c.waitNodesReady(ctx, clientset)
+	return c.waitNodesReady(ctx)
 }
 
 // createNode creates the next fake node, kwok-node-<n>, for kwok to run.
-func (c *Cluster) createNode(ctx context.Context, clientset kubernetes.Interface) (string, error) {
+func (c *Cluster) createNode(ctx context.Context) (string, error) {
 	i := len(c.NodeNames)
 	name := fmt.Sprintf("kwok-node-%d", i)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -486,7 +349,7 @@ func (c *Cluster) createNode(ctx context.Context, clientset kubernetes.Interface
 	if c.nodeAllocatable != nil {
 		node.Status.Allocatable, node.Status.Capacity = c.nodeAllocatable.DeepCopy(), c.nodeAllocatable.DeepCopy()
 	}
-	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := c.clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("creating node %s: %w", name, err)
 	}
 	c.NodeNames = append(c.NodeNames, name)
@@ -497,58 +360,15 @@ func (c *Cluster) createNode(ctx context.Context, clientset kubernetes.Interface
 // only), and returns its name once kwok made it Ready: more room for the
 // scheduler.
 func (c *Cluster) AddNode(ctx context.Context) (string, error) {
-	clientset, err := kubernetes.NewForConfig(c.Config)
+	name, err := c.createNode(ctx)
 	if err != nil {
 		return "", err
 	}
-	name, err := c.createNode(ctx, clientset)
-	if err != nil {
-		return "", err
-	}
-	return name, c.waitNodesReady(ctx, clientset)
+	return name, c.waitNodesReady(ctx)
 }
 
-// startScheduler starts the control plane's kube-scheduler as the admin.
-func (c *Cluster) startScheduler(opts Options) (err error) {
-	var args []string
-	if opts.WorkloadAPI {
-		args = append(args, "--feature-gates="+workloadapi.SchedulerFeatureGates)
-	}
-	c.scheduler, err = c.startComponent("kube-scheduler", ControlPlaneDir(opts.Root), args...)
-	return err
-}
-
-// startGarbageCollector starts kube-controller-manager with the garbage
-// collector as its only controller, as the cluster's admin.
-func (c *Cluster) startGarbageCollector(bin string) (err error) {
-	c.controllerManager, err = c.startComponent("kube-controller-manager", bin, "--controllers=garbagecollector")
-	return err
-}
-
-// startComponent starts a control plane component of bin (kube-scheduler,
-// kube-controller-manager) as the admin, without leader election, serving
-// its health endpoints on a free loopback port, with extra flags; its log
-// is <name>.log in the cluster's directory.
-func (c *Cluster) startComponent(name, bin string, extra ...string) (*Process, error) {
-	port, err := c.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{
-		"--kubeconfig=" + c.Kubeconfig,
-		"--authentication-kubeconfig=" + c.Kubeconfig,
-		"--authorization-kubeconfig=" + c.Kubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(port),
-		"--cert-dir=" + filepath.Join(c.Dir, name),
-	}, extra...)
-	return StartProcess(name, filepath.Join(c.Dir, name+".log"), nil, filepath.Join(bin, name), args...)
-}
-
-// Stop stops the binder (or kube-scheduler) and the reaper,
-// kube-controller-manager, kwok,
-// kube-apiserver and etcd, in that order.
+// Stop stops the binder and the reaper, the pod simulator, the webhook's
+// forwarder, then kwok, the components and the control plane.
 func (c *Cluster) Stop() error {
 	if c.stopHelpers != nil {
 		c.stopHelpers()
@@ -564,121 +384,24 @@ func (c *Cluster) Stop() error {
 		c.forwarder.stop()
 		c.forwarder = nil
 	}
-	var errs []error
-	for _, p := range []*Process{c.scheduler, c.controllerManager, c.kwok, c.apiserver, c.etcd} {
-		if p != nil {
-			errs = append(errs, p.Stop(15*time.Second))
-		}
-	}
-	return errors.Join(errs...)
+	return c.ControlPlane.Stop()
 }
 
-// Check returns an error if a component has exited.
-func (c *Cluster) Check() error {
-	for _, p := range []*Process{c.etcd, c.apiserver, c.kwok, c.scheduler, c.controllerManager} {
-		if p == nil {
-			continue
-		}
-		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.LogPath)
-		}
-	}
-	return nil
-}
-
-func (c *Cluster) writeKubeconfig(certs *pki) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["kwok"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: certs.caCert}
-	cfg.AuthInfos["kwok-admin"] = &clientcmdapi.AuthInfo{Token: certs.adminToken}
-	cfg.Contexts["kwok"] = &clientcmdapi.Context{Cluster: "kwok", AuthInfo: "kwok-admin", Namespace: "default"}
-	cfg.CurrentContext = "kwok"
-	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
-}
-
-// waitReady polls /readyz until the API server says it is ready.
-func (c *Cluster) waitReady(ctx context.Context) error {
-	certs := c.certs
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certs.caCert)
-	httpClient := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if err := c.Check(); err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Config.Host+"/readyz", nil)
+// waitNodesReady waits until every fake node is Ready.
+func (c *Cluster) waitNodesReady(ctx context.Context) error {
+	return c.WaitFor(ctx, "the fake nodes to be Ready", 60*time.Second, func() bool {
+		list, err := c.clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return err
+			return false
 		}
-		req.Header.Set("Authorization", "Bearer "+certs.adminToken)
-		if resp, err := httpClient.Do(req); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+		ready := 0
+		for i := range list.Items {
+			if NodeReady(&list.Items[i]) {
+				ready++
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-apiserver not ready after 90s; see %s", c.apiserver.LogPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// waitNodesReady waits until kwok has marked every fake node Ready.
-func (c *Cluster) waitNodesReady(ctx context.Context, clientset kubernetes.Interface) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if err := c.Check(); err != nil {
-			return err
-		}
-		list, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err == nil {
-			ready := 0
-			for i := range list.Items {
-				if NodeReady(&list.Items[i]) {
-					ready++
-				}
-			}
-			if ready == len(c.NodeNames) {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fake nodes not Ready after 60s; see %s", c.kwok.LogPath)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// FreePort is a free loopback port that is none of the ports the cluster
-// picked or handed out before: a process started on it (an operator's
-// probe, say) never takes the port of a webhook slot whose operator was
-// just killed, nor kube-apiserver's while it restarts.
-func (c *Cluster) FreePort() (int, error) {
-	c.portsMu.Lock()
-	defer c.portsMu.Unlock()
-	for range 100 {
-		port, err := FreePort()
-		if err != nil {
-			return 0, err
-		}
-		if !slices.Contains(c.ports, port) {
-			c.ports = append(c.ports, port)
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free loopback port that the cluster has not used")
+		return ready == len(c.NodeNames)
+	})
 }
 
 // StartOperator starts the operator binary bin against the cluster as a

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
@@ -36,7 +35,8 @@ const (
 // startSimulatedKubelets reports the nodes Ready, as a kubelet would, and
 // starts the pod simulator, which runs every pod once the binder has bound
 // it and makes the kubelet's final delete of a finished deleted pod.
-func (c *Cluster) startSimulatedKubelets(ctx context.Context, clientset kubernetes.Interface) error {
+func (c *Cluster) startSimulatedKubelets(ctx context.Context) error {
+	clientset := c.clientset
 	now := metav1.Now()
 	for _, name := range c.NodeNames {
 		node, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
@@ -40,7 +39,8 @@ const (
 // with config/default's namespaceSelector, calling
 // https://localhost:<WebhookPort> instead of the webhook Service (there is
 // no Service network here). The operator injects the CA bundle itself.
-func (c *Cluster) installWebhook(ctx context.Context, root string, clientset kubernetes.Interface) error {
+func (c *Cluster) installWebhook(ctx context.Context, root string) error {
+	clientset := c.clientset
 	if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace},
 	}, metav1.CreateOptions{}); err != nil {

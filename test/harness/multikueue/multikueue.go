@@ -134,6 +134,20 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 			f = nil
 		}
 	}()
+	if err := f.startMembers(ctx, o, progress); err != nil {
+		return f, err
+	}
+	step("wiring MultiKueue: the manager's Kueue may manage IndexedBatchJobs, MultiKueue's ServiceAccount on each worker")
+	if err := f.wire(ctx, o.Root); err != nil {
+		return f, err
+	}
+	step("waiting for the workers to be Active and the AdmissionCheck too")
+	return f, f.waitActive(ctx)
+}
+
+// startMembers starts the manager cluster and the workers, each with its
+// Kueue and operator; the manager's Kueue runs MultiKueue.
+func (f *Federation) startMembers(ctx context.Context, o Options, progress io.Writer) error {
 	managerConfig := fmt.Sprintf(`multiKueue:
   gcInterval: 30s
   origin: %s
@@ -150,7 +164,7 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 		if i == 0 {
 			config += managerConfig
 		}
-		step("starting cluster %s", name)
+		_, _ = fmt.Fprintf(progress, "starting cluster %s\n", name)
 		m, err := startMember(ctx, o, name, config, progress)
 		if m != nil {
 			if i == 0 {
@@ -160,36 +174,45 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 			}
 		}
 		if err != nil {
-			return f, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	step("wiring MultiKueue: the manager's Kueue may manage IndexedBatchJobs, MultiKueue's ServiceAccount on each worker")
-	if err := applyManifest(ctx, f.Manager.Client, filepath.Join(o.Root, "config", "multikueue", "manager", "role.yaml"), func(obj client.Object) {
+	return nil
+}
+
+// wire wires MultiKueue as Kueue documents it: the manager's Kueue may
+// manage IndexedBatchJobs; a Secret with a kubeconfig of MultiKueue's
+// ServiceAccount on each worker and a MultiKueueCluster naming it; a
+// MultiKueueConfig of every worker and the AdmissionCheck using it.
+func (f *Federation) wire(ctx context.Context, root string) error {
+	if err := applyManifest(ctx, f.Manager.Client, filepath.Join(root, "config", "multikueue", "manager", "role.yaml"), func(obj client.Object) {
 		if b, ok := obj.(*rbacv1.ClusterRoleBinding); ok {
 			b.Subjects[0].Namespace = kueuecluster.Namespace
 		}
 	}); err != nil {
-		return f, err
+		return err
 	}
 	var clusters []string
 	for _, w := range f.Workers {
-		kubeconfig, err := workerKubeconfig(ctx, o.Root, w)
+		kubeconfig, err := workerKubeconfig(ctx, root, w)
 		if err != nil {
-			return f, fmt.Errorf("%s: %w", w.Name, err)
+			return fmt.Errorf("%s: %w", w.Name, err)
 		}
-		if err := f.Manager.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: kueuecluster.Namespace},
-			Data:       map[string][]byte{"kubeconfig": kubeconfig},
-		}); err != nil {
-			return f, err
-		}
-		if err := f.Manager.Client.Create(ctx, &kueuev1beta2.MultiKueueCluster{
-			ObjectMeta: metav1.ObjectMeta{Name: w.Name},
-			Spec: kueuev1beta2.MultiKueueClusterSpec{ClusterSource: kueuev1beta2.ClusterSource{
-				KubeConfig: &kueuev1beta2.KubeConfig{LocationType: kueuev1beta2.SecretLocationType, Location: w.Name},
-			}},
-		}); err != nil {
-			return f, err
+		for _, obj := range []client.Object{
+			&corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: kueuecluster.Namespace},
+				Data:       map[string][]byte{"kubeconfig": kubeconfig},
+			},
+			&kueuev1beta2.MultiKueueCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: w.Name},
+				Spec: kueuev1beta2.MultiKueueClusterSpec{ClusterSource: kueuev1beta2.ClusterSource{
+					KubeConfig: &kueuev1beta2.KubeConfig{LocationType: kueuev1beta2.SecretLocationType, Location: w.Name},
+				}},
+			},
+		} {
+			if err := f.Manager.Client.Create(ctx, obj); err != nil {
+				return err
+			}
 		}
 		clusters = append(clusters, w.Name)
 	}
@@ -197,9 +220,9 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 		ObjectMeta: metav1.ObjectMeta{Name: Config},
 		Spec:       kueuev1beta2.MultiKueueConfigSpec{Clusters: clusters},
 	}); err != nil {
-		return f, err
+		return err
 	}
-	if err := f.Manager.Client.Create(ctx, &kueuev1beta2.AdmissionCheck{
+	return f.Manager.Client.Create(ctx, &kueuev1beta2.AdmissionCheck{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionCheck},
 		Spec: kueuev1beta2.AdmissionCheckSpec{
 			ControllerName: kueuev1beta2.MultiKueueControllerName,
@@ -207,11 +230,7 @@ func Start(ctx context.Context, o Options) (f *Federation, err error) {
 				APIGroup: kueuev1beta2.SchemeGroupVersion.Group, Kind: "MultiKueueConfig", Name: Config,
 			},
 		},
-	}); err != nil {
-		return f, err
-	}
-	step("waiting for the workers to be Active and the AdmissionCheck too")
-	return f, f.waitActive(ctx)
+	})
 }
 
 // startMember starts one cluster, its Kueue and its operator.

@@ -1,4 +1,4 @@
-package kwokcluster
+package controlplane
 
 import (
 	"context"

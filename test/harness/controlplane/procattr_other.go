@@ -1,6 +1,6 @@
 //go:build !linux
 
-package kwokcluster
+package controlplane
 
 import "syscall"
 
