@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"time"
 
@@ -27,7 +28,30 @@ func (s *syncState) runPods() {
 		// deletes: acting on it now could start a second pod for an index.
 		return
 	}
+	if wait := s.failureBatchLeft(); wait > 0 {
+		// A pod failed a moment ago: the failures that land with it decide
+		// the job's end before any pod starts, as they would in one of
+		// upstream's batched syncs, whatever event brought this sync.
+		s.plan.requeue(wait)
+		return
+	}
 	s.startPods()
+}
+
+// failureBatchLeft is how long the pods of the job wait after its latest
+// failure, by the failed pods' end times: until podEventBatchPeriod after
+// it, never longer (an end time from a kubelet whose clock is ahead).
+func (s *syncState) failureBatchLeft() time.Duration {
+	var latest time.Time
+	for _, pod := range s.pods {
+		if pod.Phase == corev1.PodFailed && !pod.Discarded && pod.FinishedAt.After(latest) {
+			latest = pod.FinishedAt
+		}
+	}
+	if latest.IsZero() {
+		return 0
+	}
+	return min(latest.Add(podEventBatchPeriod).Sub(s.now), podEventBatchPeriod)
 }
 
 // suspend deletes every active pod without counting it.

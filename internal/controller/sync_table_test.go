@@ -77,6 +77,9 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 
 func TestSyncJob(t *testing.T) {
 	now := &metav1.Time{Time: testNow}
+	// ended is when the rows' failed pods ended when their sync is to act at
+	// once: a batch period before it, as the batched sync of a failure comes.
+	ended := testNow.Add(-podEventBatchPeriod)
 	condition := func(typ, reason, message string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
 	}
@@ -181,7 +184,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a FailJob match fails the job naming the pod, and the running pod counts as failed",
 			job:  failJob,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).running().obj(), makePod(j, 1).failedAt(testNow, 42).obj(), makePod(j, 2).succeededAt(testNow).obj()}
+				return []*jobpod.Pod{makePod(j, 0).running().obj(), makePod(j, 1).failedAt(ended, 42).obj(), makePod(j, 2).succeededAt(testNow).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -276,7 +279,7 @@ func TestSyncJob(t *testing.T) {
 					pods = append(pods, makePod(j, ix).succeededAt(testNow).obj())
 				}
 				for _, ix := range []int32{2, 1} {
-					pods = append(pods, makePod(j, ix).failedAt(testNow, 1).obj())
+					pods = append(pods, makePod(j, ix).failedAt(ended, 1).obj())
 				}
 				return pods
 			},
@@ -299,7 +302,7 @@ func TestSyncJob(t *testing.T) {
 			job:  maxFailed,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
 				return []*jobpod.Pod{
-					makePod(j, 0).failedAt(testNow, 1).obj(), makePod(j, 1).failedAt(testNow, 1).obj(),
+					makePod(j, 0).failedAt(ended, 1).obj(), makePod(j, 1).failedAt(testNow, 1).obj(),
 					makePod(j, 2).running().obj(), makePod(j, 3).obj(),
 				}
 			},
@@ -394,7 +397,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a job with retryBackoff 0 replaces a failed pod at once",
 			job:  base.Clone().Completions(1).BackoffLimit(3).RetryBackoff(0, 0).Obj(),
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow, 1).withoutFinalizer().obj()}
+				return []*jobpod.Pod{makePod(j, 0).failedAt(ended, 1).withoutFinalizer().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
@@ -416,7 +419,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a named FailJob rule fails the job with reason PodFailurePolicy_<name> and upstream's message",
 			job:  namedFailJob,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).failedAt(testNow, 42).obj(), makePod(j, 1).succeededAt(testNow).obj()}
+				return []*jobpod.Pod{makePod(j, 0).failedAt(ended, 42).obj(), makePod(j, 1).succeededAt(testNow).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -451,7 +454,7 @@ func TestSyncJob(t *testing.T) {
 			// backoff of the index's two failures, the ignored one with it.
 			name: "an Ignore rule's failure is retried at once and grows no backoff",
 			job:  ignoreDisruption,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{disrupted(j, 1, 0)} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{disrupted(j, 1, podEventBatchPeriod)} },
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-0-2 failures=1 ignored=1"},
@@ -512,7 +515,7 @@ func TestSyncJob(t *testing.T) {
 			name: "an OOM-killed index's next pod gets more memory and carries the kill; the other index keeps the template's",
 			job:  oomRetry,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
@@ -524,7 +527,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a second OOM kill compounds the raise",
 			job:  oomRetry,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).oomKilledAt(testNow).withoutFinalizer().obj(),
+				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
 					makePod(j, 1).running().obj()}
 			},
 			want: decision{
@@ -537,7 +540,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a failure of another kind keeps the raised memory",
 			job:  oomRetry,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).failedAt(testNow, 1).withoutFinalizer().obj(),
+				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
 					makePod(j, 1).running().obj()}
 			},
 			want: decision{
@@ -550,7 +553,7 @@ func TestSyncJob(t *testing.T) {
 			name: "under Kueue the raise of a request is held back, with a warning",
 			job:  oomQueued,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
@@ -565,7 +568,7 @@ func TestSyncJob(t *testing.T) {
 			name: "without onOOMKilled an OOM kill raises nothing",
 			job:  oomOff,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(testNow).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},

@@ -380,6 +380,7 @@ func TestIgnoredFailureIsNotCounted(t *testing.T) {
 	c.sync()
 	first := podOfIndex(c, 0)
 	c.fail(first, 42, false)
+	c.advance(podEventBatchPeriod) // the failure's batched sync
 
 	p := c.sync()
 	if p.status.Failed != 0 || p.status.UncountedTerminatedPods != nil || *p.status.FailedIndexes != "" {
@@ -401,6 +402,7 @@ func TestIgnoredFailureIsNotCounted(t *testing.T) {
 	}
 
 	c.fail(retry, 42, false)
+	c.advance(podEventBatchPeriod)
 	p = c.sync()
 	if len(p.create) != 1 || p.create[0].ignored != 2 {
 		t.Errorf("creates = %+v, want the ignored count at 2", p.create)
@@ -1104,5 +1106,35 @@ func TestPodsStuckTerminatingAreFailedAfterTheTimeout(t *testing.T) {
 	p = syncJob(syncInput{job: job, pods: []*jobpod.Pod{stuck, running}, now: testNow.Add(time.Hour), expectationsSatisfied: true})
 	if len(p.failStuck) != 0 {
 		t.Errorf("without terminatingTimeoutSeconds: failStuck %v, want none", names(p.failStuck))
+	}
+}
+
+// A sync that sees a failure younger than the batch period starts no pod
+// until the period is over, whatever event brought it: a failure that lands
+// a moment later decides the job's end first. A kubelet's clock ahead of
+// the operator's never holds pods longer than the period.
+func TestPodsWaitForTheBatchOfAFreshFailure(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(5).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
+	pods := func(failedAt time.Time) []*jobpod.Pod {
+		out := []*jobpod.Pod{makePod(job, 2).failedAt(failedAt, 1).obj()}
+		for _, ix := range []int32{0, 1, 3, 4} {
+			out = append(out, makePod(job, ix).running().ready().obj())
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		failedAt time.Time
+		creates  int
+		requeue  time.Duration
+	}{
+		{"a failure 200 ms old", testNow.Add(-200 * time.Millisecond), 0, 800 * time.Millisecond},
+		{"a failure a batch period old", testNow.Add(-podEventBatchPeriod), 1, 0},
+		{"a failure dated 10 s ahead", testNow.Add(10 * time.Second), 0, podEventBatchPeriod},
+	} {
+		p := syncJob(syncInput{job: job, pods: pods(tc.failedAt), now: testNow, expectationsSatisfied: true})
+		if len(p.create) != tc.creates || p.requeueAfter != tc.requeue {
+			t.Errorf("%s: creates %v, requeue %v; want %d creates and a requeue of %v", tc.name, createdIndexes(p), p.requeueAfter, tc.creates, tc.requeue)
+		}
 	}
 }

@@ -345,6 +345,15 @@ func (cp *ControlPlane) StartComponent(name string, comp Component) (*Process, e
 	return cp.Run(name, filepath.Join(cp.opts.BinDir, name), append(args, comp.Flags...)...)
 }
 
+// StopComponent stops a process StartComponent or Run started, and stops
+// tracking it: Check no longer counts its exit.
+func (cp *ControlPlane) StopComponent(p *Process) error {
+	cp.processMu.Lock()
+	cp.processes = slices.DeleteFunc(cp.processes, func(q *Process) bool { return q == p })
+	cp.processMu.Unlock()
+	return p.Stop(10 * time.Second)
+}
+
 // UserConfig is a client configuration of user (the admin or one of
 // Options.Users).
 func (cp *ControlPlane) UserConfig(user string) *rest.Config {
