@@ -454,7 +454,9 @@ func TestSyncJob(t *testing.T) {
 			// backoff of the index's two failures, the ignored one with it.
 			name: "an Ignore rule's failure is retried at once and grows no backoff",
 			job:  ignoreDisruption,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{disrupted(j, 1, podEventBatchPeriod)} },
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{disrupted(j, 1, podEventBatchPeriod)}
+			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, FailedIndexes: ptr.To(""), Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 1, Phase: ibjv1.PhaseRunning},
 				Create: []string{"a-0-2 failures=1 ignored=1"},
