@@ -273,8 +273,9 @@ $(KUEUE_MANAGER):
 	@echo "installing Kueue's manager $(KUEUE_VERSION) into $(dir $(KUEUE_MANAGER)); the first build takes a few minutes..."
 	CGO_ENABLED=0 GOBIN=$(dir $(KUEUE_MANAGER)) go install -trimpath sigs.k8s.io/kueue/cmd/kueue@$(KUEUE_VERSION)
 
-# The e2e suite's control plane: kube-scheduler too, for its gang specs.
-E2E_CONTROLPLANE ?= etcd kube-apiserver kubectl kube-scheduler
+# The e2e suite's control plane: kube-scheduler too, for its gang specs, and
+# kube-controller-manager, for the differential spec's built-in Job controller.
+E2E_CONTROLPLANE ?= etcd kube-apiserver kubectl kube-scheduler kube-controller-manager
 
 .PHONY: e2e-binaries
 e2e-binaries: ## Build what the e2e suite runs: control plane (with kube-scheduler), kwok, bin/manager, bin/kubectl-ibj, bin/kwok-cluster (LOCALBIN, default bin/).
