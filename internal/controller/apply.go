@@ -161,7 +161,9 @@ func (r *Reconciler) failStuckPods(ctx context.Context, job *ibjv1.IndexedBatchJ
 			status["conditions"] = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 				Reason: ibjv1.ReasonTerminatingTimeout, Message: msg, LastTransitionTime: now}}
 		}
-		patch, err := json.Marshal(map[string]any{"status": status})
+		patch, err := json.Marshal(struct {
+			Status map[string]any `json:"status"`
+		}{status})
 		if err != nil {
 			return err
 		}

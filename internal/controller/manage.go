@@ -2,13 +2,14 @@ package controller
 
 import (
 	"fmt"
-	corev1 "k8s.io/api/core/v1"
 	"strings"
 	"time"
 
-	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
 // runPods runs a job that has not reached its end: it suspends or resumes
