@@ -40,13 +40,27 @@ func (s *syncState) runPods() {
 }
 
 // failureBatchLeft is how long the pods of the job wait after its latest
-// failure, by the failed pods' end times: until podEventBatchPeriod after
-// it, never longer (an end time from a kubelet whose clock is ahead).
+// failure, by the failed pods' end times (a terminating pod that counts as
+// failed, under TerminatingOrFailed: by when it was deleted): until
+// podEventBatchPeriod after it, never longer (an end time from a kubelet
+// whose clock is ahead).
 func (s *syncState) failureBatchLeft() time.Duration {
 	var latest time.Time
 	for _, pod := range s.pods {
-		if pod.Phase == corev1.PodFailed && !pod.Discarded && pod.FinishedAt.After(latest) {
-			latest = pod.FinishedAt
+		at := pod.FinishedAt
+		switch {
+		case pod.Discarded:
+			continue
+		case pod.Terminating():
+			if !jobpod.Classify(s.job, pod).Failed {
+				continue
+			}
+			at = pod.DeletionTimestamp.Add(-time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second)
+		case pod.Phase != corev1.PodFailed:
+			continue
+		}
+		if at.After(latest) {
+			latest = at
 		}
 	}
 	if latest.IsZero() {

@@ -837,6 +837,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 	c.sync()
 	evicted := podOfIndex(c, 0)
 	c.remove(evicted)
+	c.advance(podEventBatchPeriod) // the deletion's batched sync
 
 	p := c.sync()
 	if _, fail := uncounted(p.status); !slices.Equal(fail, []types.UID{evicted.UID}) {
@@ -845,7 +846,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 	if slices.Contains(names(p.removeFinalizer), evicted.Name) {
 		t.Errorf("released the only pod that carries index 0's failure count")
 	}
-	if len(p.create) != 0 || p.requeueAfter != 10*time.Second {
+	if len(p.create) != 0 || p.requeueAfter != 10*time.Second-podEventBatchPeriod {
 		t.Errorf("creates = %v, requeueAfter = %v; want the retry after the backoff", createdIndexes(p), p.requeueAfter)
 	}
 	c.kubelet()
@@ -853,7 +854,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 		t.Fatalf("the evicted pod went while held")
 	}
 
-	c.advance(10 * time.Second)
+	c.advance(10*time.Second - podEventBatchPeriod)
 	p = c.sync()
 	if len(p.create) != 1 || p.create[0].failures != 1 || p.create[0].attempt != 1 {
 		t.Fatalf("creates = %+v, want index 0 retried as attempt 1 with one failure", p.create)
@@ -1136,5 +1137,25 @@ func TestPodsWaitForTheBatchOfAFreshFailure(t *testing.T) {
 		if len(p.create) != tc.creates || p.requeueAfter != tc.requeue {
 			t.Errorf("%s: creates %v, requeue %v; want %d creates and a requeue of %v", tc.name, createdIndexes(p), p.requeueAfter, tc.creates, tc.requeue)
 		}
+	}
+}
+
+// Under TerminatingOrFailed a deleted pod is a failure from its deletion:
+// the pods of a lost node, deleted together by the taint eviction, are
+// decided in one batch, not the first alone.
+func TestPodsWaitForTheBatchOfAFreshDeletion(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).Obj()
+	pods := []*jobpod.Pod{
+		makePod(job, 0).running().deletedAt(testNow.Add(-200 * time.Millisecond)).obj(),
+		makePod(job, 1).running().obj(),
+	}
+	p := syncJob(syncInput{job: job, pods: pods, now: testNow, expectationsSatisfied: true})
+	if len(p.create) != 0 || p.requeueAfter != 800*time.Millisecond {
+		t.Errorf("creates %v, requeue %v; want none until the batch period after the deletion is over (800ms)", createdIndexes(p), p.requeueAfter)
+	}
+	job.Spec.PodReplacementPolicy = ptr.To(batchv1.Failed)
+	p = syncJob(syncInput{job: job, pods: pods, now: testNow, expectationsSatisfied: true})
+	if len(p.create) != 1 {
+		t.Errorf("under Failed: creates %v, want index 2 started (a terminating pod is no failure yet)", createdIndexes(p))
 	}
 }
