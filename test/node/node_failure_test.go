@@ -24,12 +24,32 @@ type lostVariant struct {
 	// ignore adds a podFailurePolicy rule that ignores pods with the
 	// DisruptionTarget condition.
 	ignore bool
+	// timeout gives the IndexedBatchJob terminatingTimeoutSeconds (the
+	// batch/v1 Job has no such field) and both a 1 s grace period.
+	timeout bool
 }
 
 var lostVariants = []lostVariant{
 	{name: "count-terminating", policy: "TerminatingOrFailed"},
 	{name: "count-failed", policy: "Failed"},
 	{name: "ignore-failed", policy: "Failed", ignore: true},
+	{name: "timeout-failed", policy: "Failed", timeout: true},
+}
+
+// lostTimeout is the timeout variant's terminatingTimeoutSeconds.
+const lostTimeout = 5 * time.Second
+
+// createLost creates the variant's two jobs.
+func createLost(ns string, v lostVariant, nodes int) {
+	GinkgoHelper()
+	for _, kind := range []string{ibjKind, jobKind} {
+		spec := lostSpec(v, nodes)
+		if v.timeout && kind == ibjKind {
+			spec = fmt.Sprintf("    terminatingTimeoutSeconds: %d\n", int(lostTimeout.Seconds())) + spec
+		}
+		out, err := kubectlIn(jobManifest(kind, v.name, ns, spec), "create", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), "creating the %s:\n%s", kind, out)
+	}
 }
 
 // lostSpec is a job of two pods per node, each running 20 s, spread so that
@@ -47,13 +67,17 @@ func lostSpec(v lostVariant, nodes int) string {
         - type: DisruptionTarget
 `
 	}
+	grace := ""
+	if v.timeout {
+		grace = "        terminationGracePeriodSeconds: 1\n"
+	}
 	return s + `    template:
       metadata:
         labels:
           ibj-node-spec: lost-node
       spec:
         restartPolicy: Never
-        topologySpreadConstraints:
+` + grace + `        topologySpreadConstraints:
         - maxSkew: 1
           topologyKey: kubernetes.io/hostname
           whenUnsatisfiable: DoNotSchedule
@@ -111,6 +135,23 @@ var _ = Describe("Real failures", Label("node", "node-failure"), func() {
 
 		It("ignores a pod lost with its node by an Ignore rule on DisruptionTarget (DeletionByTaintManager), and replaces it once pod GC has failed it", func(ctx SpecContext) {
 			checkLostFailed(ctx, lost, lostVariants[2], 0)
+		})
+
+		It("replaces a pod stuck terminating on the lost node once terminatingTimeoutSeconds passed, where the batch/v1 Job waits for the out-of-service taint", func(ctx SpecContext) {
+			v := lostVariants[3]
+			lives := checkLost(ctx, lost, v, 2)
+			for _, kind := range []string{ibjKind, jobKind} {
+				Expect(secondPods(kind, lives[kind])).To(BeEmpty(), kind)
+			}
+			for _, l := range replacements(lives[ibjKind], lost) {
+				// Deleted with a 1 s grace period, failed lostTimeout
+				// after that deadline; 15 s for the sync and the create.
+				Expect(l.Created.At).To(BeTemporally("<", lost.tainted), "IndexedBatchJob: %s waited for the out-of-service taint", l.Name)
+				Expect(l.Created.At.Sub(lost.evictedAt(lives[ibjKind]))).To(BeNumerically("<=", time.Second+lostTimeout+15*time.Second), l.Name)
+			}
+			for _, l := range replacements(lives[jobKind], lost) {
+				Expect(l.Created.At).To(BeTemporally(">", lost.tainted), "Job: %s was created before the out-of-service taint", l.Name)
+			}
 		})
 
 		It("is refused with an Ignore rule and TerminatingOrFailed, by both APIs", func(ctx SpecContext) {
@@ -231,7 +272,7 @@ func loseNode(ctx context.Context) lostNode {
 	nodes := len(cluster.Nodes)
 	lost := lostNode{ns: newNamespace(ctx), lostPods: map[string]sets.Set[types.UID]{}}
 	for _, v := range lostVariants {
-		createBoth(lost.ns, v.name, lostSpec(v, nodes))
+		createLost(lost.ns, v, nodes)
 	}
 	for _, v := range lostVariants {
 		for _, kind := range []string{ibjKind, jobKind} {
@@ -274,15 +315,19 @@ func loseNode(ctx context.Context) lostNode {
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	lost.evicted = time.Now()
 
-	By("the TerminatingOrFailed jobs replace them; the Failed ones wait")
+	By("the TerminatingOrFailed jobs replace them, and the IndexedBatchJob with terminatingTimeoutSeconds; the Failed ones wait")
 	Eventually(func(g Gomega) {
 		for _, kind := range []string{ibjKind, jobKind} {
 			g.Expect(replacements(lifetimes(kind, lost.ns, lostVariants[0].name), lost)).To(HaveLen(2), kind)
 		}
+		g.Expect(replacements(lifetimes(ibjKind, lost.ns, "timeout-failed"), lost)).To(HaveLen(2), "IndexedBatchJob timeout-failed")
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	Consistently(func(g Gomega) {
 		for _, v := range lostVariants[1:] {
 			for _, kind := range []string{ibjKind, jobKind} {
+				if v.timeout && kind == ibjKind {
+					continue
+				}
 				g.Expect(replacements(lifetimes(kind, lost.ns, v.name), lost)).To(BeEmpty(), "%s %s", kind, v.name)
 			}
 		}
@@ -297,6 +342,17 @@ func loseNode(ctx context.Context) lostNode {
 	AddReportEntry("lost node", fmt.Sprintf("%s lost; its pods evicted %.1fs after, out-of-service taint %.1fs after, every job ended %.1fs after",
 		lost.name, lost.evicted.Sub(lost.stopped).Seconds(), lost.tainted.Sub(lost.stopped).Seconds(), time.Since(lost.stopped).Seconds()))
 	return lost
+}
+
+// evictedAt is when the first pod on the lost node was deleted.
+func (lost lostNode) evictedAt(lives []podLife) time.Time {
+	var at time.Time
+	for _, l := range lives {
+		if l.Node == lost.name && l.Terminating.seen() && (at.IsZero() || l.Terminating.At.Before(at)) {
+			at = l.Terminating.At
+		}
+	}
+	return at
 }
 
 // replacements are the pods created after the node was lost.
