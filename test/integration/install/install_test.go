@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
@@ -644,9 +644,9 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("waiting"), "Kueue is not installed")
 
 		By("installing Kueue's CRDs under it")
-		kueueDir, err := inprocess.ModuleDir()
+		kueueDir, err := kueueinprocess.ModuleDir()
 		Expect(err).NotTo(HaveOccurred())
-		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inprocess.CRDDir(kueueDir)}})
+		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{kueueinprocess.CRDDir(kueueDir)}})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("Started the Kueue integration in this process"))
 		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("running"))
