@@ -72,7 +72,7 @@ func applyManifest(obj client.Object, args ...string) (string, error) {
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), obj.GetName()+".yaml")
 	Expect(os.WriteFile(path, data, 0o644)).To(Succeed())
-	return kubectl(append(args, "-n", obj.GetNamespace(), "-f", path)...)
+	return kc.Run(append(args, "-n", obj.GetNamespace(), "-f", path)...)
 }
 
 // expectRefused checks that kubectl refuses a batch/v1 Job with the
@@ -136,7 +136,7 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("indexedbatchjob.batch.indexedjob.dev/sidecar created"))
 		Expect(out).NotTo(ContainSubstring("Warning"))
-		Expect(mustKubectl("get", "ibj", "sidecar", "-n", ns, "-o", "jsonpath={.spec.backoffLimit} {.spec.podReplacementPolicy}")).
+		Expect(kc.Must("get", "ibj", "sidecar", "-n", ns, "-o", "jsonpath={.spec.backoffLimit} {.spec.podReplacementPolicy}")).
 			To(Equal("6 TerminatingOrFailed"), "defaulted by the mutating webhook, as batch/v1 stores them")
 	})
 
@@ -172,16 +172,16 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 
 		By("saying why in kubectl get ibj's STATUS column")
 		Eventually(func(g Gomega) {
-			lines := strings.Split(strings.TrimSpace(mustKubectl("get", "ibj", "quota", "-n", ns)), "\n")
+			lines := strings.Split(strings.TrimSpace(kc.Must("get", "ibj", "quota", "-n", ns)), "\n")
 			g.Expect(lines).To(HaveLen(2))
 			g.Expect(strings.Fields(lines[1])[1]).To(Equal("QuotaExceeded"))
 		}, timeout, poll).Should(Succeed())
-		Expect(mustKubectl("get", "ibj", "quota", "-n", ns, "-o",
+		Expect(kc.Must("get", "ibj", "quota", "-n", ns, "-o",
 			`jsonpath={.status.conditions[?(@.type=="PodCreationFailed")].message}`)).To(ContainSubstring("exceeded quota: compute"))
 
 		By("completing once the quota frees")
 		setQuota(10, 1)
-		mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/quota", "--timeout=120s")
+		kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/quota", "--timeout=120s")
 		j := getJob(ctx, ns, "quota")
 		Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
 		Expect(j.Status.Succeeded).To(Equal(int32(2)))

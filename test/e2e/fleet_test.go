@@ -103,16 +103,16 @@ var _ = Describe("Fleet", Ordered, ContinueOnFailure, Label("fleet"), func() {
 		Expect(err).To(HaveOccurred(), "a create was admitted unjudged:\n%s", out)
 		Expect(out).To(ContainSubstring("failed calling webhook"))
 		Expect(out).To(ContainSubstring("indexedbatchjob-v1alpha1.kb.io"), "the refusal names the webhook")
-		out, err = kubectl("patch", "ibj/parked", "-n", ns, "--type=merge", "-p",
+		out, err = kc.Run("patch", "ibj/parked", "-n", ns, "--type=merge", "-p",
 			`{"spec":{"template":{"metadata":{"labels":{"team":"a"}}}}}`)
 		Expect(err).To(HaveOccurred(), "a template change was admitted unjudged:\n%s", out)
 		Expect(out).To(ContainSubstring("failed calling webhook"))
 
 		By("admitting every other change: labels, parallelism, resume, delete")
-		mustKubectl("label", "ibj/running", "-n", ns, "team=a")
-		mustKubectl("patch", "ibj/running", "-n", ns, "--type=merge", "-p", `{"spec":{"parallelism":3}}`)
-		mustKubectl("patch", "ibj/parked", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-		mustKubectl("delete", "ibj/doomed", "-n", ns, "--wait=true")
+		kc.Must("label", "ibj/running", "-n", ns, "team=a")
+		kc.Must("patch", "ibj/running", "-n", ns, "--type=merge", "-p", `{"spec":{"parallelism":3}}`)
+		kc.Must("patch", "ibj/parked", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
+		kc.Must("delete", "ibj/doomed", "-n", ns, "--wait=true")
 
 		By("running the admitted jobs to their exact end while the webhook stays unreachable")
 		for name, completions := range map[string]int32{"running": 6, "parked": 2} {

@@ -16,6 +16,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const timeout = 60 * time.Second
@@ -302,7 +303,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("with --namespaces, runs the jobs of its namespaces and leaves the others alone", func() {
-		other := newNamespace(ctx)
+		other := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		op.stop()
 		op = startOperator(ns)
 		defer func() {

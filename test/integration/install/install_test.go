@@ -33,6 +33,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -131,7 +132,7 @@ func warnedClient(recorder *warningRecorder) client.Client {
 // would have the operator's events for the job refused, which the specs
 // count as RBAC refusals).
 func expectWebhookServes(ctx context.Context) {
-	namespace := newNamespace(ctx, "admission")
+	namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "admission-"})
 	bad := restrictedJob(namespace, "bad")
 	bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
 	Eventually(func() error { return k8sClient.Create(ctx, bad.DeepCopy()) }, 10*time.Second, 200*time.Millisecond).Should(
@@ -189,13 +190,6 @@ func deleteCRD(ctx context.Context) {
 func restrictedNamespace(ctx context.Context, name string) {
 	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Labels: map[string]string{psaEnforce: restricted}}})).To(Succeed())
-}
-
-// newNamespace creates a plain namespace for one job.
-func newNamespace(ctx context.Context, prefix string) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	return ns.Name
 }
 
 // seedJob is the seed example, config/samples/batch_v1alpha1_indexedbatchjob.yaml:
@@ -415,7 +409,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		pointWebhooksAt(ctx, first)
 		expectWebhookServes(ctx)
 
-		namespace := newNamespace(ctx, "seed")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "seed-"})
 		k := startKubelet(namespace, "per-index", 0)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		expectSeedOutcome(ctx, k, namespace, "per-index", 60*time.Second)
@@ -439,7 +433,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 
 	It("serves metrics over HTTPS to a token allowed to read them, and only to it", func() {
 		Expect(first.metrics).NotTo(BeEmpty())
-		namespace := newNamespace(ctx, "scrapers")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "scrapers-"})
 		for _, name := range []string{"prometheus", "stranger"} {
 			Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})).To(Succeed())
 		}
@@ -542,7 +536,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		pointWebhooksAt(ctx, leader)
 		expectWebhookServes(ctx)
 
-		namespace := newNamespace(ctx, "handover")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "handover-"})
 		k := startKubelet(namespace, "per-index", time.Second)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
@@ -564,7 +558,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 	})
 
 	It("refuses creates and template changes while no replica runs, and lets every other update through", func() {
-		namespace := newNamespace(ctx, "operator-down")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "operator-down-"})
 		paused := restrictedJob(namespace, "paused")
 		paused.Spec.Suspend = ptr.To(true)
 		Expect(k8sClient.Create(ctx, paused)).To(Succeed(), "a replica still serves the webhook")
@@ -623,7 +617,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 	It("starts the Kueue integration inside the running process once Kueue is installed, and queues jobs with the installed permissions", func() {
 		killManagers() // so that the next replica leads at once
 		m := startManager("manager-kueue-later", kubeconfig, true, managerArgs...)
-		namespace := newNamespace(ctx, "queued")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "queued-"})
 		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "prometheus"}})).To(Succeed())
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics-kueue"},

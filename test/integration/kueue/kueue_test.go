@@ -22,6 +22,7 @@ import (
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -44,16 +45,7 @@ var (
 
 var _ = BeforeEach(func() {
 	spec++
-	n := &corev1.Namespace{}
-	n.GenerateName = "ibj-kueue-"
-	Expect(k8sClient.Create(ctx, n)).To(Succeed())
-	ns = n.Name
-})
-
-var _ = AfterEach(func() {
-	if CurrentSpecReport().Failed() {
-		dumpNamespace(ns)
-	}
+	ns = testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "ibj-kueue-", OnFailure: dumpNamespace})
 })
 
 // makeQueues creates a flavor whose nodes carry flavorNodeLabel and need
@@ -61,38 +53,26 @@ var _ = AfterEach(func() {
 // (preempting lower priorities within the queue), and LocalQueue "queue"
 // in ns, unless localQueue is false.
 func makeQueues(cpus int, localQueue bool) string {
+	GinkgoHelper()
 	name := fmt.Sprintf("spec-%d", spec)
-	Expect(k8sClient.Create(ctx, &kueuev1beta2.ResourceFlavor{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: kueuev1beta2.ResourceFlavorSpec{
+	q := testutil.Queue{
+		Name: name, CPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		Flavor: kueuev1beta2.ResourceFlavorSpec{
 			NodeLabels:  map[string]string{flavorNodeLabel: name},
 			Tolerations: []corev1.Toleration{flavorToleration},
 		},
-	})).To(Succeed())
-	Expect(k8sClient.Create(ctx, &kueuev1beta2.ClusterQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: kueuev1beta2.ClusterQueueSpec{
-			NamespaceSelector: &metav1.LabelSelector{},
-			ResourceGroups: []kueuev1beta2.ResourceGroup{{
-				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
-				Flavors: []kueuev1beta2.FlavorQuotas{{
-					Name: kueuev1beta2.ResourceFlavorReference(name),
-					Resources: []kueuev1beta2.ResourceQuota{{
-						Name: corev1.ResourceCPU, NominalQuota: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
-					}},
-				}},
-			}},
-			Preemption: &kueuev1beta2.ClusterQueuePreemption{WithinClusterQueue: kueuev1beta2.PreemptionPolicyLowerPriority},
-		},
-	})).To(Succeed())
-	if localQueue {
-		makeLocalQueue(name)
+		Preemption: &kueuev1beta2.ClusterQueuePreemption{WithinClusterQueue: kueuev1beta2.PreemptionPolicyLowerPriority},
 	}
+	if localQueue {
+		q.LocalQueue = &client.ObjectKey{Namespace: ns, Name: "queue"}
+	}
+	testutil.CreateQueue(ctx, k8sClient, q, 0)
 	return name
 }
 
 // makeLocalQueue creates LocalQueue "queue" in ns, for ClusterQueue cq.
 func makeLocalQueue(cq string) {
+	GinkgoHelper()
 	Expect(k8sClient.Create(ctx, &kueuev1beta2.LocalQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: "queue", Namespace: ns},
 		Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
