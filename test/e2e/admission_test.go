@@ -31,6 +31,13 @@ type invalidTemplate struct {
 	field string
 }
 
+// The volumes the templates below mount, and where.
+const (
+	scratchVolume  = "scratch"
+	scratchPath    = "/scratch"
+	settingsVolume = "settings"
+)
+
 var invalidTemplates = []invalidTemplate{
 	{"a port name longer than 15 characters", func(s *corev1.PodSpec) {
 		s.Containers[0].Ports = []corev1.ContainerPort{{Name: "metrics-endpoint", ContainerPort: 8080}}
@@ -42,8 +49,8 @@ var invalidTemplates = []invalidTemplate{
 			SecretName: "creds", DefaultMode: ptr.To[int32](0o1000)}}}}
 	}, "spec.template.spec.volumes[0].secret.defaultMode"},
 	{"a volume subPath that climbs out with ..", func(s *corev1.PodSpec) {
-		s.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-		s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", SubPath: "../etc"}}
+		s.Volumes = []corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath, SubPath: "../etc"}}
 	}, "spec.template.spec.containers[0].volumeMounts.subPath"}, // the Pod API names no index here
 	{"an env var with both a value and valueFrom", func(s *corev1.PodSpec) {
 		s.Containers[0].Env = []corev1.EnvVar{{Name: "NODE", Value: "x", ValueFrom: &corev1.EnvVarSource{
@@ -121,15 +128,15 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 	It("admits a template with a sidecar and shared volumes, and defaults it", func() {
 		job := admissionJob(ns, "sidecar", func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{
-				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Optional: ptr.To(true)}}},
+				{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: settingsVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: settingsVolume}, Optional: ptr.To(true)}}},
 			}
 			s.InitContainers = []corev1.Container{{Name: "log-shipper", Image: harness.DefaultImage,
 				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-				VolumeMounts:  []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", ReadOnly: true}}}}
-			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"},
-				{Name: "settings", MountPath: "/etc/settings"}}
+				VolumeMounts:  []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath, ReadOnly: true}}}}
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath},
+				{Name: settingsVolume, MountPath: "/etc/settings"}}
 		})
 		job.Spec.Suspend = ptr.To(true) // only admission is under test
 		out, err := applyManifest(job, "apply")

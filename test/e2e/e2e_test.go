@@ -78,7 +78,7 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 			lines := strings.Split(strings.TrimSpace(kc.Must("get", resource, "-n", ns)), "\n")
 			Expect(lines).To(HaveLen(2))
 			Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "STATUS", "REASON", "SUCCEEDED", "COMPLETIONS", "ACTIVE", "FAILED-INDEXES", "STARTED", "AGE"}))
-			Expect(strings.Fields(lines[1])[:7]).To(Equal([]string{job, "Failed", "FailedIndexes", "6", "8", "0", "1,2"}))
+			Expect(strings.Fields(lines[1])[:7]).To(Equal([]string{job, string(ibjv1.PhaseFailed), ibjv1.ReasonFailedIndexes, "6", "8", "0", "1,2"}))
 		}
 		wide := strings.Split(strings.TrimSpace(kc.Must("get", "ibj", job, "-n", ns, "-o", "wide")), "\n")
 		Expect(strings.Fields(wide[0])).To(ContainElements("FINISHED", "COMPLETED-INDEXES"))

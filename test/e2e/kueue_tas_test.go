@@ -146,9 +146,10 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		Expect(pods.Doubles()).To(BeEmpty())
 
 		By("each index ran on a node of the domain of its rank, without gates, with the domain's node selector")
-		var nodesUsed []string
+		tasPods := jobPods(ctx, ns, "tas")
+		nodesUsed := make([]string, 0, len(tasPods))
 		racksUsed := map[string]bool{}
-		for _, p := range jobPods(ctx, ns, "tas") {
+		for _, p := range tasPods {
 			rank, err := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Name).To(Equal(fmt.Sprintf("tas-%d-0", rank)), "the first pod of its index")

@@ -314,10 +314,11 @@ func expectMirrored(ctx context.Context, ns, name string, managerStatuses func()
 		g.Expect(remote).NotTo(BeEmpty())
 		g.Expect(cmp.Diff(remote[len(remote)-1], final.Status)).To(BeEmpty(), "the manager's status (-%s's last +manager's)", worker.Name)
 	}, timeout, poll).Should(Succeed())
-	var all []ibjv1.IndexedBatchJobStatus
+	seen := make([][]ibjv1.IndexedBatchJobStatus, 0, len(workerStatuses))
 	for _, statuses := range workerStatuses {
-		all = append(all, statuses()...)
+		seen = append(seen, statuses())
 	}
+	all := slices.Concat(seen...)
 	running := 0
 	for _, s := range managerStatuses() {
 		Expect(slices.ContainsFunc(all, func(w ibjv1.IndexedBatchJobStatus) bool { return cmp.Equal(w, s) })).

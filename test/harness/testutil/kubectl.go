@@ -4,8 +4,8 @@ import (
 	"os/exec"
 	"strings"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 )
 
 // Kubectl runs the pinned kubectl against one cluster, as a user would.
@@ -40,9 +40,9 @@ func (k Kubectl) RunWithStdin(stdin string, args ...string) (string, error) {
 // Must runs kubectl with args, fails the spec if it fails, and returns its
 // output.
 func (k Kubectl) Must(args ...string) string {
-	GinkgoHelper()
+	ginkgo.GinkgoHelper()
 	out, err := k.Run(args...)
-	Expect(err).NotTo(HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
 	return out
 }
 
@@ -51,11 +51,11 @@ func (k Kubectl) Must(args ...string) string {
 // they happened, and `kubectl get <kind> -o yaml` of each of yamlKinds.
 func (k Kubectl) ReportNamespace(namespace, kinds string, yamlKinds ...string) {
 	out, _ := k.Run("get", kinds, "-n", namespace, "-o", "wide")
-	AddReportEntry("objects", out)
+	ginkgo.AddReportEntry("objects", out)
 	out, _ = k.Run("get", "events", "-n", namespace, "--sort-by=.metadata.creationTimestamp")
-	AddReportEntry("events", out)
+	ginkgo.AddReportEntry("events", out)
 	for _, kind := range yamlKinds {
 		out, _ = k.Run("get", kind, "-n", namespace, "-o", "yaml")
-		AddReportEntry(kind, out)
+		ginkgo.AddReportEntry(kind, out)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"context"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,27 +40,27 @@ type NamespaceOptions struct {
 
 // NewNamespace creates a namespace for one spec with c and returns its name.
 func NewNamespace(ctx context.Context, c client.Client, opts NamespaceOptions) string {
-	GinkgoHelper()
+	ginkgo.GinkgoHelper()
 	prefix := opts.Prefix
 	if prefix == "" {
 		prefix = "ibj-"
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Labels: opts.Labels}}
-	Expect(c.Create(ctx, ns)).To(Succeed())
+	gomega.Expect(c.Create(ctx, ns)).To(gomega.Succeed())
 	if opts.OnFailure != nil || opts.Delete {
-		DeferCleanup(func(ctx context.Context) {
-			if opts.OnFailure != nil && CurrentSpecReport().Failed() {
+		ginkgo.DeferCleanup(func(ctx context.Context) {
+			if opts.OnFailure != nil && ginkgo.CurrentSpecReport().Failed() {
 				opts.OnFailure(ns.Name)
 			}
 			if opts.Delete {
-				Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(Succeed())
+				gomega.Expect(client.IgnoreNotFound(c.Delete(ctx, ns))).To(gomega.Succeed())
 			}
 		})
 	}
 	if opts.WaitForServiceAccount {
-		Eventually(func() error {
+		gomega.Eventually(func() error {
 			return c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 	}
 	return ns.Name
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -73,16 +73,16 @@ func (q Queue) Objects() []client.Object {
 // zero, waits up to timeout until the ClusterQueue is Active (a Kueue that
 // runs its controllers makes it so once its flavor exists).
 func CreateQueue(ctx context.Context, c client.Client, q Queue, timeout time.Duration) {
-	GinkgoHelper()
+	ginkgo.GinkgoHelper()
 	for _, obj := range q.Objects() {
-		Expect(c.Create(ctx, obj)).To(Succeed())
+		gomega.Expect(c.Create(ctx, obj)).To(gomega.Succeed())
 	}
 	if timeout == 0 {
 		return
 	}
-	Eventually(func(g Gomega) {
+	gomega.Eventually(func(g gomega.Gomega) {
 		cq := &kueuev1beta2.ClusterQueue{}
-		g.Expect(c.Get(ctx, client.ObjectKey{Name: q.Name}, cq)).To(Succeed())
-		g.Expect(apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive)).To(BeTrue(), "ClusterQueue %s Active", q.Name)
-	}, timeout, Poll).Should(Succeed())
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: q.Name}, cq)).To(gomega.Succeed())
+		g.Expect(apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive)).To(gomega.BeTrue(), "ClusterQueue %s Active", q.Name)
+	}, timeout, Poll).Should(gomega.Succeed())
 }

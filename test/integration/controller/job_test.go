@@ -362,8 +362,9 @@ func setSuspend(ctx context.Context, ns, name string, suspend bool) {
 }
 
 func eventReasons(ctx context.Context, ns, job string) []string {
-	var out []string
-	for _, e := range jobEvents(ctx, ns, job) {
+	events := jobEvents(ctx, ns, job)
+	out := make([]string, 0, len(events))
+	for _, e := range events {
 		out = append(out, e.Reason)
 	}
 	return out
@@ -371,8 +372,9 @@ func eventReasons(ctx context.Context, ns, job string) []string {
 
 // eventNotes are the "reason: note" of the job's events.
 func eventNotes(ctx context.Context, ns, job string) []string {
-	var out []string
-	for _, e := range jobEvents(ctx, ns, job) {
+	events := jobEvents(ctx, ns, job)
+	out := make([]string, 0, len(events))
+	for _, e := range events {
 		out = append(out, e.Reason+": "+e.Note)
 	}
 	return out

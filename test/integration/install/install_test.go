@@ -155,19 +155,23 @@ func restrictedJob(namespace, name string) *ibjv1.IndexedBatchJob {
 	return job
 }
 
+// scraperAccount is the ServiceAccount granted the right to read the
+// operator's metrics.
+const scraperAccount = "prometheus"
+
 // webhookCertificate is the Secret holding the webhook's certificate and
 // the CA bundles of both webhook configurations.
 func webhookCertificate(ctx context.Context) (*corev1.Secret, [][]byte) {
 	secret := &corev1.Secret{}
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: releaseName + "-webhook-server-cert"}, secret)).To(Succeed())
-	var bundles [][]byte
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-validating-webhook-configuration"}, validating)).To(Succeed())
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
+	bundles := make([][]byte, 0, len(validating.Webhooks)+len(mutating.Webhooks))
 	for _, w := range validating.Webhooks {
 		bundles = append(bundles, w.ClientConfig.CABundle)
 	}
-	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
 	for _, w := range mutating.Webhooks {
 		bundles = append(bundles, w.ClientConfig.CABundle)
 	}
@@ -434,15 +438,15 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 	It("serves metrics over HTTPS to a token allowed to read them, and only to it", func() {
 		Expect(first.metrics).NotTo(BeEmpty())
 		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "scrapers-"})
-		for _, name := range []string{"prometheus", "stranger"} {
+		for _, name := range []string{scraperAccount, "stranger"} {
 			Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})).To(Succeed())
 		}
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: scraperAccount}},
 		})).To(Succeed())
-		allowed := serviceAccountToken(ctx, namespace, "prometheus")
+		allowed := serviceAccountToken(ctx, namespace, scraperAccount)
 		denied := serviceAccountToken(ctx, namespace, "stranger")
 
 		Eventually(func(g Gomega) {
@@ -618,13 +622,13 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		killManagers() // so that the next replica leads at once
 		m := startManager("manager-kueue-later", kubeconfig, true, managerArgs...)
 		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "queued-"})
-		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "prometheus"}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: scraperAccount}})).To(Succeed())
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics-kueue"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: scraperAccount}},
 		})).To(Succeed())
-		token := serviceAccountToken(ctx, namespace, "prometheus")
+		token := serviceAccountToken(ctx, namespace, scraperAccount)
 		kueueState := func(m *manager) func(g Gomega) string {
 			return func(g Gomega) string {
 				code, body, err := scrape(m.metrics, token)

@@ -66,13 +66,13 @@ type manager struct {
 func pointWebhooksAt(ctx context.Context, m *manager) {
 	_, port, err := net.SplitHostPort(m.webhook)
 	Expect(err).NotTo(HaveOccurred())
-	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+	for _, kind := range []string{validatingKind, mutatingKind} {
 		Eventually(func() error {
 			cfg := &unstructured.Unstructured{}
 			cfg.SetAPIVersion("admissionregistration.k8s.io/v1")
 			cfg.SetKind(kind)
 			name, path := "indexed-batch-job-validating-webhook-configuration", webhook.ValidatePath
-			if kind == "MutatingWebhookConfiguration" {
+			if kind == mutatingKind {
 				name, path = "indexed-batch-job-mutating-webhook-configuration", webhook.MutatePath
 			}
 			if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
