@@ -2,8 +2,9 @@
 // namespace per spec that reports what was in it when the spec fails
 // (NewNamespace), the pinned kubectl run as a user would (Kubectl), waits on
 // a job's conditions (WaitForJobCondition), and Kueue's queues (Queue). The
-// suites (test/integration, test/e2e, test/multikueue, test/node) call these
-// rather than copies of their own.
+// suites call these rather than copies of their own (test/node has its own
+// yet: NamespaceOptions.Delete and WaitForServiceAccount and
+// Kubectl.RunWithStdin are what it needs to switch).
 package testutil
 
 import (
