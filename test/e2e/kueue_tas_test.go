@@ -126,10 +126,7 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		}
 
 		By("the job completes, each index run once")
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, "tas")
-			g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-		}, timeout, poll).Should(Succeed())
+		testutil.WaitForJobCondition(ctx, k8sClient, ns, "tas", ibjv1.ConditionComplete, timeout)
 		j := getJob(ctx, ns, "tas")
 		Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 		Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))

@@ -129,10 +129,7 @@ func createQueue(ctx context.Context, ns, cpu string) {
 // indexes run once, and its Workload Finished.
 func expectCompleted(ctx context.Context, ns, name string) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		j := getJob(ctx, ns, name)
-		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-	}, timeout, poll).Should(Succeed())
+	testutil.WaitForJobCondition(ctx, k8sClient, ns, name, ibjv1.ConditionComplete, timeout)
 	j := getJob(ctx, ns, name)
 	Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 	Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
