@@ -2,7 +2,8 @@
 // they hold together: every relative link of README.md, DEVELOPERS.md and the
 // pages under docs/ points at a file that exists (and, with a #fragment, at a
 // heading of it), every page under docs/ can be reached from README.md by
-// following links, and README.md stays short.
+// following links, README.md stays short, and docs/layout.md names every
+// directory of the repository that holds Go code (layout_test.go).
 package docs
 
 import (

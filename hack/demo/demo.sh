@@ -187,8 +187,8 @@ if [ "$kueue" = 1 ]; then
       printf '%s  ---- %s\n%s\n' "$bold" "$(elapsed)$reset" "$now"
       last=$now
     fi
-    done_a=$("$kubectl" get ibj train-a -o jsonpath='{.status.phase}')
-    done_b=$("$kubectl" get ibj train-b -o jsonpath='{.status.phase}')
+    done_a=$("$kubectl" get ibj train-a -o jsonpath='{.status.phase}' || true)
+    done_b=$("$kubectl" get ibj train-b -o jsonpath='{.status.phase}' || true)
     if [[ $done_a =~ ^(Complete|Failed)$ && $done_b =~ ^(Complete|Failed)$ ]]; then break; fi
     [ "$(date +%s)" -lt "$deadline" ] || die "the jobs did not finish within ${timeout}s; see $dir/manager.log and $dir/kueue.log"
     sleep 0.5
@@ -242,5 +242,14 @@ fi
 
 say "Final status"
 "$kubectl" get ibj "$job" -o yaml | sed -n '/^status:/,$p'
-"$kubectl" get ibj "$job" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}
-'
+got=$("$kubectl" get ibj "$job" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}')
+echo "$got"
+# The demo is a test: it passes only on the status the sample must end with.
+if [ "$gang" = 1 ]; then
+  want='Complete/CompletionsReached: completedIndexes "0-7", failedIndexes "", succeeded 8, failed 0'
+else
+  # Indexes 1 and 2 fail twice each (backoffLimitPerIndex: 1).
+  want='Failed/FailedIndexes: completedIndexes "0,3-7", failedIndexes "1,2", succeeded 6, failed 4'
+fi
+[ "$got" = "$want" ] || die "the job ended with $got, not $want"
+echo "  as expected"

@@ -14,7 +14,10 @@ start_cluster() {
   local timeout=$1 printed=0 lines deadline detach=()
   shift
   if [ "$keep" = 1 ] && command -v setsid >/dev/null; then detach=(setsid); fi
-  ${detach[@]+"${detach[@]}"} "$@" >"$dir/cluster.out" 2>&1 &
+  # Created here: the loop below may read it before the command in the
+  # background has opened it (under set -e a failed read ends the demo).
+  : >"$dir/cluster.out"
+  ${detach[@]+"${detach[@]}"} "$@" >>"$dir/cluster.out" 2>&1 &
   cluster_pid=$!
   deadline=$(( $(date +%s) + timeout ))
   until [ -f "$dir/ready" ]; do

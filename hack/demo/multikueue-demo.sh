@@ -89,10 +89,15 @@ while :; do
       if "$kubectl" --kubeconfig "$dir/$w/kubeconfig" get ibj "$job" -n "$ns" >/dev/null 2>&1; then worker=$w; fi
     done
   fi
-  now="manager:  $("${mgr[@]}" get ibj "$job" -n "$ns" --no-headers -o custom-columns="$columns" 2>&1)"
+  # An assignment from a failed command substitution fails, and set -e
+  # would end the demo: each read that may fail ends in `|| true`. The
+  # worker's copy goes once the job finished (MultiKueue deletes it), often
+  # before the manager's copy shows the end: its read then fails, and the
+  # row says NotFound.
+  now="manager:  $("${mgr[@]}" get ibj "$job" -n "$ns" --no-headers -o custom-columns="$columns" 2>&1 || true)"
   if [ -n "$worker" ]; then
-    now+=$'\n'"$worker: $("$kubectl" --kubeconfig "$dir/$worker/kubeconfig" get ibj "$job" -n "$ns" --no-headers -o custom-columns="$columns" 2>&1)"
-    # The worker's copy goes once the job finished: keep its last status.
+    now+=$'\n'"$worker: $("$kubectl" --kubeconfig "$dir/$worker/kubeconfig" get ibj "$job" -n "$ns" --no-headers -o custom-columns="$columns" 2>&1 || true)"
+    # Keep the last status of the worker's copy.
     if status=$("$kubectl" --kubeconfig "$dir/$worker/kubeconfig" get ibj "$job" -n "$ns" -o jsonpath='{.status}' 2>/dev/null) && [ -n "$status" ]; then
       worker_status=$status
     fi
@@ -101,13 +106,14 @@ while :; do
     printf '%s  ---- %s\n%s\n' "$bold" "$(elapsed)$reset" "$now"
     last=$now
   fi
-  phase=$("${mgr[@]}" get ibj "$job" -n "$ns" -o jsonpath='{.status.phase}')
+  phase=$("${mgr[@]}" get ibj "$job" -n "$ns" -o jsonpath='{.status.phase}' 2>/dev/null || true)
   case "$phase" in Complete|Failed) break ;; esac
   [ "$(date +%s)" -lt "$deadline" ] || die "the job did not finish within ${timeout}s; see $dir"
   sleep 0.5
 done
 
 say "Finished after $(elapsed)"
+[ -n "$worker" ] || die "no worker had a copy of the job; see $dir"
 echo "\$ kubectl get ibj -n $ns -o wide   # on the manager"
 "${mgr[@]}" get ibj -n "$ns" -o wide
 echo "\$ kubectl get pods -n $ns   # on the manager: none, the job ran on $worker"
@@ -124,3 +130,12 @@ if [ "$manager_status" = "$worker_status" ]; then
 else
   echo "  they differ: the demo's polls (every 0.5s) missed the worker's last status before its copy went"
 fi
+
+# The demo is a test: it passes only when the manager's copy ended as the
+# sample must (six indexes of 3s, none failing) and ran on a worker.
+got=$("${mgr[@]}" get ibj "$job" -n "$ns" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}')
+want='Complete/CompletionsReached: completedIndexes "0-5", failedIndexes "", succeeded 6, failed 0'
+echo "  manager: $got"
+[ "$got" = "$want" ] || die "the manager's copy ended with $got, not $want"
+[ -z "$("${mgr[@]}" get pods -n "$ns" -l "batch.indexedjob.dev/job-name=$job" -o name)" ] || die "pods of the job ran on the manager"
+echo "  as expected: Complete on the manager, run on $worker"

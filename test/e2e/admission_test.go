@@ -31,6 +31,13 @@ type invalidTemplate struct {
 	field string
 }
 
+// The volumes the templates below mount, and where.
+const (
+	scratchVolume  = "scratch"
+	scratchPath    = "/scratch"
+	settingsVolume = "settings"
+)
+
 var invalidTemplates = []invalidTemplate{
 	{"a port name longer than 15 characters", func(s *corev1.PodSpec) {
 		s.Containers[0].Ports = []corev1.ContainerPort{{Name: "metrics-endpoint", ContainerPort: 8080}}
@@ -42,8 +49,8 @@ var invalidTemplates = []invalidTemplate{
 			SecretName: "creds", DefaultMode: ptr.To[int32](0o1000)}}}}
 	}, "spec.template.spec.volumes[0].secret.defaultMode"},
 	{"a volume subPath that climbs out with ..", func(s *corev1.PodSpec) {
-		s.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-		s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", SubPath: "../etc"}}
+		s.Volumes = []corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath, SubPath: "../etc"}}
 	}, "spec.template.spec.containers[0].volumeMounts.subPath"}, // the Pod API names no index here
 	{"an env var with both a value and valueFrom", func(s *corev1.PodSpec) {
 		s.Containers[0].Env = []corev1.EnvVar{{Name: "NODE", Value: "x", ValueFrom: &corev1.EnvVarSource{
@@ -72,7 +79,7 @@ func applyManifest(obj client.Object, args ...string) (string, error) {
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), obj.GetName()+".yaml")
 	Expect(os.WriteFile(path, data, 0o644)).To(Succeed())
-	return kubectl(append(args, "-n", obj.GetNamespace(), "-f", path)...)
+	return kc.Run(append(args, "-n", obj.GetNamespace(), "-f", path)...)
 }
 
 // expectRefused checks that kubectl refuses a batch/v1 Job with the
@@ -121,22 +128,22 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 	It("admits a template with a sidecar and shared volumes, and defaults it", func() {
 		job := admissionJob(ns, "sidecar", func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{
-				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Optional: ptr.To(true)}}},
+				{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: settingsVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: settingsVolume}, Optional: ptr.To(true)}}},
 			}
 			s.InitContainers = []corev1.Container{{Name: "log-shipper", Image: harness.DefaultImage,
 				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-				VolumeMounts:  []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch", ReadOnly: true}}}}
-			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"},
-				{Name: "settings", MountPath: "/etc/settings"}}
+				VolumeMounts:  []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath, ReadOnly: true}}}}
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: scratchVolume, MountPath: scratchPath},
+				{Name: settingsVolume, MountPath: "/etc/settings"}}
 		})
 		job.Spec.Suspend = ptr.To(true) // only admission is under test
 		out, err := applyManifest(job, "apply")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring("indexedbatchjob.batch.indexedjob.dev/sidecar created"))
 		Expect(out).NotTo(ContainSubstring("Warning"))
-		Expect(mustKubectl("get", "ibj", "sidecar", "-n", ns, "-o", "jsonpath={.spec.backoffLimit} {.spec.podReplacementPolicy}")).
+		Expect(kc.Must("get", "ibj", "sidecar", "-n", ns, "-o", "jsonpath={.spec.backoffLimit} {.spec.podReplacementPolicy}")).
 			To(Equal("6 TerminatingOrFailed"), "defaulted by the mutating webhook, as batch/v1 stores them")
 	})
 
@@ -172,16 +179,16 @@ var _ = Describe("The admission webhook, as kubectl users meet it", func() {
 
 		By("saying why in kubectl get ibj's STATUS column")
 		Eventually(func(g Gomega) {
-			lines := strings.Split(strings.TrimSpace(mustKubectl("get", "ibj", "quota", "-n", ns)), "\n")
+			lines := strings.Split(strings.TrimSpace(kc.Must("get", "ibj", "quota", "-n", ns)), "\n")
 			g.Expect(lines).To(HaveLen(2))
 			g.Expect(strings.Fields(lines[1])[1]).To(Equal("QuotaExceeded"))
 		}, timeout, poll).Should(Succeed())
-		Expect(mustKubectl("get", "ibj", "quota", "-n", ns, "-o",
+		Expect(kc.Must("get", "ibj", "quota", "-n", ns, "-o",
 			`jsonpath={.status.conditions[?(@.type=="PodCreationFailed")].message}`)).To(ContainSubstring("exceeded quota: compute"))
 
 		By("completing once the quota frees")
 		setQuota(10, 1)
-		mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/quota", "--timeout=120s")
+		kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/quota", "--timeout=120s")
 		j := getJob(ctx, ns, "quota")
 		Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
 		Expect(j.Status.Succeeded).To(Equal(int32(2)))

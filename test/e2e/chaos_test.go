@@ -218,10 +218,10 @@ func (r *chaosRun) verify(ctx context.Context) string {
 		Failed:           job.Status.Failed,
 		CompletedIndexes: job.Status.CompletedIndexes,
 		FailedIndexes:    ptr.Deref(job.Status.FailedIndexes, ""),
-		Condition:        "Complete",
+		Condition:        ibjv1.ConditionComplete,
 	}
 	if harness.ConditionReason(job, ibjv1.ConditionFailed) != "" {
-		got.Condition = "Failed"
+		got.Condition = ibjv1.ConditionFailed
 	}
 	var mismatches []string
 	if len(want.Unfinished) > 0 {
@@ -241,7 +241,7 @@ func (r *chaosRun) verify(ctx context.Context) string {
 			mismatches = append(mismatches, fmt.Sprintf("%s: status says %v, the pods say %v", f.name, f.got, f.want))
 		}
 	}
-	if want.Condition == "Failed" {
+	if want.Condition == ibjv1.ConditionFailed {
 		if reason := harness.ConditionReason(job, ibjv1.ConditionFailed); reason != ibjv1.ReasonFailedIndexes {
 			mismatches = append(mismatches, "Failed condition reason "+reason)
 		}

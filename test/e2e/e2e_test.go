@@ -35,10 +35,10 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 	It("runs the seed's per-index example from config/samples to its exact final status", Label("seed"), func() {
 		const job = "per-index"
 		w := watchPods(ns, job)
-		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
+		kc.Must("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
 
 		By("waiting with kubectl wait, as a user would")
-		out := mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job, "--timeout=120s")
+		out := kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job, "--timeout=120s")
 		Expect(out).To(ContainSubstring("condition met"))
 
 		j := getJob(ctx, ns, job)
@@ -75,18 +75,18 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 
 		By("showing it in kubectl get indexedbatchjobs")
 		for _, resource := range []string{"indexedbatchjobs", "ibj"} {
-			lines := strings.Split(strings.TrimSpace(mustKubectl("get", resource, "-n", ns)), "\n")
+			lines := strings.Split(strings.TrimSpace(kc.Must("get", resource, "-n", ns)), "\n")
 			Expect(lines).To(HaveLen(2))
 			Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "STATUS", "REASON", "SUCCEEDED", "COMPLETIONS", "ACTIVE", "FAILED-INDEXES", "STARTED", "AGE"}))
-			Expect(strings.Fields(lines[1])[:7]).To(Equal([]string{job, "Failed", "FailedIndexes", "6", "8", "0", "1,2"}))
+			Expect(strings.Fields(lines[1])[:7]).To(Equal([]string{job, string(ibjv1.PhaseFailed), ibjv1.ReasonFailedIndexes, "6", "8", "0", "1,2"}))
 		}
-		wide := strings.Split(strings.TrimSpace(mustKubectl("get", "ibj", job, "-n", ns, "-o", "wide")), "\n")
+		wide := strings.Split(strings.TrimSpace(kc.Must("get", "ibj", job, "-n", ns, "-o", "wide")), "\n")
 		Expect(strings.Fields(wide[0])).To(ContainElements("FINISHED", "COMPLETED-INDEXES"))
 		Expect(strings.Fields(wide[1])).To(ContainElement("0,3-7"))
 
 		By("telling the story in kubectl describe's events")
 		Eventually(func() string {
-			out, _ := kubectl("describe", "ibj", job, "-n", ns)
+			out, _ := kc.Run("describe", "ibj", job, "-n", ns)
 			return out
 		}, 20*time.Second, time.Second).Should(SatisfyAll(
 			ContainSubstring("Events:"),
@@ -96,8 +96,8 @@ var _ = Describe("IndexedBatchJob on a cluster", func() {
 	})
 
 	It("reruns only the failed indexes of the seed example with spec.indexes, as docs/api.md shows", func() {
-		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
+		kc.Must("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
 
 		By("creating the rerun with the kubectl | jq | kubectl pipeline of docs/api.md")
 		w := watchPods(ns, "per-index-rerun")
@@ -114,7 +114,7 @@ kubectl get ibj per-index -o json \
 
 		// The sample's fake-kubelet annotations still fail indexes 1 and 2:
 		// the rerun fails them again, and runs nothing else.
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun", "--timeout=120s")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun", "--timeout=120s")
 		j := getJob(ctx, ns, "per-index-rerun")
 		Expect(j.Spec.Indexes).To(Equal(ptr.To("1,2")))
 		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
@@ -137,7 +137,7 @@ kubectl get ibj per-index -o json \
 		job := harness.MakeIndexedBatchJob("all-succeed", ns).Completions(4).Parallelism(2).
 			PodAnnotation(kwokcluster.DurationAnnotation, "1s").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		out := mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
+		out := kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
 		Expect(out).To(ContainSubstring("condition met"))
 		j := getJob(ctx, ns, job.Name)
 		Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
@@ -164,10 +164,10 @@ kubectl get ibj per-index -o json \
 			// Two workers that run 60s; a deleted one takes 10s to stop.
 			const job = "replacement-failed"
 			w := watchPods(ns, job)
-			mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob_replacement_failed.yaml")
+			kc.Must("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob_replacement_failed.yaml")
 			victim := runningPodOfIndex0(job)
 
-			mustKubectl("delete", "pod", victim.Name, "-n", ns, "--wait=false")
+			kc.Must("delete", "pod", victim.Name, "-n", ns, "--wait=false")
 			Eventually(func() int32 { return deref(getJob(ctx, ns, job).Status.Terminating) }, 10*time.Second, poll).
 				Should(Equal(int32(1)))
 			By("not replacing it while it terminates")
@@ -203,7 +203,7 @@ kubectl get ibj per-index -o json \
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			victim := runningPodOfIndex0(job.Name)
 
-			mustKubectl("delete", "pod", victim.Name, "-n", ns, "--wait=false")
+			kc.Must("delete", "pod", victim.Name, "-n", ns, "--wait=false")
 			// The deleted pod counts as failed at once, so its replacement waits
 			// the 1s backoff, counted from the deletion: not from the pod's
 			// deletionTimestamp, which is the deletion plus the 30s grace period.
@@ -239,8 +239,8 @@ kubectl get ibj per-index -o json \
 		It("runs the sample from config/samples: exit code 42 fails the job at once and stops the other pods", func() {
 			// Eight indexes two at a time, pods run 5s; index 3 exits 42 at once.
 			const job = "pod-failure-policy"
-			mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob_pod_failure_policy.yaml")
-			mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job, "--timeout=60s")
+			kc.Must("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob_pod_failure_policy.yaml")
+			kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job, "--timeout=60s")
 			j := getJob(ctx, ns, job)
 			Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonPodFailurePolicy))
 			Expect(j.Status.Active).To(BeZero())
@@ -268,12 +268,12 @@ kubectl get ibj per-index -o json \
 
 			By("draining the node of index 0's pod with kubectl drain")
 			node := victim.Spec.NodeName
-			DeferCleanup(func() { mustKubectl("uncordon", node) })
-			out := mustKubectl("drain", node, "--pod-selector", ibjv1.JobNameLabel+"="+job.Name+","+ibjv1.CompletionIndexLabel+"=0",
+			DeferCleanup(func() { kc.Must("uncordon", node) })
+			out := kc.Must("drain", node, "--pod-selector", ibjv1.JobNameLabel+"="+job.Name+","+ibjv1.CompletionIndexLabel+"=0",
 				"--timeout=60s")
 			GinkgoWriter.Println(out)
 
-			mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
+			kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
 			j := getJob(ctx, ns, job.Name)
 			Expect(j.Status.Failed).To(BeZero(), "an ignored failure is not counted, even with backoffLimit 0")
 			Expect(j.Status.Succeeded).To(Equal(int32(2)))
@@ -300,10 +300,10 @@ kubectl get ibj per-index -o json \
 			Expect(getJob(ctx, ns, job.Name).Status.StartTime).To(BeNil())
 
 			By("moving it to zone-b while suspended, then resuming with kubectl patch")
-			mustKubectl("patch", "ibj", job.Name, "-n", ns, "--type=merge",
+			kc.Must("patch", "ibj", job.Name, "-n", ns, "--type=merge",
 				"-p", `{"spec":{"template":{"spec":{"nodeSelector":{"`+kwokcluster.ZoneLabel+`":"zone-b"}}}}}`)
-			mustKubectl("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-			mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
+			kc.Must("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
+			kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
 			j := getJob(ctx, ns, job.Name)
 			Expect(j.Status.StartTime).NotTo(BeNil())
 			Expect(j.Status.Succeeded).To(Equal(int32(3)))
@@ -318,7 +318,7 @@ kubectl get ibj per-index -o json \
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			Eventually(func() int32 { return deref(getJob(ctx, ns, job.Name).Status.Ready) }, timeout, poll).Should(Equal(int32(2)))
 
-			mustKubectl("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":true}}`)
+			kc.Must("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":true}}`)
 			Eventually(func(g Gomega) {
 				j := getJob(ctx, ns, job.Name)
 				g.Expect(harness.ConditionReason(j, ibjv1.ConditionSuspended)).NotTo(BeEmpty())
@@ -328,8 +328,8 @@ kubectl get ibj per-index -o json \
 				g.Expect(j.Status.Phase).To(Equal(ibjv1.PhaseSuspended))
 			}, timeout, poll).Should(Succeed())
 
-			mustKubectl("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-			mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=90s")
+			kc.Must("patch", "ibj", job.Name, "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
+			kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=90s")
 			j := getJob(ctx, ns, job.Name)
 			Expect(j.Status.Succeeded).To(Equal(int32(4)))
 			Expect(j.Status.Failed).To(BeZero())
@@ -341,7 +341,7 @@ kubectl get ibj per-index -o json \
 		job := harness.MakeIndexedBatchJob("deadline", ns).Completions(2).Parallelism(2).ActiveDeadlineSeconds(3).
 			PodAnnotation(kwokcluster.DurationAnnotation, kwokcluster.Forever).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=60s")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=60s")
 		j := getJob(ctx, ns, job.Name)
 		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonDeadlineExceeded))
 		Expect(j.Status.Active).To(BeZero())
@@ -360,7 +360,7 @@ kubectl get ibj per-index -o json \
 		job := harness.MakeIndexedBatchJob("ttl", ns).Completions(2).Parallelism(2).TTLSecondsAfterFinished(3).
 			PodAnnotation(kwokcluster.DurationAnnotation, "500ms").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		mustKubectl("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
+		kc.Must("wait", "-n", ns, "--for=condition=Complete", "ibj/"+job.Name, "--timeout=60s")
 		finishedAt := time.Now()
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(2))
 		Eventually(func() bool {
@@ -398,7 +398,7 @@ kubectl get ibj per-index -o json \
 
 		By("starting the operator again")
 		op = startOperator()
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=120s")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/"+job.Name, "--timeout=120s")
 		j := getJob(ctx, ns, job.Name)
 		Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonFailedIndexes))
 		Expect(j.Status.CompletedIndexes).To(Equal("0,2-5"))

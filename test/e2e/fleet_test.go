@@ -103,16 +103,16 @@ var _ = Describe("Fleet", Ordered, ContinueOnFailure, Label("fleet"), func() {
 		Expect(err).To(HaveOccurred(), "a create was admitted unjudged:\n%s", out)
 		Expect(out).To(ContainSubstring("failed calling webhook"))
 		Expect(out).To(ContainSubstring("indexedbatchjob-v1alpha1.kb.io"), "the refusal names the webhook")
-		out, err = kubectl("patch", "ibj/parked", "-n", ns, "--type=merge", "-p",
+		out, err = kc.Run("patch", "ibj/parked", "-n", ns, "--type=merge", "-p",
 			`{"spec":{"template":{"metadata":{"labels":{"team":"a"}}}}}`)
 		Expect(err).To(HaveOccurred(), "a template change was admitted unjudged:\n%s", out)
 		Expect(out).To(ContainSubstring("failed calling webhook"))
 
 		By("admitting every other change: labels, parallelism, resume, delete")
-		mustKubectl("label", "ibj/running", "-n", ns, "team=a")
-		mustKubectl("patch", "ibj/running", "-n", ns, "--type=merge", "-p", `{"spec":{"parallelism":3}}`)
-		mustKubectl("patch", "ibj/parked", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-		mustKubectl("delete", "ibj/doomed", "-n", ns, "--wait=true")
+		kc.Must("label", "ibj/running", "-n", ns, "team=a")
+		kc.Must("patch", "ibj/running", "-n", ns, "--type=merge", "-p", `{"spec":{"parallelism":3}}`)
+		kc.Must("patch", "ibj/parked", "-n", ns, "--type=merge", "-p", `{"spec":{"suspend":false}}`)
+		kc.Must("delete", "ibj/doomed", "-n", ns, "--wait=true")
 
 		By("running the admitted jobs to their exact end while the webhook stays unreachable")
 		for name, completions := range map[string]int32{"running": 6, "parked": 2} {
@@ -392,9 +392,9 @@ func statusOf(job *ibjv1.IndexedBatchJob) fleetStatus {
 		completedIndexes: job.Status.CompletedIndexes, failedIndexes: ptr.Deref(job.Status.FailedIndexes, ""),
 	}
 	if r := harness.ConditionReason(job, ibjv1.ConditionFailed); r != "" {
-		got.condition, got.reason = "Failed", r
+		got.condition, got.reason = ibjv1.ConditionFailed, r
 	} else if r := harness.ConditionReason(job, ibjv1.ConditionComplete); r != "" {
-		got.condition = "Complete"
+		got.condition = ibjv1.ConditionComplete
 		if r == ibjv1.ReasonSuccessPolicy {
 			got.reason = r
 		}
@@ -416,23 +416,69 @@ func statusOf(job *ibjv1.IndexedBatchJob) fleetStatus {
 func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string {
 	kind := fleetKind(name)
 	if kind == fleetPerIndex {
-		o := podsim.Expect(truth, fleetIndexes, fleetPerIndexLimit)
-		want := fleetStatus{condition: o.Condition, succeeded: o.Succeeded, failed: o.Failed,
-			completedIndexes: o.CompletedIndexes, failedIndexes: o.FailedIndexes}
-		if o.Condition == "Failed" {
-			want.reason = ibjv1.ReasonFailedIndexes
-		}
-		var problems []string
-		if len(o.Unfinished) > 0 {
-			problems = append(problems, fmt.Sprintf("ended with indexes neither done nor out of retries: %v", o.Unfinished))
-		}
-		if got != want {
-			problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
-		}
-		return problems
+		return checkPerIndexFleetJob(truth, got)
 	}
+	decided, failed, problem := fleetDecision(kind, truth)
+	if problem != "" {
+		return []string{problem}
+	}
+	b := fleetBoundsOf(truth, decided)
+	completed, err := indexset.Parse(got.completedIndexes, fleetIndexes)
+	if err != nil {
+		return []string{fmt.Sprintf("completedIndexes %q: %v", got.completedIndexes, err)}
+	}
+	problems, mustSucceed := b.checkCompleted(got, completed)
+	want := fleetStatus{condition: ibjv1.ConditionComplete, completedIndexes: got.completedIndexes, succeeded: got.succeeded, failed: got.failed}
+	switch {
+	case kind == fleetFailJob:
+		want.condition, want.reason = ibjv1.ConditionFailed, ibjv1.ReasonPodFailurePolicy
+		// Every pod counts: succeeded or failed.
+		if counted := got.succeeded - mustSucceed + got.failed - b.failedMin; counted != b.open {
+			problems = append(problems, fmt.Sprintf("%d of the %d pods that ended after the FailJob pod are counted, want all", counted, b.open))
+		}
+	case failed > fleetBackoffLimit:
+		want.condition, want.reason = ibjv1.ConditionFailed, ibjv1.ReasonBackoffLimitExceeded
+		want.failed, want.completedIndexes = failed, podsim.Intervals(b.may)
+	case kind == fleetSuccessPolicy:
+		want.reason = ibjv1.ReasonSuccessPolicy
+		if got.failed < b.failedMin || got.failed > b.failedMax {
+			problems = append(problems, fmt.Sprintf("failed %d, want between %d and %d", got.failed, b.failedMin, b.failedMax))
+		}
+	default:
+		want.failed, want.completedIndexes, want.succeeded = failed, podsim.Intervals(b.may), int32(completed.Len())
+		if got.completedIndexes != fmt.Sprintf("0-%d", fleetIndexes-1) {
+			problems = append(problems, fmt.Sprintf("completed with indexes %q", got.completedIndexes))
+		}
+	}
+	if got != want {
+		problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
+	}
+	return problems
+}
 
-	// decided: when the deciding pod finished (zero for the other kinds).
+// checkPerIndexFleetJob holds a job of the per-index kind, which ends
+// exactly as its pods say, against them.
+func checkPerIndexFleetJob(truth []podsim.Record, got fleetStatus) []string {
+	o := podsim.Expect(truth, fleetIndexes, fleetPerIndexLimit)
+	want := fleetStatus{condition: o.Condition, succeeded: o.Succeeded, failed: o.Failed,
+		completedIndexes: o.CompletedIndexes, failedIndexes: o.FailedIndexes}
+	if o.Condition == ibjv1.ConditionFailed {
+		want.reason = ibjv1.ReasonFailedIndexes
+	}
+	var problems []string
+	if len(o.Unfinished) > 0 {
+		problems = append(problems, fmt.Sprintf("ended with indexes neither done nor out of retries: %v", o.Unfinished))
+	}
+	if got != want {
+		problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
+	}
+	return problems
+}
+
+// fleetDecision is when the deciding pod of a job of kind finished (zero
+// for the kinds that end on their pods alone) and how many of its pods
+// failed, or a problem if the job ended without its deciding pod.
+func fleetDecision(kind string, truth []podsim.Record) (time.Time, int32, string) {
 	var decided time.Time
 	firstSuccess := make([]time.Time, fleetIndexes)
 	var failed int32
@@ -454,7 +500,7 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 	if kind == fleetSuccessPolicy {
 		for i := range 5 {
 			if firstSuccess[i].IsZero() {
-				return []string{fmt.Sprintf("index %d of the success policy never succeeded, yet the job ended", i)}
+				return decided, failed, fmt.Sprintf("index %d of the success policy never succeeded, yet the job ended", i)
 			}
 			if firstSuccess[i].After(decided) {
 				decided = firstSuccess[i]
@@ -462,79 +508,65 @@ func checkFleetJob(name string, truth []podsim.Record, got fleetStatus) []string
 		}
 	}
 	if kind == fleetFailJob && decided.IsZero() {
-		return []string{fmt.Sprintf("no pod of index %d exited %d, yet the job ended", fleetFailJobIndex, fleetFailJobExit)}
+		return decided, failed, fmt.Sprintf("no pod of index %d exited %d, yet the job ended", fleetFailJobIndex, fleetFailJobExit)
 	}
-	settled := func(r podsim.Record) bool { return decided.IsZero() || !r.Finished.After(decided) }
+	return decided, failed, ""
+}
 
-	// The succeeded indexes the status must and may show, and the failed
-	// pods it must and may count.
-	must, may := make([]bool, fleetIndexes), make([]bool, fleetIndexes)
-	var failedMin, failedMax, open int32
+// fleetBounds are the succeeded indexes a job's status must and may show,
+// the failed pods it must and may count, and how many pods ended after its
+// end was decided.
+type fleetBounds struct {
+	must, may                  []bool
+	failedMin, failedMax, open int32
+}
+
+// fleetBoundsOf reads the bounds from the pods: a pod that finished by
+// decided (or any pod, if decided is zero) counts by its phase; one that
+// finished after may count either way.
+func fleetBoundsOf(truth []podsim.Record, decided time.Time) fleetBounds {
+	settled := func(r podsim.Record) bool { return decided.IsZero() || !r.Finished.After(decided) }
+	b := fleetBounds{must: make([]bool, fleetIndexes), may: make([]bool, fleetIndexes)}
 	for _, r := range truth {
 		switch {
 		case r.Phase == corev1.PodSucceeded && settled(r):
-			must[r.Index], may[r.Index] = true, true
+			b.must[r.Index], b.may[r.Index] = true, true
 		case r.Phase == corev1.PodSucceeded:
-			may[r.Index] = true
-			open++
+			b.may[r.Index] = true
+			b.open++
 		case settled(r):
-			failedMin++
-			failedMax++
+			b.failedMin++
+			b.failedMax++
 		default:
-			failedMax++
-			open++
+			b.failedMax++
+			b.open++
 		}
 	}
+	return b
+}
+
+// checkCompleted holds the status's completedIndexes (completed, parsed)
+// and succeeded against the bounds, and returns what does not agree and
+// how many indexes had to be shown.
+func (b fleetBounds) checkCompleted(got fleetStatus, completed indexset.Set) ([]string, int32) {
 	var problems []string
-	shown := make([]bool, fleetIndexes)
-	completed, err := indexset.Parse(got.completedIndexes, fleetIndexes)
-	if err != nil {
-		return []string{fmt.Sprintf("completedIndexes %q: %v", got.completedIndexes, err)}
-	}
-	for i := range fleetIndexes {
-		shown[i] = completed.Has(int32(i))
-	}
 	var mustSucceed int32
 	for i := range fleetIndexes {
-		if must[i] && !shown[i] {
+		shown := completed.Has(int32(i))
+		if b.must[i] && !shown {
 			problems = append(problems, fmt.Sprintf("index %d succeeded before the job's end was decided, but completedIndexes is %q", i, got.completedIndexes))
 		}
-		if shown[i] && !may[i] {
+		if shown && !b.may[i] {
 			problems = append(problems, fmt.Sprintf("completedIndexes %q has index %d, which never succeeded", got.completedIndexes, i))
 		}
-		if must[i] {
+		if b.must[i] {
 			mustSucceed++
 		}
 	}
 	if got.succeeded != int32(completed.Len()) {
 		problems = append(problems, fmt.Sprintf("succeeded %d, but completedIndexes %q", got.succeeded, got.completedIndexes))
 	}
-	want := fleetStatus{condition: "Complete", completedIndexes: got.completedIndexes, succeeded: got.succeeded, failed: got.failed}
-	switch {
-	case kind == fleetFailJob:
-		want.condition, want.reason = "Failed", ibjv1.ReasonPodFailurePolicy
-		// Every pod counts: succeeded or failed.
-		if counted := got.succeeded - mustSucceed + got.failed - failedMin; counted != open {
-			problems = append(problems, fmt.Sprintf("%d of the %d pods that ended after the FailJob pod are counted, want all", counted, open))
-		}
-	case failed > fleetBackoffLimit:
-		want.condition, want.reason = "Failed", ibjv1.ReasonBackoffLimitExceeded
-		want.failed, want.completedIndexes = failed, podsim.Intervals(may)
-	case kind == fleetSuccessPolicy:
-		want.reason = ibjv1.ReasonSuccessPolicy
-		if got.failed < failedMin || got.failed > failedMax {
-			problems = append(problems, fmt.Sprintf("failed %d, want between %d and %d", got.failed, failedMin, failedMax))
-		}
-	default:
-		want.failed, want.completedIndexes, want.succeeded = failed, podsim.Intervals(may), int32(completed.Len())
-		if got.completedIndexes != fmt.Sprintf("0-%d", fleetIndexes-1) {
-			problems = append(problems, fmt.Sprintf("completed with indexes %q", got.completedIndexes))
-		}
-	}
-	if got != want {
-		problems = append(problems, fmt.Sprintf("status %+v, the pods say %+v", got, want))
-	}
-	return problems
+	return problems, mustSucceed
 }
 
 // verify waits for every job to end and every finalizer to go, then holds

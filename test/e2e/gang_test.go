@@ -11,13 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // The gang specs run on a cluster of their own: kube-apiserver serving the
@@ -72,9 +72,7 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 			PodAnnotation(kwokcluster.DurationAnnotation, "3s")
 	}
 	namespace := func(ctx context.Context) string {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ibj-gang-"}}
-		Expect(c.Create(ctx, ns)).To(Succeed())
-		return ns.Name
+		return testutil.NewNamespace(ctx, c, testutil.NamespaceOptions{Prefix: "ibj-gang-"})
 	}
 	// bound counts the job's pods kube-scheduler bound, and how many exist.
 	bound := func(ctx context.Context, ns string) (int, int) {
@@ -88,20 +86,13 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 		}
 		return n, len(pods.Items)
 	}
-	complete := func(ctx context.Context, ns string) func() bool {
-		return func() bool {
-			var j ibjv1.IndexedBatchJob
-			Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &j)).To(Succeed())
-			return meta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)
-		}
-	}
 
 	It("without gangScheduling: kube-scheduler binds the 2 pods that fit, and the job runs 2 at a time", func(ctx SpecContext) {
 		ns := namespace(ctx)
 		Expect(c.Create(ctx, job(ns).Obj())).To(Succeed())
 		Eventually(func() []int { n, all := bound(ctx, ns); return []int{n, all} }, 30*time.Second, 100*time.Millisecond).
 			Should(Equal([]int{2, 4}), "2 of the 4 pods bound")
-		Eventually(complete(ctx, ns), 60*time.Second, 200*time.Millisecond).Should(BeTrue())
+		testutil.WaitForJobCondition(ctx, c, ns, "train", ibjv1.ConditionComplete, 60*time.Second)
 	})
 
 	It("with gangScheduling: binds none of the 4 pods while only 2 fit, and all 4 once a second node makes room", func(ctx SpecContext) {
@@ -133,7 +124,7 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 		GinkgoWriter.Printf("added node %s\n", node)
 		Eventually(func() []int { n, all := bound(ctx, ns); return []int{n, all} }, 60*time.Second, 100*time.Millisecond).
 			Should(Equal([]int{4, 4}), "all 4 pods bound")
-		Eventually(complete(ctx, ns), 60*time.Second, 200*time.Millisecond).Should(BeTrue())
+		testutil.WaitForJobCondition(ctx, c, ns, "train", ibjv1.ConditionComplete, 60*time.Second)
 	})
 })
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,12 +10,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -26,46 +23,23 @@ const (
 	poll    = 200 * time.Millisecond
 )
 
-// kubectl runs the pinned kubectl against the cluster, as a user would, and
-// returns its combined output.
-func kubectl(args ...string) (string, error) {
-	bin := filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl")
-	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// mustKubectl runs kubectl and fails the spec if it fails.
-func mustKubectl(args ...string) string {
-	GinkgoHelper()
-	out, err := kubectl(args...)
-	Expect(err).NotTo(HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
-	return out
-}
+// kc runs the pinned kubectl against the suite's cluster, as a user would
+// (set by BeforeSuite).
+var kc testutil.Kubectl
 
 // newNamespace creates a namespace for one spec and, if the spec fails,
 // reports what was in it and the end of the operator's log.
 func newNamespace(ctx context.Context) string {
 	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	DeferCleanup(func() {
-		if CurrentSpecReport().Failed() {
-			out, _ := kubectl("get", "ibj,pods", "-n", ns.Name, "-o", "wide")
-			AddReportEntry("objects", out)
-			out, _ = kubectl("get", "ibj", "-n", ns.Name, "-o", "yaml")
-			AddReportEntry("jobs", out)
-			out, _ = kubectl("get", "events", "-n", ns.Name, "--sort-by=.metadata.creationTimestamp")
-			AddReportEntry("events", out)
-			out, _ = kubectl("get", "pods", "-n", ns.Name, "-o", "yaml")
-			AddReportEntry("pods", out)
+	return testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{
+		Prefix: "e2e-",
+		OnFailure: func(ns string) {
+			kc.ReportNamespace(ns, "ibj,pods", "ibj", "pods")
 			if op != nil {
 				AddReportEntry("operator log", op.logTail(60))
 			}
-		}
+		},
 	})
-	return ns.Name
 }
 
 // getJob reads the job fresh from the API server.

@@ -15,6 +15,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // podsReadyConfig is Kueue's waitForPodsReady (on by default since Kueue
@@ -80,10 +81,7 @@ var _ = Describe("Kueue's waitForPodsReady", Label("kueue"), func() {
 			delete(node.Labels, label)
 			Expect(k8sClient.Patch(ctx, node, patch)).To(Succeed())
 		})
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, job.Name)
-			g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-		}, 2*timeout, poll).Should(Succeed())
+		testutil.WaitForJobCondition(ctx, k8sClient, ns, job.Name, ibjv1.ConditionComplete, 2*timeout)
 		got = getJob(ctx, ns, job.Name)
 		Expect(got.Status.Succeeded).To(BeEquivalentTo(4))
 		Expect(got.Status.CompletedIndexes).To(Equal("0-3"))
@@ -132,10 +130,7 @@ var _ = Describe("Kueue's waitForPodsReady", Label("kueue"), func() {
 		}, "10s", poll).Should(Succeed())
 
 		By("the job ends Failed by its failed index, exact, never evicted")
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, job.Name)
-			g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionFailed)).To(BeTrue(), "Failed")
-		}, timeout, poll).Should(Succeed())
+		testutil.WaitForJobCondition(ctx, k8sClient, ns, job.Name, ibjv1.ConditionFailed, timeout)
 		got := getJob(ctx, ns, job.Name)
 		Expect(got.Status.CompletedIndexes).To(Equal("0"))
 		Expect(got.Status.FailedIndexes).To(Equal(ptr.To("1")))

@@ -19,6 +19,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // The node labels of the spec's topology, from the highest level to the
@@ -71,37 +72,14 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(client.IgnoreNotFound(kueueClient.Delete(ctx, &kueuev1beta2.Topology{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
 		})
-		Expect(kueueClient.Create(ctx, &kueuev1beta2.ResourceFlavor{
-			ObjectMeta: metav1.ObjectMeta{Name: ns},
-			Spec: kueuev1beta2.ResourceFlavorSpec{
+		testutil.CreateQueue(ctx, kueueClient, testutil.Queue{
+			Name: ns, CPU: resource.MustParse("8"),
+			Flavor: kueuev1beta2.ResourceFlavorSpec{
 				NodeLabels:   map[string]string{tasNodeLabel: ns},
 				TopologyName: ptr.To(kueuev1beta2.TopologyReference(ns)),
 			},
-		})).To(Succeed())
-		Expect(kueueClient.Create(ctx, &kueuev1beta2.ClusterQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: ns},
-			Spec: kueuev1beta2.ClusterQueueSpec{
-				NamespaceSelector: &metav1.LabelSelector{},
-				ResourceGroups: []kueuev1beta2.ResourceGroup{{
-					CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
-					Flavors: []kueuev1beta2.FlavorQuotas{{
-						Name: kueuev1beta2.ResourceFlavorReference(ns),
-						Resources: []kueuev1beta2.ResourceQuota{{
-							Name: corev1.ResourceCPU, NominalQuota: resource.MustParse("8"),
-						}},
-					}},
-				}},
-			},
-		})).To(Succeed())
-		Expect(kueueClient.Create(ctx, &kueuev1beta2.LocalQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: "queue", Namespace: ns},
-			Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(ns)},
-		})).To(Succeed())
-		Eventually(func(g Gomega) {
-			cq := &kueuev1beta2.ClusterQueue{}
-			g.Expect(kueueClient.Get(ctx, client.ObjectKey{Name: ns}, cq)).To(Succeed())
-			g.Expect(apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive)).To(BeTrue(), "ClusterQueue active")
-		}, timeout, poll).Should(Succeed())
+			LocalQueue: &client.ObjectKey{Namespace: ns, Name: "queue"},
+		}, timeout)
 
 		By("creating a job of four indexes that requires one rack")
 		job := harness.MakeIndexedBatchJob("tas", ns).Completions(4).Parallelism(4).
@@ -148,10 +126,7 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		}
 
 		By("the job completes, each index run once")
-		Eventually(func(g Gomega) {
-			j := getJob(ctx, ns, "tas")
-			g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-		}, timeout, poll).Should(Succeed())
+		testutil.WaitForJobCondition(ctx, k8sClient, ns, "tas", ibjv1.ConditionComplete, timeout)
 		j := getJob(ctx, ns, "tas")
 		Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 		Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))
@@ -168,9 +143,10 @@ var _ = Describe("Kueue's topology-aware scheduling", Label("kueue"), func() {
 		Expect(pods.Doubles()).To(BeEmpty())
 
 		By("each index ran on a node of the domain of its rank, without gates, with the domain's node selector")
-		var nodesUsed []string
+		tasPods := jobPods(ctx, ns, "tas")
+		nodesUsed := make([]string, 0, len(tasPods))
 		racksUsed := map[string]bool{}
-		for _, p := range jobPods(ctx, ns, "tas") {
+		for _, p := range tasPods {
 			rank, err := strconv.Atoi(p.Labels[ibjv1.CompletionIndexLabel])
 			Expect(err).NotTo(HaveOccurred())
 			Expect(p.Name).To(Equal(fmt.Sprintf("tas-%d-0", rank)), "the first pod of its index")

@@ -28,6 +28,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueuecluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // queueNameLabel is the label naming a job's LocalQueue.
@@ -118,41 +119,17 @@ var _ = Describe("Kueue's own manager", Label("kueue"), func() {
 // the ClusterQueue to be Active.
 func createQueue(ctx context.Context, ns, cpu string) {
 	GinkgoHelper()
-	Expect(kueueClient.Create(ctx, &kueuev1beta2.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
-	Expect(kueueClient.Create(ctx, &kueuev1beta2.ClusterQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: ns},
-		Spec: kueuev1beta2.ClusterQueueSpec{
-			NamespaceSelector: &metav1.LabelSelector{},
-			ResourceGroups: []kueuev1beta2.ResourceGroup{{
-				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
-				Flavors: []kueuev1beta2.FlavorQuotas{{
-					Name: kueuev1beta2.ResourceFlavorReference(ns),
-					Resources: []kueuev1beta2.ResourceQuota{{
-						Name: corev1.ResourceCPU, NominalQuota: resource.MustParse(cpu),
-					}},
-				}},
-			}},
-		},
-	})).To(Succeed())
-	Expect(kueueClient.Create(ctx, &kueuev1beta2.LocalQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: "queue", Namespace: ns},
-		Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(ns)},
-	})).To(Succeed())
-	Eventually(func(g Gomega) {
-		cq := &kueuev1beta2.ClusterQueue{}
-		g.Expect(kueueClient.Get(ctx, client.ObjectKey{Name: ns}, cq)).To(Succeed())
-		g.Expect(apimeta.IsStatusConditionTrue(cq.Status.Conditions, kueuev1beta2.ClusterQueueActive)).To(BeTrue(), "ClusterQueue active")
-	}, timeout, poll).Should(Succeed())
+	testutil.CreateQueue(ctx, kueueClient, testutil.Queue{
+		Name: ns, CPU: resource.MustParse(cpu),
+		LocalQueue: &client.ObjectKey{Namespace: ns, Name: "queue"},
+	}, timeout)
 }
 
 // expectCompleted waits until the job is Complete with each of its two
 // indexes run once, and its Workload Finished.
 func expectCompleted(ctx context.Context, ns, name string) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		j := getJob(ctx, ns, name)
-		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-	}, timeout, poll).Should(Succeed())
+	testutil.WaitForJobCondition(ctx, k8sClient, ns, name, ibjv1.ConditionComplete, timeout)
 	j := getJob(ctx, ns, name)
 	Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
 	Expect(j.Status.Phase).To(Equal(ibjv1.PhaseComplete))

@@ -51,8 +51,8 @@ var _ = Describe("kubectl ibj", Ordered, func() {
 
 	It("shows the seed example's failed indexes and reruns only them", func(ctx context.Context) {
 		ns := newNamespace(ctx)
-		mustKubectl("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
+		kc.Must("apply", "-n", ns, "-f", "config/samples/batch_v1alpha1_indexedbatchjob.yaml")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index", "--timeout=120s")
 
 		By("listing the failed indexes: 1 and 2, two attempts each, exit code 1")
 		lines := strings.Split(strings.TrimSpace(kubectlIBJ("indexes", "per-index", "--failed", "-n", ns)), "\n")
@@ -71,7 +71,7 @@ var _ = Describe("kubectl ibj", Ordered, func() {
 		Expect(kubectlIBJ("rerun", "per-index", "--failed", "-n", ns)).
 			To(Equal("indexedbatchjob.batch.indexedjob.dev/per-index-rerun-1 created\n"))
 		// The sample's fake-kubelet annotations fail indexes 1 and 2 again.
-		mustKubectl("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun-1", "--timeout=120s")
+		kc.Must("wait", "-n", ns, "--for=condition=Failed", "ibj/per-index-rerun-1", "--timeout=120s")
 		j := getJob(ctx, ns, "per-index-rerun-1")
 		Expect(j.Spec.Indexes).To(Equal(ptr.To("1,2")))
 		Expect(j.Labels).To(HaveKeyWithValue(kubectlibj.RerunOfLabel, "per-index"))

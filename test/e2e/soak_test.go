@@ -53,21 +53,29 @@ type soakSample struct {
 	stores          map[string]float64
 }
 
+// The names of a sample's readings of the operator.
+const (
+	heapReading       = "heap MiB"
+	goroutinesReading = "goroutines"
+	fdsReading        = "open fds"
+	seriesReading     = "metric series"
+)
+
 // soakLimits are how much each reading may grow over the soak (by a least
 // squares fit against the jobs gone, from the end of the warm-up (soakWarmUp) to the
 // end): what an operator whose state follows the jobs that exist shows
 // as noise, far below what one byte more per job gone would add up to.
-var soakLimits = map[string]float64{"heap MiB": 8, "goroutines": 25, "open fds": 25, "metric series": 50}
+var soakLimits = map[string]float64{heapReading: 8, goroutinesReading: 25, fdsReading: 25, seriesReading: 50}
 
 func (s soakSample) value(name string) float64 {
 	switch name {
-	case "heap MiB":
+	case heapReading:
 		return s.heapMiB
-	case "goroutines":
+	case goroutinesReading:
 		return s.goroutines
-	case "open fds":
+	case fdsReading:
 		return s.fds
-	case "metric series":
+	case seriesReading:
 		return s.series
 	}
 	return s.stores[name]
@@ -223,33 +231,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	})
 	Expect(sim.Run(runCtx)).To(Succeed())
 
-	ends := &jobEnds{waiters: map[string]chan struct{}{}, ended: map[string]bool{}}
-	jobCache, err := cache.New(cluster.Config, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	Expect(err).NotTo(HaveOccurred())
-	inf, err := jobCache.GetInformer(ctx, &ibjv1.IndexedBatchJob{})
-	Expect(err).NotTo(HaveOccurred())
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) {
-			if j, ok := obj.(*ibjv1.IndexedBatchJob); ok &&
-				(harness.ConditionReason(j, ibjv1.ConditionComplete) != "" || harness.ConditionReason(j, ibjv1.ConditionFailed) != "") {
-				ends.signal(j.Name + "/end")
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if j, ok := obj.(*ibjv1.IndexedBatchJob); ok {
-				ends.signal(j.Name + "/end")
-				ends.signal(j.Name + "/gone")
-			}
-		},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	go func() { _ = jobCache.Start(runCtx) }()
-	Expect(jobCache.WaitForCacheSync(ctx)).To(BeTrue())
-
-	var next, created, gone atomic.Int64
+	run := &soakRun{ns: ns, jobs: cfg.soakJobs, ends: watchJobEnds(ctx, runCtx, ns)}
 	start := time.Now()
 	var samples []soakSample
 	var samplesMu sync.Mutex
@@ -261,13 +243,13 @@ func soak(ctx context.Context, cfg fleetConfig) {
 			return
 		}
 		s.at = time.Since(start).Round(time.Second)
-		s.gone = gone.Load()
+		s.gone = run.gone.Load()
 		if dir := os.Getenv("IBJ_SOAK_OUT"); dir != "" && !warmProfile && s.gone >= soakWarmUp(cfg.soakJobs) {
 			// The heap at the end of the warm-up, to compare with the
 			// one left at the end (go tool pprof -diff_base).
 			warmProfile = os.MkdirAll(dir, 0o755) == nil && saveHeapProfile(pprofPort, filepath.Join(dir, "heap-warm.pprof")) == nil
 		}
-		s.existing = created.Load() - s.gone
+		s.existing = run.created.Load() - s.gone
 		samplesMu.Lock()
 		samples = append(samples, s)
 		samplesMu.Unlock()
@@ -275,7 +257,7 @@ func soak(ctx context.Context, cfg fleetConfig) {
 	sampling := make(chan struct{})
 	go func() {
 		defer close(sampling)
-		for runCtx.Err() == nil && gone.Load() < int64(cfg.soakJobs) {
+		for runCtx.Err() == nil && run.gone.Load() < int64(cfg.soakJobs) {
 			sample()
 			select {
 			case <-runCtx.Done():
@@ -284,53 +266,9 @@ func soak(ctx context.Context, cfg fleetConfig) {
 		}
 	}()
 
-	lane := func() error {
-		for i := next.Add(1) - 1; i < int64(cfg.soakJobs); i = next.Add(1) - 1 {
-			name := fmt.Sprintf("soak-%d", i)
-			ttl := i%2 == 0
-			w := harness.MakeIndexedBatchJob(name, ns).Completions(int32(1 + i%2)).Parallelism(2)
-			if ttl {
-				w.TTLSecondsAfterFinished(0)
-			}
-			job := w.Obj()
-			job.Spec.Template.Spec.NodeName = simNode
-			endCh, goneCh := ends.wait(name+"/end"), ends.wait(name+"/gone")
-			if err := createRetrying(ctx, job); err != nil {
-				return err
-			}
-			created.Add(1)
-			select {
-			case <-endCh:
-			case <-time.After(3 * time.Minute):
-				return fmt.Errorf("job %s did not end in 3 minutes", name)
-			}
-			if !ttl {
-				err := k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
-				if client.IgnoreNotFound(err) != nil {
-					return err
-				}
-			}
-			select {
-			case <-goneCh:
-			case <-time.After(3 * time.Minute):
-				return fmt.Errorf("job %s not gone 3 minutes after its end", name)
-			}
-			if !ttl {
-				// What the garbage collector does for a Job's pods.
-				err := k8sClient.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{ibjv1.JobNameLabel: name})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return err
-				}
-			}
-			ends.reset(name + "/end")
-			ends.reset(name + "/gone")
-			gone.Add(1)
-		}
-		return nil
-	}
 	errs := make(chan error, soakLanes)
 	for range soakLanes {
-		go func() { errs <- lane() }()
+		go func() { errs <- run.lane(ctx) }()
 	}
 	for range soakLanes {
 		Expect(<-errs).To(Succeed())
@@ -376,6 +314,95 @@ func soak(ctx context.Context, cfg fleetConfig) {
 			"store %s grows with the jobs that came and went", store)
 	}
 	Expect(sim.Violations()).To(BeEmpty())
+}
+
+// watchJobEnds signals "<job>/end" when a job of ns ends and "<job>/gone"
+// when it is deleted, from an informer that runs until runCtx ends.
+func watchJobEnds(ctx, runCtx context.Context, ns string) *jobEnds {
+	GinkgoHelper()
+	ends := &jobEnds{waiters: map[string]chan struct{}{}, ended: map[string]bool{}}
+	jobCache, err := cache.New(cluster.Config, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	Expect(err).NotTo(HaveOccurred())
+	inf, err := jobCache.GetInformer(ctx, &ibjv1.IndexedBatchJob{})
+	Expect(err).NotTo(HaveOccurred())
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if j, ok := obj.(*ibjv1.IndexedBatchJob); ok &&
+				(harness.ConditionReason(j, ibjv1.ConditionComplete) != "" || harness.ConditionReason(j, ibjv1.ConditionFailed) != "") {
+				ends.signal(j.Name + "/end")
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if j, ok := obj.(*ibjv1.IndexedBatchJob); ok {
+				ends.signal(j.Name + "/end")
+				ends.signal(j.Name + "/gone")
+			}
+		},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	go func() { _ = jobCache.Start(runCtx) }()
+	Expect(jobCache.WaitForCacheSync(ctx)).To(BeTrue())
+	return ends
+}
+
+// soakRun is the soak's jobs: each lane takes the next, creates it, waits
+// for its end, deletes it (or lets its TTL) and waits until it is gone.
+type soakRun struct {
+	ns   string
+	jobs int
+	ends *jobEnds
+	// next is the next job to create; created and gone count the jobs
+	// created and gone so far.
+	next, created, gone atomic.Int64
+}
+
+// lane runs jobs one after the other until none is left to create.
+func (r *soakRun) lane(ctx context.Context) error {
+	for i := r.next.Add(1) - 1; i < int64(r.jobs); i = r.next.Add(1) - 1 {
+		name := fmt.Sprintf("soak-%d", i)
+		ttl := i%2 == 0
+		w := harness.MakeIndexedBatchJob(name, r.ns).Completions(int32(1 + i%2)).Parallelism(2)
+		if ttl {
+			w.TTLSecondsAfterFinished(0)
+		}
+		job := w.Obj()
+		job.Spec.Template.Spec.NodeName = simNode
+		endCh, goneCh := r.ends.wait(name+"/end"), r.ends.wait(name+"/gone")
+		if err := createRetrying(ctx, job); err != nil {
+			return err
+		}
+		r.created.Add(1)
+		select {
+		case <-endCh:
+		case <-time.After(3 * time.Minute):
+			return fmt.Errorf("job %s did not end in 3 minutes", name)
+		}
+		if !ttl {
+			err := k8sClient.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			if client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		select {
+		case <-goneCh:
+		case <-time.After(3 * time.Minute):
+			return fmt.Errorf("job %s not gone 3 minutes after its end", name)
+		}
+		if !ttl {
+			// What the garbage collector does for a Job's pods.
+			err := k8sClient.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(r.ns), client.MatchingLabels{ibjv1.JobNameLabel: name})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		r.ends.reset(name + "/end")
+		r.ends.reset(name + "/gone")
+		r.gone.Add(1)
+	}
+	return nil
 }
 
 // soakReport prints the curve: about 20 rows of the samples and the
@@ -430,7 +457,7 @@ func writeSoakOutput(dir string, samples []soakSample, report string) error {
 // soakSVG charts each reading against the jobs gone, one panel each, on a
 // scale from zero to the panel's largest value.
 func soakSVG(samples []soakSample) string {
-	panels := []string{"heap MiB", "goroutines", "open fds", "metric series", "job_uids", "cached_pods"}
+	panels := []string{heapReading, goroutinesReading, fdsReading, seriesReading, "job_uids", "cached_pods"}
 	const w, h, pad = 360, 160, 40
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", 3*w, 2*h+20)
@@ -445,7 +472,7 @@ func soakSVG(samples []soakSample) string {
 		}
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%s (0 to %.0f) against jobs gone (0 to %.0f)</text>`+"\n", x0, y0-6, name, top, maxGone)
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, pw, ph)
-		var pts []string
+		pts := make([]string, 0, len(samples))
 		for _, s := range samples {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x0+pw*float64(s.gone)/maxGone, y0+ph-ph*s.value(name)/top))
 		}

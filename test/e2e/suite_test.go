@@ -9,8 +9,8 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +30,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 var (
@@ -90,6 +91,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	By("running against kube-apiserver " + version)
 	k8sClient, err = client.New(cluster.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	kc = testutil.Kubectl{Path: filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl"), Kubeconfig: cluster.Kubeconfig, Dir: root}
 
 	By("starting the operator")
 	op = startOperator()
@@ -171,14 +173,8 @@ func startOperator(extra ...string) *operator {
 	GinkgoHelper()
 	proc, probe := launchOperator(extra...)
 	o := &operator{proc: proc, probe: probe}
-	Eventually(func(g Gomega) {
-		exited, err := proc.Exited()
-		g.Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, proc.LogPath)
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		g.Expect(err).NotTo(HaveOccurred())
-		_ = resp.Body.Close()
-		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+	Expect(proc.WaitHealthy(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), time.Minute)).
+		To(Succeed(), "the operator's readiness; see %s", proc.LogPath)
 	return o
 }
 

@@ -154,7 +154,7 @@ func replaceOperator(extra ...string) *operator {
 // series whose labels hold every one of these label pairs.
 func apiserverCount(labels ...string) float64 {
 	GinkgoHelper()
-	sum, err := harness.SumSeries(strings.NewReader(mustKubectl("get", "--raw", "/metrics")), "apiserver_request_total", labels...)
+	sum, err := harness.SumSeries(strings.NewReader(kc.Must("get", "--raw", "/metrics")), "apiserver_request_total", labels...)
 	Expect(err).NotTo(HaveOccurred())
 	return sum
 }
@@ -164,9 +164,8 @@ var _ = Describe("One operator for every tenant", Ordered, ContinueOnFailure, La
 	// suite's operator.
 	var alone time.Duration
 	BeforeAll(func(ctx SpecContext) {
-		canaryFigures = nil
 		alone = runCanary(ctx)
-		canaryFigures = append(canaryFigures, fmt.Sprintf("alone: canary %.1fs", alone.Seconds()))
+		canaryFigures = []string{fmt.Sprintf("alone: canary %.1fs", alone.Seconds())}
 	})
 	AfterAll(func() {
 		AddReportEntry("tenant canary figures", strings.Join(canaryFigures, "\n"))
@@ -273,7 +272,7 @@ var _ = Describe("One operator for every tenant", Ordered, ContinueOnFailure, La
 		for ix := range 3 {
 			Expect(w.RunsOf(ix)).To(BeNumerically(">=", 1))
 		}
-		Expect(mustKubectl("get", "events", "-n", ns, "--field-selector", "reason=PodNameTaken")).
+		Expect(kc.Must("get", "events", "-n", ns, "--field-selector", "reason=PodNameTaken")).
 			To(ContainSubstring("target-0-0"))
 		stillRunning(op.proc)
 	})
@@ -341,7 +340,7 @@ var _ = Describe("One operator for every tenant", Ordered, ContinueOnFailure, La
 		Expect(k8sClient.Create(ctx, harness.MakeIndexedBatchJob("quota", ns).Completions(5000).Parallelism(5000).Obj())).To(Succeed())
 		canaryBeside(ctx, "a job of parallelism 5,000 behind a full quota", alone)
 		Eventually(func() string {
-			out, _ := kubectl("get", "events", "-n", ns, "--field-selector", "reason=FailedCreate")
+			out, _ := kc.Run("get", "events", "-n", ns, "--field-selector", "reason=FailedCreate")
 			return out
 		}).WithTimeout(30 * time.Second).Should(ContainSubstring("exceeded quota"))
 		sent := refused() - before

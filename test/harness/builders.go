@@ -24,6 +24,10 @@ import (
 // DefaultImage is the image of the builder's only container.
 const DefaultImage = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 
+// succeedCommand is the command of the containers the builders add: one
+// that exits 0 at once.
+func succeedCommand() []string { return []string{"sh", "-c", "exit 0"} }
+
 // JobWrapper builds an IndexedBatchJob. Its zero-configuration job is valid:
 // one completion, one container named "main", restartPolicy Never.
 type JobWrapper struct {
@@ -42,7 +46,7 @@ func MakeIndexedBatchJob(name, namespace string) *JobWrapper {
 					Containers: []corev1.Container{{
 						Name:    "main",
 						Image:   DefaultImage,
-						Command: []string{"sh", "-c", "exit 0"},
+						Command: succeedCommand(),
 					}},
 				},
 			},
@@ -204,7 +208,7 @@ func (w *JobWrapper) InitContainer(name string) *JobWrapper {
 	w.job.Spec.Template.Spec.InitContainers = append(w.job.Spec.Template.Spec.InitContainers, corev1.Container{
 		Name:    name,
 		Image:   DefaultImage,
-		Command: []string{"sh", "-c", "exit 0"},
+		Command: succeedCommand(),
 	})
 	return w
 }
@@ -289,7 +293,7 @@ func (w *JobWrapper) Container(name string) *JobWrapper {
 	w.job.Spec.Template.Spec.Containers = append(w.job.Spec.Template.Spec.Containers, corev1.Container{
 		Name:    name,
 		Image:   DefaultImage,
-		Command: []string{"sh", "-c", "exit 0"},
+		Command: succeedCommand(),
 	})
 	return w
 }

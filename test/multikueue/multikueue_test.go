@@ -22,6 +22,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/multikueue"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -109,11 +110,8 @@ var _ = Describe("MultiKueue", func() {
 		job := queuedJob(ns, "local", 2, 2, "1s").Obj()
 		Expect(federation.Manager.Client.Create(ctx, job)).To(Succeed())
 		Expect(job.Spec.ManagedBy).To(BeNil())
-		Eventually(func(g Gomega) {
-			got := get(g, ctx, federation.Manager.Client, ns, job.Name)
-			g.Expect(apimeta.IsStatusConditionTrue(got.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "Complete")
-			g.Expect(got.Status.Succeeded).To(BeEquivalentTo(2))
-		}, timeout, poll).Should(Succeed())
+		got := testutil.WaitForJobCondition(ctx, federation.Manager.Client, ns, job.Name, ibjv1.ConditionComplete, timeout)
+		Expect(got.Status.Succeeded).To(BeEquivalentTo(2))
 		Expect(pods(ctx, federation.Manager, ns, job.Name)).To(HaveLen(2), "its pods ran on the manager")
 		for _, w := range federation.Workers {
 			Expect(exists(ctx, w, ns, job.Name)).To(BeFalse(), "a copy on %s", w.Name)
@@ -316,10 +314,11 @@ func expectMirrored(ctx context.Context, ns, name string, managerStatuses func()
 		g.Expect(remote).NotTo(BeEmpty())
 		g.Expect(cmp.Diff(remote[len(remote)-1], final.Status)).To(BeEmpty(), "the manager's status (-%s's last +manager's)", worker.Name)
 	}, timeout, poll).Should(Succeed())
-	var all []ibjv1.IndexedBatchJobStatus
+	seen := make([][]ibjv1.IndexedBatchJobStatus, 0, len(workerStatuses))
 	for _, statuses := range workerStatuses {
-		all = append(all, statuses()...)
+		seen = append(seen, statuses())
 	}
+	all := slices.Concat(seen...)
 	running := 0
 	for _, s := range managerStatuses() {
 		Expect(slices.ContainsFunc(all, func(w ibjv1.IndexedBatchJobStatus) bool { return cmp.Equal(w, s) })).

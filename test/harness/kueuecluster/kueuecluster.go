@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
@@ -93,7 +93,7 @@ func Install(ctx context.Context, c *kwokcluster.Cluster, o Options) (*Manager, 
 	if os.Geteuid() != 0 {
 		return nil, errors.New("running Kueue's manager chrooted takes root")
 	}
-	module, err := inprocess.ModuleDir()
+	module, err := kueueinprocess.ModuleDir()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func installAPI(ctx context.Context, cp *controlplane.ControlPlane, module strin
 		return nil, err
 	}
 	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{
-		Paths: []string{inprocess.CRDDir(module)}, ErrorIfPathMissing: true,
+		Paths: []string{kueueinprocess.CRDDir(module)}, ErrorIfPathMissing: true,
 	}); err != nil {
 		return nil, fmt.Errorf("installing Kueue's CRDs: %w", err)
 	}
@@ -328,10 +328,10 @@ func installRBAC(ctx context.Context, admin client.Client, dir string) error {
 }
 
 // installWebhooks creates Kueue's webhook configurations for its own API
-// (inprocess.CoreWebhooks), calling base instead of Kueue's webhook
+// (kueueinprocess.CoreWebhooks), calling base instead of Kueue's webhook
 // Service, with caPEM as their CA.
 func (m *Manager) installWebhooks(ctx context.Context, module, base string, caPEM []byte) error {
-	mutating, validating, err := inprocess.CoreWebhooks(module)
+	mutating, validating, err := kueueinprocess.CoreWebhooks(module)
 	if err != nil {
 		return err
 	}

@@ -221,8 +221,8 @@ var _ = Describe("Beyond batch/v1", func() {
 
 		expectCompleted(ctx, ns, job.Name, 2, "0,1", 30*time.Second)
 		type attemptMemory struct{ Pod, Request, Limit, OOMKills, Record string }
-		var got []attemptMemory
 		pods := jobPods(ctx, ns, job.Name)
+		got := make([]attemptMemory, 0, len(pods))
 		sort.Slice(pods, func(a, b int) bool { return pods[a].Name < pods[b].Name })
 		for _, p := range pods {
 			res := p.Spec.Containers[0].Resources

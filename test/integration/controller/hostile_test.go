@@ -64,8 +64,9 @@ var _ = Describe("Hostile and odd pods", func() {
 
 		finishedExactly(job, 2)
 		Eventually(func() []string {
-			var names []string
-			for _, p := range jobPods(ctx, ns, job.Name) {
+			pods := jobPods(ctx, ns, job.Name)
+			names := make([]string, 0, len(pods))
+			for _, p := range pods {
 				names = append(names, p.Name)
 			}
 			return names

@@ -16,6 +16,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const timeout = 60 * time.Second
@@ -302,7 +303,7 @@ var _ = Describe("IndexedBatchJob controller", func() {
 	})
 
 	It("with --namespaces, runs the jobs of its namespaces and leaves the others alone", func() {
-		other := newNamespace(ctx)
+		other := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		op.stop()
 		op = startOperator(ns)
 		defer func() {
@@ -361,8 +362,9 @@ func setSuspend(ctx context.Context, ns, name string, suspend bool) {
 }
 
 func eventReasons(ctx context.Context, ns, job string) []string {
-	var out []string
-	for _, e := range jobEvents(ctx, ns, job) {
+	events := jobEvents(ctx, ns, job)
+	out := make([]string, 0, len(events))
+	for _, e := range events {
 		out = append(out, e.Reason)
 	}
 	return out
@@ -370,8 +372,9 @@ func eventReasons(ctx context.Context, ns, job string) []string {
 
 // eventNotes are the "reason: note" of the job's events.
 func eventNotes(ctx context.Context, ns, job string) []string {
-	var out []string
-	for _, e := range jobEvents(ctx, ns, job) {
+	events := jobEvents(ctx, ns, job)
+	out := make([]string, 0, len(events))
+	for _, e := range events {
 		out = append(out, e.Reason+": "+e.Note)
 	}
 	return out

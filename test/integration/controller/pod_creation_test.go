@@ -51,7 +51,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 	It("shows a full quota in the status, not Running, retries slowly, and runs once the quota frees", func() {
 		createQuota(1, 1)
 
-		failedBefore := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		failedBefore := failedCreates()
 		job := harness.MakeIndexedBatchJob("quota", ns).Completions(2).Parallelism(2).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		k := startKubelet(ns, job.Name, succeedAll)
@@ -72,14 +72,14 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		Expect(eventReasons(ctx, ns, job.Name)).To(ContainElement("FailedCreate"))
 
 		By("retrying with a growing delay, not in a hot loop")
-		start := metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+		start := failedCreates()
 		Expect(start - failedBefore).To(BeNumerically(">=", 2))
 		time.Sleep(5 * time.Second)
 		// Two pods a try. The delay doubles from 5 ms, which gives about
 		// five tries in these 5 s, and a sync that an event of the job
 		// brings (its own status write) may add a try or two; a hot loop,
 		// even held to the queue's 10 a second, would make a hundred.
-		Expect(metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})-start).
+		Expect(failedCreates()-start).
 			To(BeNumerically("<=", 20), "failed creates in 5 s")
 		Expect(getJob(ctx, ns, job.Name).Status.Phase).To(Equal(ibjv1.PhaseQuotaExceeded))
 
@@ -102,7 +102,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		job := harness.MakeIndexedBatchJob("quota-wait", ns).Completions(1).Obj()
 		job.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To[int32](4)}
 		failed := func() float64 {
-			return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+			return failedCreates()
 		}
 		before := failed()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
@@ -157,7 +157,7 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		// quota's usage, as the quota controller would find it.
 		createQuota(20, 0)
 		failed := func() float64 {
-			return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+			return failedCreates()
 		}
 		before := failed()
 		job := harness.MakeIndexedBatchJob("wide", ns).Completions(5000).Parallelism(5000).Obj()
@@ -179,3 +179,9 @@ var _ = Describe("Pod creates the API server refuses", func() {
 		Expect(jobPods(ctx, ns, job.Name)).To(HaveLen(20))
 	})
 })
+
+// failedCreates is the operator's count of pod creates the API server
+// refused.
+func failedCreates() float64 {
+	return metricValue("indexedbatchjob_pods_creation_total", map[string]string{"status": "failed"})
+}

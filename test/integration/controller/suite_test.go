@@ -11,7 +11,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // testBackoff keeps the replacement delay short so the suite runs fast; the
@@ -66,7 +66,7 @@ var (
 
 var _ = BeforeEach(func() {
 	ctx = context.Background()
-	ns = newNamespace(ctx)
+	ns = testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 	op = startOperator()
 })
 
@@ -118,12 +118,4 @@ func startOperator(namespaces ...string) *operator {
 func (o *operator) stop() {
 	o.cancel()
 	Eventually(o.done, 30*time.Second).Should(BeClosed())
-}
-
-// newNamespace creates a namespace for one test.
-func newNamespace(ctx context.Context) string {
-	ns := &corev1.Namespace{}
-	ns.GenerateName = "ibj-"
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	return ns.Name
 }

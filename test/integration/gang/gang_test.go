@@ -17,11 +17,12 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 var _ = Describe("A job with gangScheduling", func() {
 	It("gets a Workload and a PodGroup it controls, its pods point at the PodGroup, and the gang shrinks to the indexes left", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "ibj-gang-"})
 		job := harness.MakeIndexedBatchJob("train", ns).Completions(3).Parallelism(3).GangScheduling(0).Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		name := job.Name + "-" + string(job.UID)[:8]

@@ -16,7 +16,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
@@ -84,11 +83,3 @@ var _ = AfterSuite(func() {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
 })
-
-// newNamespace creates a namespace for one spec.
-func newNamespace(ctx context.Context) string {
-	ns := &corev1.Namespace{}
-	ns.GenerateName = "ibj-gang-"
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	return ns.Name
-}

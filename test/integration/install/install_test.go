@@ -30,9 +30,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -131,7 +132,7 @@ func warnedClient(recorder *warningRecorder) client.Client {
 // would have the operator's events for the job refused, which the specs
 // count as RBAC refusals).
 func expectWebhookServes(ctx context.Context) {
-	namespace := newNamespace(ctx, "admission")
+	namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "admission-"})
 	bad := restrictedJob(namespace, "bad")
 	bad.Spec.Template.Spec.Containers[0].Name = "Main_1"
 	Eventually(func() error { return k8sClient.Create(ctx, bad.DeepCopy()) }, 10*time.Second, 200*time.Millisecond).Should(
@@ -154,19 +155,23 @@ func restrictedJob(namespace, name string) *ibjv1.IndexedBatchJob {
 	return job
 }
 
+// scraperAccount is the ServiceAccount granted the right to read the
+// operator's metrics.
+const scraperAccount = "prometheus"
+
 // webhookCertificate is the Secret holding the webhook's certificate and
 // the CA bundles of both webhook configurations.
 func webhookCertificate(ctx context.Context) (*corev1.Secret, [][]byte) {
 	secret := &corev1.Secret{}
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: installNamespace, Name: releaseName + "-webhook-server-cert"}, secret)).To(Succeed())
-	var bundles [][]byte
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-validating-webhook-configuration"}, validating)).To(Succeed())
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
+	bundles := make([][]byte, 0, len(validating.Webhooks)+len(mutating.Webhooks))
 	for _, w := range validating.Webhooks {
 		bundles = append(bundles, w.ClientConfig.CABundle)
 	}
-	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	Expect(k8sClient.Get(ctx, client.ObjectKey{Name: releaseName + "-mutating-webhook-configuration"}, mutating)).To(Succeed())
 	for _, w := range mutating.Webhooks {
 		bundles = append(bundles, w.ClientConfig.CABundle)
 	}
@@ -189,13 +194,6 @@ func deleteCRD(ctx context.Context) {
 func restrictedNamespace(ctx context.Context, name string) {
 	Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Labels: map[string]string{psaEnforce: restricted}}})).To(Succeed())
-}
-
-// newNamespace creates a plain namespace for one job.
-func newNamespace(ctx context.Context, prefix string) string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
-	return ns.Name
 }
 
 // seedJob is the seed example, config/samples/batch_v1alpha1_indexedbatchjob.yaml:
@@ -415,7 +413,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		pointWebhooksAt(ctx, first)
 		expectWebhookServes(ctx)
 
-		namespace := newNamespace(ctx, "seed")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "seed-"})
 		k := startKubelet(namespace, "per-index", 0)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		expectSeedOutcome(ctx, k, namespace, "per-index", 60*time.Second)
@@ -439,16 +437,16 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 
 	It("serves metrics over HTTPS to a token allowed to read them, and only to it", func() {
 		Expect(first.metrics).NotTo(BeEmpty())
-		namespace := newNamespace(ctx, "scrapers")
-		for _, name := range []string{"prometheus", "stranger"} {
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "scrapers-"})
+		for _, name := range []string{scraperAccount, "stranger"} {
 			Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})).To(Succeed())
 		}
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: scraperAccount}},
 		})).To(Succeed())
-		allowed := serviceAccountToken(ctx, namespace, "prometheus")
+		allowed := serviceAccountToken(ctx, namespace, scraperAccount)
 		denied := serviceAccountToken(ctx, namespace, "stranger")
 
 		Eventually(func(g Gomega) {
@@ -542,7 +540,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		pointWebhooksAt(ctx, leader)
 		expectWebhookServes(ctx)
 
-		namespace := newNamespace(ctx, "handover")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "handover-"})
 		k := startKubelet(namespace, "per-index", time.Second)
 		Expect(k8sClient.Create(ctx, seedJob(namespace, "per-index"))).To(Succeed())
 		Eventually(k.Finished, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 2))
@@ -564,7 +562,7 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 	})
 
 	It("refuses creates and template changes while no replica runs, and lets every other update through", func() {
-		namespace := newNamespace(ctx, "operator-down")
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "operator-down-"})
 		paused := restrictedJob(namespace, "paused")
 		paused.Spec.Suspend = ptr.To(true)
 		Expect(k8sClient.Create(ctx, paused)).To(Succeed(), "a replica still serves the webhook")
@@ -623,14 +621,14 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 	It("starts the Kueue integration inside the running process once Kueue is installed, and queues jobs with the installed permissions", func() {
 		killManagers() // so that the next replica leads at once
 		m := startManager("manager-kueue-later", kubeconfig, true, managerArgs...)
-		namespace := newNamespace(ctx, "queued")
-		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "prometheus"}})).To(Succeed())
+		namespace := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "queued-"})
+		Expect(k8sClient.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: scraperAccount}})).To(Succeed())
 		Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-ibj-metrics-kueue"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: releaseName + "-metrics-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "prometheus"}},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: scraperAccount}},
 		})).To(Succeed())
-		token := serviceAccountToken(ctx, namespace, "prometheus")
+		token := serviceAccountToken(ctx, namespace, scraperAccount)
 		kueueState := func(m *manager) func(g Gomega) string {
 			return func(g Gomega) string {
 				code, body, err := scrape(m.metrics, token)
@@ -644,9 +642,9 @@ var _ = Describe("Installing and running the operator", Ordered, func() {
 		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("waiting"), "Kueue is not installed")
 
 		By("installing Kueue's CRDs under it")
-		kueueDir, err := inprocess.ModuleDir()
+		kueueDir, err := kueueinprocess.ModuleDir()
 		Expect(err).NotTo(HaveOccurred())
-		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inprocess.CRDDir(kueueDir)}})
+		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{kueueinprocess.CRDDir(kueueDir)}})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(m.log, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("Started the Kueue integration in this process"))
 		Eventually(kueueState(m), 30*time.Second, 500*time.Millisecond).Should(Equal("running"))

@@ -66,13 +66,13 @@ type manager struct {
 func pointWebhooksAt(ctx context.Context, m *manager) {
 	_, port, err := net.SplitHostPort(m.webhook)
 	Expect(err).NotTo(HaveOccurred())
-	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+	for _, kind := range []string{validatingKind, mutatingKind} {
 		Eventually(func() error {
 			cfg := &unstructured.Unstructured{}
 			cfg.SetAPIVersion("admissionregistration.k8s.io/v1")
 			cfg.SetKind(kind)
 			name, path := "indexed-batch-job-validating-webhook-configuration", webhook.ValidatePath
-			if kind == "MutatingWebhookConfiguration" {
+			if kind == mutatingKind {
 				name, path = "indexed-batch-job-mutating-webhook-configuration", webhook.MutatePath
 			}
 			if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
@@ -91,12 +91,26 @@ func pointWebhooksAt(ctx context.Context, m *manager) {
 	}
 }
 
-// freeAddress is a loopback address with a port nobody listens on now.
+// givenAddresses are the addresses freeAddress handed out: a port just
+// closed can come back from the next listen on port 0, and one manager's
+// probe and metrics ports must differ.
+var givenAddresses = map[string]bool{}
+
+// freeAddress is a loopback address with a port nobody listens on now and
+// that it has not handed out before.
 func freeAddress() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		addr := l.Addr().String()
+		Expect(l.Close()).To(Succeed())
+		if !givenAddresses[addr] {
+			givenAddresses[addr] = true
+			return addr
+		}
+	}
+	Fail("no loopback port that was not handed out before")
+	return ""
 }
 
 // startManager runs the manager binary with the kubeconfig and args (the

@@ -105,12 +105,21 @@ func isEmpty(v any) bool {
 	return false
 }
 
+// The kinds of the webhook configurations, and the health probe flag every
+// rendering passes the manager.
+const (
+	validatingKind  = "ValidatingWebhookConfiguration"
+	mutatingKind    = "MutatingWebhookConfiguration"
+	healthProbeFlag = "--health-probe-bind-address=:8081"
+)
+
 // managerArgs is the manager container's args in a rendering.
 func managerArgs(objects map[string]object, key string) []string {
 	Expect(objects).To(HaveKey(key))
 	containers := objects[key]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
-	var args []string
-	for _, a := range containers[0].(map[string]any)["args"].([]any) {
+	raw := containers[0].(map[string]any)["args"].([]any)
+	args := make([]string, 0, len(raw))
+	for _, a := range raw {
 		args = append(args, a.(string))
 	}
 	return args
@@ -119,7 +128,7 @@ func managerArgs(objects map[string]object, key string) []string {
 // webhookConfigurationName is config/default's name of the webhook
 // configuration of kind.
 func webhookConfigurationName(kind string) string {
-	if kind == "MutatingWebhookConfiguration" {
+	if kind == mutatingKind {
 		return releaseName + "-mutating-webhook-configuration"
 	}
 	return releaseName + "-validating-webhook-configuration"
@@ -128,8 +137,9 @@ func webhookConfigurationName(kind string) string {
 // rulesOf is a rendered ClusterRole's rules.
 func rulesOf(role object) []map[string]any {
 	Expect(role).NotTo(BeNil())
-	var rules []map[string]any
-	for _, r := range role["rules"].([]any) {
+	raw := role["rules"].([]any)
+	rules := make([]map[string]any, 0, len(raw))
+	for _, r := range raw {
 		rules = append(rules, r.(map[string]any))
 	}
 	return rules
@@ -158,7 +168,7 @@ var _ = Describe("The Helm chart", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(generated).NotTo(BeEmpty())
 		names := func(paths []string) []string {
-			var out []string
+			out := make([]string, 0, len(paths))
 			for _, p := range paths {
 				out = append(out, filepath.Base(p))
 			}
@@ -226,12 +236,12 @@ var _ = Describe("The Helm chart", func() {
 
 		By("passing flags the manager binary accepts")
 		args := managerArgs(helmed, "Deployment/"+installNamespace+"/"+managerSA)
-		Expect(args).To(Equal([]string{"--metrics-bind-address=:8443", "--leader-elect", "--health-probe-bind-address=:8081",
+		Expect(args).To(Equal([]string{"--metrics-bind-address=:8443", "--leader-elect", healthProbeFlag,
 			"--enable-webhook=true"}))
 		expectFlagsAccepted(args)
 
 		By("leaving the operator's own namespace and kube-system out of both webhooks")
-		for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		for _, kind := range []string{validatingKind, mutatingKind} {
 			config := helmed[kind+"//"+webhookConfigurationName(kind)]
 			Expect(config).NotTo(BeNil(), kind)
 			for _, w := range config["webhooks"].([]any) {
@@ -255,7 +265,7 @@ var _ = Describe("The Helm chart", func() {
 		Expect(certificate["spec"].(map[string]any)["secretName"]).To(Equal(releaseName + "-webhook-server-cert"))
 		Expect(certificate["spec"].(map[string]any)["dnsNames"]).To(ContainElement(
 			releaseName + "-webhook-service." + installNamespace + ".svc"))
-		for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		for _, kind := range []string{validatingKind, mutatingKind} {
 			config := kustomized[kind+"//"+webhookConfigurationName(kind)]
 			Expect(config["metadata"].(map[string]any)["annotations"]).To(HaveKeyWithValue(
 				"cert-manager.io/inject-ca-from", installNamespace+"/"+releaseName+"-serving-cert"))
@@ -339,7 +349,7 @@ webhook:
 		deployment := "Deployment/ops/tuned-indexed-batch-job-controller-manager"
 		args := managerArgs(helmed, deployment)
 		Expect(args).To(Equal([]string{
-			"--metrics-bind-address=:8080", "--metrics-secure=false", "--health-probe-bind-address=:8081",
+			"--metrics-bind-address=:8080", "--metrics-secure=false", healthProbeFlag,
 			"--enable-webhook=true", "--webhook-port=9444",
 			"--webhook-service-name=tuned-indexed-batch-job-webhook-service",
 			"--webhook-secret-name=tuned-indexed-batch-job-webhook-server-cert",
@@ -397,7 +407,7 @@ webhook:
 		By("turning metrics (and the webhook) off altogether")
 		helmed = parseManifests(helmTemplate("quiet", "ops", "metrics.enabled=false", "webhook.enabled=false"))
 		Expect(managerArgs(helmed, "Deployment/ops/quiet-indexed-batch-job-controller-manager")).To(
-			Equal([]string{"--leader-elect", "--health-probe-bind-address=:8081"}))
+			Equal([]string{"--leader-elect", healthProbeFlag}))
 		for key := range helmed {
 			Expect(key).NotTo(ContainSubstring("metrics"))
 		}

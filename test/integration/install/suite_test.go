@@ -176,8 +176,9 @@ func kustomizeBuild(extra string, dirs ...string) string {
 // helmTemplate renders the chart as release name in namespace, with the test
 // image and the given --set flags.
 func helmTemplate(name, namespace string, set ...string) string {
-	args := []string{"template", name, chartDir, "--namespace", namespace,
-		"--set", "image.repository=" + testImage, "--set", "image.tag=" + testImageTag}
+	args := make([]string, 0, 9+2*len(set))
+	args = append(args, "template", name, chartDir, "--namespace", namespace,
+		"--set", "image.repository="+testImage, "--set", "image.tag="+testImageTag)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}

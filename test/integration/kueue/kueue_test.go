@@ -22,6 +22,7 @@ import (
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 const (
@@ -44,16 +45,7 @@ var (
 
 var _ = BeforeEach(func() {
 	spec++
-	n := &corev1.Namespace{}
-	n.GenerateName = "ibj-kueue-"
-	Expect(k8sClient.Create(ctx, n)).To(Succeed())
-	ns = n.Name
-})
-
-var _ = AfterEach(func() {
-	if CurrentSpecReport().Failed() {
-		dumpNamespace(ns)
-	}
+	ns = testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Prefix: "ibj-kueue-", OnFailure: dumpNamespace})
 })
 
 // makeQueues creates a flavor whose nodes carry flavorNodeLabel and need
@@ -61,38 +53,26 @@ var _ = AfterEach(func() {
 // (preempting lower priorities within the queue), and LocalQueue "queue"
 // in ns, unless localQueue is false.
 func makeQueues(cpus int, localQueue bool) string {
+	GinkgoHelper()
 	name := fmt.Sprintf("spec-%d", spec)
-	Expect(k8sClient.Create(ctx, &kueuev1beta2.ResourceFlavor{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: kueuev1beta2.ResourceFlavorSpec{
+	q := testutil.Queue{
+		Name: name, CPU: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		Flavor: kueuev1beta2.ResourceFlavorSpec{
 			NodeLabels:  map[string]string{flavorNodeLabel: name},
 			Tolerations: []corev1.Toleration{flavorToleration},
 		},
-	})).To(Succeed())
-	Expect(k8sClient.Create(ctx, &kueuev1beta2.ClusterQueue{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: kueuev1beta2.ClusterQueueSpec{
-			NamespaceSelector: &metav1.LabelSelector{},
-			ResourceGroups: []kueuev1beta2.ResourceGroup{{
-				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU},
-				Flavors: []kueuev1beta2.FlavorQuotas{{
-					Name: kueuev1beta2.ResourceFlavorReference(name),
-					Resources: []kueuev1beta2.ResourceQuota{{
-						Name: corev1.ResourceCPU, NominalQuota: *resource.NewQuantity(int64(cpus), resource.DecimalSI),
-					}},
-				}},
-			}},
-			Preemption: &kueuev1beta2.ClusterQueuePreemption{WithinClusterQueue: kueuev1beta2.PreemptionPolicyLowerPriority},
-		},
-	})).To(Succeed())
-	if localQueue {
-		makeLocalQueue(name)
+		Preemption: &kueuev1beta2.ClusterQueuePreemption{WithinClusterQueue: kueuev1beta2.PreemptionPolicyLowerPriority},
 	}
+	if localQueue {
+		q.LocalQueue = &client.ObjectKey{Namespace: ns, Name: "queue"}
+	}
+	testutil.CreateQueue(ctx, k8sClient, q, 0)
 	return name
 }
 
 // makeLocalQueue creates LocalQueue "queue" in ns, for ClusterQueue cq.
 func makeLocalQueue(cq string) {
+	GinkgoHelper()
 	Expect(k8sClient.Create(ctx, &kueuev1beta2.LocalQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: "queue", Namespace: ns},
 		Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
@@ -182,10 +162,11 @@ func runningPods(job string) []corev1.Pod {
 	return out
 }
 
-func finished(job string, condition string) func(g Gomega) {
+// completed is true once the job is Complete.
+func completed(job string) func(g Gomega) {
 	return func(g Gomega) {
 		j := getJob(job)
-		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, condition)).To(BeTrue(), "condition %s of %s", condition, job)
+		g.Expect(apimeta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionComplete)).To(BeTrue(), "condition Complete of %s", job)
 	}
 }
 
@@ -230,7 +211,7 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 			g.Expect(pods[0].Spec.Tolerations).To(ContainElement(flavorToleration))
 		}, timeout).Should(Succeed())
 
-		Eventually(finished("admitted", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("admitted"), timeout).Should(Succeed())
 		j := getJob("admitted")
 		Expect(j.Status.Succeeded).To(Equal(int32(4)))
 		Expect(j.Status.Failed).To(Equal(int32(0)))
@@ -274,9 +255,9 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 		Expect(getJob("first").Status.CompletedIndexes).To(Equal("0,1"))
 		Expect(runningPods("first")).To(HaveLen(1))
 
-		Eventually(finished("second", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("second"), timeout).Should(Succeed())
 		first.open(2)
-		Eventually(finished("first", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("first"), timeout).Should(Succeed())
 		Expect(getJob("first").Status.Succeeded).To(Equal(int32(3)))
 	})
 
@@ -301,7 +282,7 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 		Consistently(func() []corev1.Pod { return runningPods("partial") }, time.Second).Should(HaveLen(3))
 
 		g.open(0, 1, 2, 3, 4)
-		Eventually(finished("partial", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("partial"), timeout).Should(Succeed())
 		Expect(getJob("partial").Status.Succeeded).To(Equal(int32(5)))
 		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 3))
 	})
@@ -347,12 +328,12 @@ var _ = Describe("IndexedBatchJob queued by Kueue", func() {
 		}, timeout).Should(Succeed())
 
 		By("the higher-priority job finishes, the preempted one is admitted again and resumes")
-		Eventually(finished("high", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("high"), timeout).Should(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(ptr.Deref(getJob("low").Spec.Suspend, true)).To(BeFalse())
 		}, timeout).Should(Succeed())
 		low.open(1, 2, 3)
-		Eventually(finished("low", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("low"), timeout).Should(Succeed())
 		j = getJob("low")
 		Expect(j.Status.Succeeded).To(Equal(int32(4)))
 		Expect(j.Status.Failed).To(BeZero())
@@ -414,7 +395,7 @@ var _ = Describe("Memory after an OOM kill under Kueue", func() {
 		job.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 
-		Eventually(finished("oom", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("oom"), timeout).Should(Succeed())
 		var admitted resource.Quantity
 		Eventually(func(g Gomega) {
 			wl := workloadOf(g, "oom")
@@ -468,7 +449,7 @@ var _ = Describe("Kueue's manageJobsWithoutQueueName and managedJobsNamespaceSel
 			g.Expect(wl.Spec.QueueName).To(Equal(kueuev1beta2.LocalQueueName("default")))
 			g.Expect(hasCondition(wl, kueuev1beta2.WorkloadAdmitted)).To(BeTrue())
 		}, timeout).Should(Succeed())
-		Eventually(finished("unlabelled", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("unlabelled"), timeout).Should(Succeed())
 		Expect(getJob("unlabelled").Status.Succeeded).To(Equal(int32(3)))
 		Expect(getJob("unlabelled").Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue(flavorNodeLabel, cq))
 		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 2))
@@ -503,7 +484,7 @@ var _ = Describe("Kueue's manageJobsWithoutQueueName and managedJobsNamespaceSel
 		Eventually(func(g Gomega) {
 			g.Expect(workloadOf(g, "waiting").Spec.QueueName).To(Equal(kueuev1beta2.LocalQueueName("queue")))
 		}, timeout).Should(Succeed())
-		Eventually(finished("waiting", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("waiting"), timeout).Should(Succeed())
 	})
 
 	It("leaves jobs in a namespace outside managedJobsNamespaceSelector alone, with or without a queue name", func() {
@@ -519,7 +500,7 @@ var _ = Describe("Kueue's manageJobsWithoutQueueName and managedJobsNamespaceSel
 			startKubelet(job.Name, holding())
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			Expect(ptr.Deref(job.Spec.Suspend, false)).To(BeFalse(), "%s created as it is", job.Name)
-			Eventually(finished(job.Name, ibjv1.ConditionComplete), timeout).Should(Succeed())
+			Eventually(completed(job.Name), timeout).Should(Succeed())
 			Expect(getJob(job.Name).Spec.Template.Spec.NodeSelector).NotTo(HaveKey(flavorNodeLabel), "%s never admitted", job.Name)
 			Consistently(func(g Gomega) { g.Expect(workloadOf(g, job.Name)).To(BeNil()) }, time.Second).Should(Succeed())
 		}

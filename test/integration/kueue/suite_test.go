@@ -24,10 +24,10 @@ import (
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kueueapi"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 )
 
 var (
@@ -48,15 +48,15 @@ func TestKueue(t *testing.T) {
 var _ = BeforeSuite(func() {
 	ctx, cancel = context.WithCancel(context.Background())
 	Expect(ibjkueue.AddToScheme(scheme)).To(Succeed())
-	Expect(inprocess.AddToScheme(scheme)).To(Succeed())
+	Expect(kueueinprocess.AddToScheme(scheme)).To(Succeed())
 
-	kueueDir, err := inprocess.ModuleDir()
+	kueueDir, err := kueueinprocess.ModuleDir()
 	Expect(err).NotTo(HaveOccurred())
-	mutating, validating, err := inprocess.CoreWebhooks(kueueDir)
+	mutating, validating, err := kueueinprocess.CoreWebhooks(kueueDir)
 	Expect(err).NotTo(HaveOccurred())
 	env, err = harness.StartEnvtest(harness.EnvtestOptions{
 		Scheme: scheme, Log: GinkgoWriter,
-		MoreCRDDirs: []string{inprocess.CRDDir(kueueDir)},
+		MoreCRDDirs: []string{kueueinprocess.CRDDir(kueueDir)},
 		Webhooks:    true, MutatingWebhooks: mutating, ValidatingWebhooks: validating,
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -106,7 +106,7 @@ func startManager() {
 	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{Queue: integration.Defaulter(direct)}, validator)
 
 	// Kueue, as its manager sets itself up with the external framework.
-	Expect(inprocess.Setup(ctx, mgr, true)).To(Succeed())
+	Expect(kueueinprocess.Setup(ctx, mgr, true)).To(Succeed())
 
 	go func() {
 		defer GinkgoRecover()

@@ -8,9 +8,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
+
+// otherQueue is a second LocalQueue of the spec's namespace.
+const otherQueue = "other"
 
 // Kueue's rules for a job's labels and annotations, applied by the
 // operator's validating webhook through the real API server, which sends
@@ -19,7 +20,7 @@ var _ = Describe("Kueue's job validations in the operator's webhook", func() {
 	It("refuses a change of the queue name of an admitted job, and allows it while the job waits suspended", func() {
 		cq := makeQueues(2, true)
 		Expect(k8sClient.Create(ctx, &kueuev1beta2.LocalQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns},
+			ObjectMeta: metav1.ObjectMeta{Name: otherQueue, Namespace: ns},
 			Spec:       kueuev1beta2.LocalQueueSpec{ClusterQueue: kueuev1beta2.ClusterQueueReference(cq)},
 		})).To(Succeed())
 		k := holding(0, 1)
@@ -32,7 +33,7 @@ var _ = Describe("Kueue's job validations in the operator's webhook", func() {
 
 		By("moving the running job to LocalQueue other: refused, with the field")
 		job := getJob("admitted")
-		job.Labels[queueNameLabel] = "other"
+		job.Labels[queueNameLabel] = otherQueue
 		err := k8sClient.Update(ctx, job)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(Equal(`admission webhook "vindexedbatchjob-v1alpha1.kb.io" denied the request: ` +
@@ -45,7 +46,7 @@ var _ = Describe("Kueue's job validations in the operator's webhook", func() {
 		Eventually(func(g Gomega) {
 			waiting := getJob("waiting")
 			g.Expect(ptr.Deref(waiting.Spec.Suspend, false)).To(BeTrue())
-			waiting.Labels[queueNameLabel] = "other"
+			waiting.Labels[queueNameLabel] = otherQueue
 			g.Expect(k8sClient.Update(ctx, waiting)).To(Succeed())
 		}, timeout).Should(Succeed())
 
@@ -56,7 +57,7 @@ var _ = Describe("Kueue's job validations in the operator's webhook", func() {
 
 		By("the admitted job runs on and completes")
 		k.open(0, 1)
-		Eventually(finished("admitted", ibjv1.ConditionComplete), timeout).Should(Succeed())
+		Eventually(completed("admitted"), timeout).Should(Succeed())
 		Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, getJob("waiting")))).To(Succeed())
 	})
 })

@@ -24,8 +24,8 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 )
 
 const (
@@ -59,10 +59,10 @@ var _ = Describe("The Kueue integration", Ordered, func() {
 		Expect(op.integration.State()).To(Equal(ibjkueue.StateWaiting))
 
 		By("installing Kueue's CRDs under the running operator")
-		kueueDir, err := inprocess.ModuleDir()
+		kueueDir, err := kueueinprocess.ModuleDir()
 		Expect(err).NotTo(HaveOccurred())
 		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-			Paths: []string{inprocess.CRDDir(kueueDir)}, ErrorIfPathMissing: true,
+			Paths: []string{kueueinprocess.CRDDir(kueueDir)}, ErrorIfPathMissing: true,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(op.integration.State, timeout, poll).Should(Equal(ibjkueue.StateRunning))

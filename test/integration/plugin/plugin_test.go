@@ -53,21 +53,21 @@ func TestSeedExampleFinished(t *testing.T) {
 		}
 		createPod(t, job, scriptedPod{index: ix, node: nodes[ix%2], phase: corev1.PodSucceeded, started: start, finished: start - 2*second})
 	}
-	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 2 pod(s)", 5*minute)
-	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 4*minute+30*second)
+	createdEvent(t, job, "Created 2 pod(s)", 5*minute)
+	createdEvent(t, job, "Created 1 pod(s)", 4*minute+30*second)
 	coreEvent(t, job, corev1.EventTypeWarning, "FailedIndexes", "Job has failed indexes", 1, 4*minute, 4*minute)
 
-	checkGolden(t, ns, "seed", []goldenCommand{
-		{"indexes", []string{"indexes", "per-index"}},
-		{"indexes-failed", []string{"indexes", "per-index", "--failed", "--chunk-size", "3"}},
-		{"indexes-wide", []string{"indexes", "per-index", "--index", "1-3", "-o", "wide"}},
-		{"indexes-json", []string{"indexes", "per-index", "--failed", "-o", "json"}},
-		{"describe", []string{"describe", "per-index"}},
-		{"rerun-dry-run", []string{"rerun", "per-index", "--failed", "--dry-run"}},
-		{"rerun", []string{"rerun", "per-index", "--failed"}},
-		{"rerun-again", []string{"rerun", "per-index", "--index", "2", "-o", "name"}},
-		{"rerun-needs-indexes", []string{"rerun", "per-index"}},
-		{"missing-job", []string{"indexes", "nope"}},
+	checkGolden(t, ns, "seed", []string{
+		"indexes = indexes per-index",
+		"indexes-failed = indexes per-index --failed --chunk-size 3",
+		"indexes-wide = indexes per-index --index 1-3 -o wide",
+		"indexes-json = indexes per-index --failed -o json",
+		"describe = describe per-index",
+		"rerun-dry-run = rerun per-index --failed --dry-run",
+		"rerun = rerun per-index --failed",
+		"rerun-again = rerun per-index --index 2 -o name",
+		"rerun-needs-indexes = rerun per-index",
+		"missing-job = indexes nope",
 	})
 
 	var rerun ibjv1.IndexedBatchJob
@@ -115,23 +115,24 @@ func TestRunningJobWithFailurePolicy(t *testing.T) {
 			Failed:        3,
 			FailedIndexes: ptr.To("3"),
 		})
-	createPod(t, job, scriptedPod{index: 0, node: "node-a", phase: corev1.PodRunning, started: 90 * second})
-	createPod(t, job, scriptedPod{index: 1, node: "node-a", phase: corev1.PodFailed, started: 170 * second, finished: 100 * second, exitCode: 1})
-	createPod(t, job, scriptedPod{index: 1, attempt: 1, failures: 1, node: "node-b", phase: corev1.PodFailed, started: 60 * second, finished: 10 * second, exitCode: 1})
-	createPod(t, job, scriptedPod{index: 2, node: "node-b", phase: corev1.PodFailed, started: 100 * second, finished: 5 * second, exitCode: 137,
+	const nodeA, nodeB = "node-a", "node-b"
+	createPod(t, job, scriptedPod{index: 0, node: nodeA, phase: corev1.PodRunning, started: 90 * second})
+	createPod(t, job, scriptedPod{index: 1, node: nodeA, phase: corev1.PodFailed, started: 170 * second, finished: 100 * second, exitCode: 1})
+	createPod(t, job, scriptedPod{index: 1, attempt: 1, failures: 1, node: nodeB, phase: corev1.PodFailed, started: 60 * second, finished: 10 * second, exitCode: 1})
+	createPod(t, job, scriptedPod{index: 2, node: nodeB, phase: corev1.PodFailed, started: 100 * second, finished: 5 * second, exitCode: 137,
 		conditions: disrupted(6 * second)})
-	createPod(t, job, scriptedPod{index: 3, node: "node-a", phase: corev1.PodFailed, started: 150 * second, finished: 120 * second, exitCode: 3})
+	createPod(t, job, scriptedPod{index: 3, node: nodeA, phase: corev1.PodFailed, started: 150 * second, finished: 120 * second, exitCode: 3})
 	createPod(t, job, scriptedPod{index: 4, phase: corev1.PodPending, started: 170 * second, waiting: "Unschedulable"})
-	createPod(t, job, scriptedPod{index: 5, node: "node-b", phase: corev1.PodRunning, started: 150 * second, deleted: true})
-	newEvent(t, job, corev1.EventTypeNormal, "SuccessfulCreate", "Created 6 pod(s)", 3*minute)
+	createPod(t, job, scriptedPod{index: 5, node: nodeB, phase: corev1.PodRunning, started: 150 * second, deleted: true})
+	createdEvent(t, job, "Created 6 pod(s)", 3*minute)
 
-	checkGolden(t, ns, "policies", []goldenCommand{
-		{"indexes", []string{"indexes", "train"}},
-		{"indexes-wide", []string{"indexes", "train", "-o", "wide"}},
-		{"indexes-running", []string{"indexes", "train", "--running"}},
-		{"indexes-yaml", []string{"indexes", "train", "--index", "1,2", "-o", "yaml"}},
-		{"describe", []string{"describe", "train"}},
-		{"rerun-index", []string{"rerun", "train", "--index", "1-2,6", "--name", "train-fix", "--dry-run=server", "-o", "name"}},
+	checkGolden(t, ns, "policies", []string{
+		"indexes = indexes train",
+		"indexes-wide = indexes train -o wide",
+		"indexes-running = indexes train --running",
+		"indexes-yaml = indexes train --index 1,2 -o yaml",
+		"describe = describe train",
+		"rerun-index = rerun train --index 1-2,6 --name train-fix --dry-run=server -o name",
 	})
 }
 
@@ -152,9 +153,9 @@ func TestMemoryRaisedAfterOOMKills(t *testing.T) {
 		memory: "main=1536Mi"})
 	createPod(t, job, scriptedPod{index: 1, node: "n", phase: corev1.PodSucceeded, started: 5 * minute, finished: 3 * minute, memory: "main=1Gi"})
 
-	checkGolden(t, ns, "oom", []goldenCommand{
-		{"indexes-wide", []string{"indexes", "oom", "-o", "wide"}},
-		{"indexes-json", []string{"indexes", "oom", "-o", "json"}},
+	checkGolden(t, ns, "oom", []string{
+		"indexes-wide = indexes oom -o wide",
+		"indexes-json = indexes oom -o json",
 	})
 }
 
@@ -189,11 +190,11 @@ func TestJobsThatEnded(t *testing.T) {
 	createPod(t, deadline, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 3 * minute, finished: 150 * second})
 	createPod(t, deadline, scriptedPod{index: 1, node: "n", phase: corev1.PodFailed, started: 3 * minute, finished: 2 * minute, exitCode: 137, deleted: true})
 
-	checkGolden(t, ns, "ended", []goldenCommand{
-		{"exit42-indexes", []string{"indexes", "exit42"}},
-		{"deadline-indexes", []string{"indexes", "deadline"}},
-		{"deadline-describe", []string{"describe", "deadline"}},
-		{"deadline-rerun", []string{"rerun", "deadline", "--failed", "--dry-run"}},
+	checkGolden(t, ns, "ended", []string{
+		"exit42-indexes = indexes exit42",
+		"deadline-indexes = indexes deadline",
+		"deadline-describe = describe deadline",
+		"deadline-rerun = rerun deadline --failed --dry-run",
 	})
 }
 
@@ -213,7 +214,7 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 	quota := createJob(t, quotaSpec,
 		ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Succeeded: 1, CompletedIndexes: "0"})
 	createPod(t, quota, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 9 * minute})
-	newEvent(t, quota, corev1.EventTypeNormal, "SuccessfulCreate", "Created 1 pod(s)", 10*minute)
+	createdEvent(t, quota, "Created 1 pod(s)", 10*minute)
 	coreEvent(t, quota, corev1.EventTypeWarning, "FailedCreate",
 		`Error creating pod quota-1-0: pods "quota-1-0" is forbidden: exceeded quota: compute, requested: cpu=1, used: cpu=1, limited: cpu=1`,
 		7, 9*minute, 30*second)
@@ -227,12 +228,12 @@ func TestWhyAJobDoesNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkGolden(t, ns, "stalled", []goldenCommand{
-		{"backoff-describe", []string{"describe", "backoff"}},
-		{"backoff-indexes", []string{"indexes", "backoff"}},
-		{"quota-describe", []string{"describe", "quota"}},
-		{"queued-describe", []string{"describe", "queued"}},
-		{"describe-namespace", []string{"describe"}},
+	checkGolden(t, ns, "stalled", []string{
+		"backoff-describe = describe backoff",
+		"backoff-indexes = indexes backoff",
+		"quota-describe = describe quota",
+		"queued-describe = describe queued",
+		"describe-namespace = describe",
 	})
 }
 
@@ -277,10 +278,10 @@ func TestManyIndexesAreSummarised(t *testing.T) {
 	createPod(t, job, scriptedPod{index: 50, node: "n", phase: corev1.PodRunning, started: 5 * minute})
 	createPod(t, job, scriptedPod{index: 51, node: "n", phase: corev1.PodRunning, started: 4 * minute})
 
-	checkGolden(t, ns, "many", []goldenCommand{
-		{"indexes", []string{"indexes", "wide"}},
-		{"indexes-range", []string{"indexes", "wide", "--index", "48-53"}},
-		{"indexes-all", []string{"indexes", "wide", "--all"}},
+	checkGolden(t, ns, "many", []string{
+		"indexes = indexes wide",
+		"indexes-range = indexes wide --index 48-53",
+		"indexes-all = indexes wide --all",
 	})
 }
 
@@ -300,13 +301,13 @@ func TestTheLargestCompletions(t *testing.T) {
 	createPod(t, job, scriptedPod{index: 5, node: "n", phase: corev1.PodRunning, started: minute})
 	createPod(t, job, scriptedPod{index: 6, node: "n", phase: corev1.PodFailed, started: 40 * second, finished: 4 * second, exitCode: 1})
 
-	checkGolden(t, ns, "largest", []goldenCommand{
-		{"indexes", []string{"indexes", "huge"}},
-		{"indexes-all", []string{"indexes", "huge", "--all", "--chunk-size", "2"}},
-		{"indexes-failed", []string{"indexes", "huge", "--failed"}},
-		{"indexes-last", []string{"indexes", "huge", "--index", "2147483640-2147483646"}},
-		{"indexes-json", []string{"indexes", "huge", "-o", "json"}},
-		{"describe", []string{"describe", "huge"}},
+	checkGolden(t, ns, "largest", []string{
+		"indexes = indexes huge",
+		"indexes-all = indexes huge --all --chunk-size 2",
+		"indexes-failed = indexes huge --failed",
+		"indexes-last = indexes huge --index 2147483640-2147483646",
+		"indexes-json = indexes huge -o json",
+		"describe = describe huge",
 	})
 }
 
@@ -314,8 +315,8 @@ func TestTheLargestCompletions(t *testing.T) {
 // indexes cannot have.
 func TestNothingToShow(t *testing.T) {
 	ns := namespace(t, "empty")
-	checkGolden(t, ns, "empty", []goldenCommand{
-		{"describe", []string{"describe"}},
-		{"indexes-name", []string{"indexes", "any", "-o", "name"}},
+	checkGolden(t, ns, "empty", []string{
+		"describe = describe",
+		"indexes-name = indexes any -o name",
 	})
 }

@@ -176,9 +176,9 @@ func coreEvent(t *testing.T, job *ibjv1.IndexedBatchJob, typ, reason, message st
 	}
 }
 
-// newEvent records an event about the job through events.k8s.io/v1, as
-// the operator's recorder writes them.
-func newEvent(t *testing.T, job *ibjv1.IndexedBatchJob, typ, reason, note string, ago time.Duration) {
+// createdEvent records the operator's SuccessfulCreate event about the job
+// through events.k8s.io/v1, as its recorder writes them.
+func createdEvent(t *testing.T, job *ibjv1.IndexedBatchJob, note string, ago time.Duration) {
 	t.Helper()
 	e := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: job.Name + "-", Namespace: job.Namespace},
@@ -186,7 +186,7 @@ func newEvent(t *testing.T, job *ibjv1.IndexedBatchJob, typ, reason, note string
 			Namespace: job.Namespace, Name: job.Name, UID: job.UID},
 		EventTime:           metav1.NewMicroTime(now.Add(-ago)),
 		ReportingController: "indexedbatchjob-controller", ReportingInstance: "indexedbatchjob-controller-1",
-		Action: "Sync", Type: typ, Reason: reason, Note: note,
+		Action: "Sync", Type: corev1.EventTypeNormal, Reason: "SuccessfulCreate", Note: note,
 	}
 	if err := k8sClient.Create(context.Background(), e); err != nil {
 		t.Fatal(err)

@@ -130,18 +130,15 @@ func golden(t *testing.T, name, got string) {
 
 // checkGolden runs each command and compares its output with
 // testdata/<prefix>-<name>.golden, one subtest each.
-func checkGolden(t *testing.T, ns, prefix string, commands []goldenCommand) {
+func checkGolden(t *testing.T, ns, prefix string, commands []string) {
 	t.Helper()
 	for _, c := range commands {
-		t.Run(c.name, func(t *testing.T) {
-			golden(t, prefix+"-"+c.name, kubectlIBJ(t, ns, c.args...))
+		name, line, ok := strings.Cut(c, " = ")
+		if !ok {
+			t.Fatalf("golden command %q is not \"<golden file> = <command line>\"", c)
+		}
+		t.Run(name, func(t *testing.T) {
+			golden(t, prefix+"-"+name, kubectlIBJ(t, ns, strings.Fields(line)...))
 		})
 	}
-}
-
-// goldenCommand is one command line of a scenario and the name of its
-// golden file.
-type goldenCommand struct {
-	name string
-	args []string
 }

@@ -213,6 +213,9 @@ func update(base *v1alpha1.IndexedBatchJob, change func(*v1alpha1.IndexedBatchJo
 	return k8sClient.Update(ctx, stored)
 }
 
+// zoneLabel is the node label the templates' nodeSelectors name.
+const zoneLabel = "zone"
+
 var _ = Describe("IndexedBatchJob admission", func() {
 	DescribeTable("rejects an invalid job at creation",
 		func(job *v1alpha1.IndexedBatchJob, message string) {
@@ -556,13 +559,15 @@ var _ = Describe("IndexedBatchJob admission", func() {
 				j.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
 			}, msgContainersChanged),
 		Entry("of the template's nodeSelector while running", job().Obj(),
-			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }, msgTemplateImmutable),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.NodeSelector = map[string]string{zoneLabel: "b"}
+			}, msgTemplateImmutable),
 		Entry("of the template's labels while running", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Labels = map[string]string{"team": "b"} }, msgTemplateImmutable),
 		Entry("of the template's nodeSelector in the update that suspends the job", job().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
 				j.Spec.Suspend = ptr.To(true)
-				j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"}
+				j.Spec.Template.Spec.NodeSelector = map[string]string{zoneLabel: "b"}
 			}, msgTemplateImmutable),
 		Entry("that makes an otherwise valid field invalid: maxFailedIndexes above completions",
 			job().BackoffLimitPerIndex(1).MaxFailedIndexes(1).Obj(),
@@ -576,8 +581,10 @@ var _ = Describe("IndexedBatchJob admission", func() {
 
 		Entry("that changes nothing", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).SuccessPolicy(harness.SucceededCount(1)).Obj(),
 			func(*v1alpha1.IndexedBatchJob) {}),
-		Entry("of the template's nodeSelector while suspended", suspendedJob().NodeSelector("zone", "a").Obj(),
-			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"} }),
+		Entry("of the template's nodeSelector while suspended", suspendedJob().NodeSelector(zoneLabel, "a").Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.Template.Spec.NodeSelector = map[string]string{zoneLabel: "b"}
+			}),
 		Entry("of the template's tolerations while suspended", suspendedJob().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
 				j.Spec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
@@ -593,7 +600,7 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("of the template's scheduling directives in the update that resumes the job", suspendedJob().Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
 				j.Spec.Suspend = ptr.To(false)
-				j.Spec.Template.Spec.NodeSelector = map[string]string{"zone": "b"}
+				j.Spec.Template.Spec.NodeSelector = map[string]string{zoneLabel: "b"}
 				j.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/gate"}}
 			}),
 		Entry("of a container's resources while suspended (KEP-5440)", suspendedJob().Obj(),

@@ -16,6 +16,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // causeFields are the fields an Invalid error names.
@@ -48,7 +49,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 	DescribeTable("refuses at create a template whose pod the API server refuses, naming the field",
 		func(edit func(*corev1.PodSpec), field, message string) {
-			ns := newNamespace(nil)
+			ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 			job := harness.MakeIndexedBatchJob("bad", ns).Obj()
 			edit(&job.Spec.Template.Spec)
 
@@ -107,7 +108,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	)
 
 	It("refuses through the webhook, as kubectl shows it", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := harness.MakeIndexedBatchJob("bad", ns).Obj()
 		job.Spec.Template.Spec.Containers[0].Name = "Main_1"
 		err := k8sClient.Create(ctx, job)
@@ -123,7 +124,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 	DescribeTable("refuses at update a template changed into one whose pod the API server refuses",
 		func(edit func(*corev1.PodTemplateSpec), field string) {
-			ns := newNamespace(nil)
+			ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 			job := harness.MakeIndexedBatchJob("upd", ns).Suspend(true).Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			// The CRD lets a suspended job's scheduling directives change.
@@ -145,7 +146,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 	DescribeTable("refuses a suspended job's container changed in anything but its resources (the CRD checks only names and order)",
 		func(edit func(*corev1.PodTemplateSpec), field string) {
-			ns := newNamespace(nil)
+			ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 			job := harness.MakeIndexedBatchJob("ctr", ns).Suspend(true).InitContainer("setup").Obj()
 			Expect(k8sClient.Create(ctx, job)).To(Succeed())
 			edit(&job.Spec.Template)
@@ -167,7 +168,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	)
 
 	It("admits a suspended job's container resources changed, as upstream 1.36 does (KEP-5440)", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := harness.MakeIndexedBatchJob("res", ns).Suspend(true).InitContainer("setup").Obj()
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
@@ -179,7 +180,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	})
 
 	It("admits valid templates: a sidecar, volumes, env that refers to JOB_COMPLETION_INDEX", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		sidecar := container("proxy")
 		sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 		job := harness.MakeIndexedBatchJob("ok", ns).Completions(4).Obj()
@@ -205,7 +206,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 	})
 
 	It("admits, with a warning, a job whose pods Pod Security forbids now: the job's status will say so", func() {
-		ns := newNamespace(map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}})
 		warnings.take()
 		Expect(k8sClient.Create(ctx, harness.MakeIndexedBatchJob("psa", ns).Obj())).To(Succeed())
 		Expect(warnings.take()).To(ContainElement(And(
@@ -217,7 +218,7 @@ var _ = Describe("The pod template is judged as the Pod API judges it", func() {
 
 var _ = Describe("What the CRD's schema cannot state", func() {
 	It("refuses a pod template that sets a key the operator reserves on its pods, naming the field", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := harness.MakeIndexedBatchJob("reserved", ns).PodAnnotation(ibjv1.DiscardedAnnotation, "true").
 			PodLabel(ibjv1.JobNameLabel, "someone-else").Obj()
 		err := k8sClient.Create(ctx, job)
@@ -230,7 +231,7 @@ var _ = Describe("What the CRD's schema cannot state", func() {
 	})
 
 	It("refuses a success policy rule whose succeededCount exceeds its succeededIndexes, with upstream's message", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := harness.MakeIndexedBatchJob("unmeetable", ns).Completions(10).
 			SuccessPolicy(batchv1.SuccessPolicyRule{SucceededIndexes: ptr.To("0,5"), SucceededCount: ptr.To[int32](3)}).Obj()
 		err := k8sClient.Create(ctx, job)
@@ -251,7 +252,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 	}
 
 	It("refuses a template memory above maxMemory, naming the field", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := oomJob("above-max", ns)
 		job.Spec.Template.Spec.Containers[0].Resources.Limits = memory("3Gi")
 		err := k8sClient.Create(ctx, job)
@@ -261,7 +262,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 	})
 
 	It("refuses a job whose pod raised to maxMemory the Pod API refuses, though its first pod is valid", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		// A pod-level memory limit of 1Gi holds the first pod's container
 		// (1Gi) but not the raised one (2Gi).
 		job := oomJob("pod-level", ns)
@@ -278,7 +279,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 	})
 
 	It("refuses an update of maxMemory below the template's memory (the webhook is called for retryResources changes)", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		job := oomJob("lowered", ns)
 		Expect(k8sClient.Create(ctx, job)).To(Succeed())
 		job.Spec.RetryResources.OnOOMKilled.MaxMemory = resource.MustParse("768Mi")
@@ -288,7 +289,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 	})
 
 	It("admits, with a warning naming it, a job whose raise a LimitRange caps below maxMemory", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
 			ObjectMeta: metav1.ObjectMeta{Name: "max", Namespace: ns},
 			Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
@@ -305,7 +306,7 @@ var _ = Describe("Memory after an OOM kill", func() {
 
 var _ = Describe("Defaults", func() {
 	It("writes backoffLimit and podReplacementPolicy into a new job, as batch/v1 does", func() {
-		ns := newNamespace(nil)
+		ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{})
 		plain := harness.MakeIndexedBatchJob("plain", ns).Obj()
 		perIndex := harness.MakeIndexedBatchJob("per-index", ns).BackoffLimitPerIndex(1).Obj()
 		withPolicy := harness.MakeIndexedBatchJob("policy", ns).PodFailurePolicy(

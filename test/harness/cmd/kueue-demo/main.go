@@ -1,7 +1,7 @@
 // Command kueue-demo runs Kueue for `make demo-kueue`: Kueue's core controllers
 // and scheduler, at the version go.mod pins, in one process against the
 // cluster of $KUBECONFIG, configured with integrations.externalFrameworks:
-// [IndexedBatchJob.v1alpha1.batch.indexedjob.dev] (internal/kueue/inprocess).
+// [IndexedBatchJob.v1alpha1.batch.indexedjob.dev] (test/harness/kueueinprocess).
 // It stands in for a Kueue deployment on the demo's throwaway cluster, which
 // cannot pull Kueue's image; it serves no webhooks (the CRDs' defaults and
 // validation apply). Kueue's CRDs must be installed first.
@@ -19,7 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/kueue/inprocess"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 )
 
 func main() {
@@ -32,7 +32,7 @@ func main() {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ibjv1.AddToScheme(scheme))
-	utilruntime.Must(inprocess.AddToScheme(scheme))
+	utilruntime.Must(kueueinprocess.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -43,7 +43,7 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := inprocess.Setup(ctx, mgr, false); err != nil {
+	if err := kueueinprocess.Setup(ctx, mgr, false); err != nil {
 		log.Error(err, "Unable to set up Kueue")
 		os.Exit(1)
 	}

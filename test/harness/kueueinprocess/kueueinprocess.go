@@ -1,11 +1,11 @@
-// Package inprocess runs Kueue itself, at the version go.mod pins, inside a
+// Package kueueinprocess runs Kueue itself, at the version go.mod pins, inside a
 // controller-runtime manager: its core controllers and scheduler, and
 // optionally its webhooks, configured with IndexedBatchJob as an external
 // framework (integrations.externalFrameworks), as Kueue's own integration
 // suites run it. The Kueue integration suite (test/integration/kueue) and
 // `make demo-kueue` (test/harness/cmd/kueue-demo) use it where no Kueue is deployed; the
 // operator never does.
-package inprocess
+package kueueinprocess
 
 import (
 	"context"
