@@ -82,9 +82,11 @@ func finished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
+// hasTrackingFinalizer: the pod holds a finalizer of the operator (tracking,
+// or index-retry, which a finished job must have let go of too).
 func hasTrackingFinalizer(p *corev1.Pod) bool {
 	for _, f := range p.Finalizers {
-		if f == ibjv1.TrackingFinalizer {
+		if f == ibjv1.TrackingFinalizer || f == ibjv1.IndexRetryFinalizer {
 			return true
 		}
 	}
