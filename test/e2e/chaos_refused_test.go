@@ -7,13 +7,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // refusedHexDigits are the last characters of a pod UID that the chaos
@@ -29,36 +27,9 @@ func refuseAtRandom(ctx SpecContext, ns, job string) {
 	GinkgoHelper()
 	name := "refuse-at-random-" + ns
 	digits := "['" + strings.Join(refusedHexDigits, "','") + "']"
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
-			MatchConditions: []admissionv1.MatchCondition{{
-				Name:       "the-chaos-job",
-				Expression: fmt.Sprintf(`has(object.metadata.labels) && '%[1]s' in object.metadata.labels && object.metadata.labels['%[1]s'] == '%[2]s'`, ibjv1.JobNameLabel, job),
-			}},
-			Validations: []admissionv1.Validation{{
-				Expression: fmt.Sprintf(`!%s.exists(d, object.metadata.uid.endsWith(d))`, digits),
-				Message:    "refused at random by the chaos policy",
-			}},
-		},
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns},
-			}},
-		},
-	}
+	policy, binding := harness.PodCreatePolicy(name, ns,
+		fmt.Sprintf(`has(object.metadata.labels) && '%[1]s' in object.metadata.labels && object.metadata.labels['%[1]s'] == '%[2]s'`, ibjv1.JobNameLabel, job),
+		fmt.Sprintf(`!%s.exists(d, object.metadata.uid.endsWith(d))`, digits), "refused at random by the chaos policy")
 	Expect(k8sClient.Create(ctx, policy)).To(Succeed())
 	Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 	DeferCleanup(func(ctx SpecContext) {

@@ -92,7 +92,7 @@ var landTogether = func(index int) podsim.Plan {
 }
 
 // startDiffKubelets runs the pods of both kinds of job in ns the same way.
-func startDiffKubelets(ctx SpecContext, ns string) {
+func startDiffKubelets(ns string) {
 	GinkgoHelper()
 	cs, err := kubernetes.NewForConfig(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())
@@ -155,7 +155,7 @@ var _ = Describe("Differential", Label("differential"), func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(cluster.StopComponent(proc)).To(Succeed()) })
 		ns := newNamespace(ctx)
-		startDiffKubelets(ctx, ns)
+		startDiffKubelets(ns)
 
 		runs := diffRuns()
 		results := make([]diffPair, runs)

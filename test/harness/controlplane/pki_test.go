@@ -14,6 +14,12 @@ import (
 	"k8s.io/client-go/util/keyutil"
 )
 
+// The names the serving certificates hold.
+const (
+	kubernetesDNS = "kubernetes.default.svc"
+	localhostDNS  = "localhost"
+)
+
 func TestNewPKIWritesWhatTheAPIServerItsUsersAndKubeletsNeed(t *testing.T) {
 	dir := t.TempDir()
 	nodeIP := net.ParseIP("198.19.3.2")
@@ -30,7 +36,7 @@ func TestNewPKIWritesWhatTheAPIServerItsUsersAndKubeletsNeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	serving := mustCert(t, p.CertFile)
-	for _, name := range []string{"127.0.0.1", "198.19.3.2", "localhost", "kubernetes.default.svc"} {
+	for _, name := range []string{"127.0.0.1", "198.19.3.2", localhostDNS, kubernetesDNS} {
 		if _, err := serving.Verify(x509.VerifyOptions{DNSName: name, Roots: roots}); err != nil {
 			t.Errorf("the API server's certificate for %s: %v", name, err)
 		}
@@ -123,7 +129,7 @@ func TestServingCertIsTrustedThroughItsCAForEachNameAndNoOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := ca.ServingCert([]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost", "kubernetes.default.svc"})
+	certPEM, keyPEM, err := ca.ServingCert([]net.IP{net.ParseIP("127.0.0.1")}, []string{localhostDNS, kubernetesDNS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +145,7 @@ func TestServingCertIsTrustedThroughItsCAForEachNameAndNoOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	for _, name := range []string{"localhost", "127.0.0.1", "kubernetes.default.svc"} {
+	for _, name := range []string{localhostDNS, "127.0.0.1", kubernetesDNS} {
 		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: pool(ca), KeyUsages: usage}); err != nil {
 			t.Errorf("serving %s: %v", name, err)
 		}

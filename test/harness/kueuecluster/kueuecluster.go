@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueueinprocess"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 

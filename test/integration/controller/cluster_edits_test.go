@@ -8,13 +8,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
@@ -33,32 +31,9 @@ var _ = Describe("Exact whatever the cluster does", func() {
 	refuseRetries := func() (lift func()) {
 		GinkgoHelper()
 		name := "refuse-retries-" + ns
-		policy := &admissionv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: admissionv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionv1.Fail),
-				MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionv1.RuleWithOperations{
-						Operations: []admissionv1.OperationType{admissionv1.Create},
-						Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-					},
-				}}},
-				Validations: []admissionv1.Validation{{
-					Expression: `!has(object.metadata.annotations) || !('` + ibjv1.AttemptAnnotation + `' in object.metadata.annotations) || object.metadata.annotations['` + ibjv1.AttemptAnnotation + `'] == '0'`,
-					Message:    "retries are refused by policy",
-				}},
-			},
-		}
-		binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        name,
-				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-				MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-					MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns},
-				}},
-			},
-		}
+		policy, binding := harness.PodCreatePolicy(name, ns, "",
+			`!has(object.metadata.annotations) || !('`+ibjv1.AttemptAnnotation+`' in object.metadata.annotations) || object.metadata.annotations['`+ibjv1.AttemptAnnotation+`'] == '0'`,
+			"retries are refused by policy")
 		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
 		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 		probe := &corev1.Pod{
@@ -132,7 +107,11 @@ var _ = Describe("Exact whatever the cluster does", func() {
 		// reasons: the job's events include one of these.
 		reasons []string
 	}
-	labels := func(l map[string]any) map[string]any { return map[string]any{"metadata": map[string]any{"labels": l}} }
+	// meta is a patch of one field of the pod's metadata.
+	meta := func(field string, value any) map[string]any {
+		return map[string]any{"metadata": map[string]any{field: value}}
+	}
+	released, foreign, invalid := []string{"PodReleased"}, []string{"PodReleased", "ForeignPod"}, []string{"InvalidPodIndex"}
 	DescribeTable("a pod edited so that it no longer belongs to its job, or names no valid index",
 		func(edit podEdit) {
 			job := harness.MakeIndexedBatchJob("edited", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(1).Obj()
@@ -184,17 +163,17 @@ var _ = Describe("Exact whatever the cluster does", func() {
 			expectNoFinalizers(ctx, ns, job.Name)
 		},
 		Entry("its job-name label removed", podEdit{
-			patch: labels(map[string]any{ibjv1.JobNameLabel: nil}), released: true, reasons: []string{"PodReleased"}}),
+			patch: meta("labels", map[string]any{ibjv1.JobNameLabel: nil}), released: true, reasons: released}),
 		Entry("its controller-uid label removed (it leaves the operator's watch)", podEdit{
-			patch: labels(map[string]any{ibjv1.ControllerUIDLabel: nil}), released: true, reasons: []string{"PodReleased"}}),
+			patch: meta("labels", map[string]any{ibjv1.ControllerUIDLabel: nil}), released: true, reasons: released}),
 		Entry("its controller-uid label naming another job", podEdit{
-			patch: labels(map[string]any{ibjv1.ControllerUIDLabel: "another-job"}), released: true, reasons: []string{"PodReleased", "ForeignPod"}}),
+			patch: meta("labels", map[string]any{ibjv1.ControllerUIDLabel: "another-job"}), released: true, reasons: foreign}),
 		Entry("its controller reference removed", podEdit{
-			patch: map[string]any{"metadata": map[string]any{"ownerReferences": nil}}, released: true, reasons: []string{"PodReleased", "ForeignPod"}}),
+			patch: meta("ownerReferences", nil), released: true, reasons: foreign}),
 		Entry("its index label moved to another index", podEdit{
-			patch: labels(map[string]any{ibjv1.CompletionIndexLabel: "1"}), reasons: []string{"InvalidPodIndex"}}),
+			patch: meta("labels", map[string]any{ibjv1.CompletionIndexLabel: "1"}), reasons: invalid}),
 		Entry("its index annotation moved out of range", podEdit{
-			patch: map[string]any{"metadata": map[string]any{"annotations": map[string]any{ibjv1.CompletionIndexLabel: "7"}}}, reasons: []string{"InvalidPodIndex"}}),
+			patch: meta("annotations", map[string]any{ibjv1.CompletionIndexLabel: "7"}), reasons: invalid}),
 	)
 
 	It("writes a pod still terminating past terminatingTimeoutSeconds Failed and replaces it, where batch/v1 would wait", func() {
@@ -219,8 +198,9 @@ var _ = Describe("Exact whatever the cluster does", func() {
 		lost.Store(true)
 		Expect(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(1))).To(Succeed())
 		Consistently(func() []string {
-			var names []string
-			for _, p := range jobPods(ctx, ns, job.Name) {
+			pods := jobPods(ctx, ns, job.Name)
+			names := make([]string, 0, len(pods))
+			for _, p := range pods {
 				names = append(names, p.Name)
 			}
 			return names

@@ -1,0 +1,42 @@
+package harness
+
+import (
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// PodCreatePolicy is a ValidatingAdmissionPolicy that refuses, with message,
+// the pod creates in namespace for which validation (a CEL expression on
+// object) is false, and its binding (Deny), both named name; match, when
+// not empty, is a CEL match condition that limits it to some pods. It
+// stands for what a policy engine, a quota or a LimitRange refuses.
+func PodCreatePolicy(name, namespace, match, validation, message string) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: validation, Message: message}},
+		},
+	}
+	if match != "" {
+		policy.Spec.MatchConditions = []admissionv1.MatchCondition{{Name: "match", Expression: match}}
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
+			}},
+		},
+	}
+	return policy, binding
+}
