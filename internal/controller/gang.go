@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
@@ -41,12 +40,7 @@ const gangTemplateName = "workers"
 
 // podGroupName is the PodGroup a pod of the job points at
 // (spec.schedulingGroup.podGroupName), nil for a job without gangScheduling.
-func podGroupName(job *ibjv1.IndexedBatchJob) *string {
-	if job.Spec.GangScheduling == nil {
-		return nil
-	}
-	return ptr.To(workloadapi.Name(job))
-}
+func podGroupName(job *ibjv1.IndexedBatchJob) *string { return podbuild.PodGroupName(job) }
 
 // newWorkload builds the job's Workload: one PodGroupTemplate with a gang
 // policy of minCount, the job as its controllerRef, and controlled by the
@@ -232,14 +226,4 @@ func podGroupCondition(g podGroup) metav1.Condition {
 		c.Message = fmt.Sprintf("Error creating Workload and PodGroup %s, no pod is created until they exist: %s", g.name, g.err)
 	}
 	return c
-}
-
-// schedulingGroup is the pods' spec.schedulingGroup: the job's PodGroup
-// with gangScheduling, the template's (unset, as admission requires)
-// otherwise.
-func schedulingGroup(job *ibjv1.IndexedBatchJob) *corev1.PodSchedulingGroup {
-	if name := podGroupName(job); name != nil {
-		return &corev1.PodSchedulingGroup{PodGroupName: name}
-	}
-	return job.Spec.Template.Spec.SchedulingGroup
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
@@ -53,11 +54,11 @@ func TestNewWorkloadAndPodGroup(t *testing.T) {
 
 func TestNewPodPointsAtTheJobsPodGroup(t *testing.T) {
 	base := harness.MakeIndexedBatchJob("train", "ns").UID("3f2a9c1d-5e6f").Completions(2).Parallelism(2)
-	if got := FirstPod(base.Clone().Obj(), 0).Spec.SchedulingGroup; got != nil {
+	if got := podbuild.First(base.Clone().Obj(), 0).Spec.SchedulingGroup; got != nil {
 		t.Errorf("a job without gangScheduling: schedulingGroup = %v, want none", got)
 	}
 	want := &corev1.PodSchedulingGroup{PodGroupName: ptr.To("train-3f2a9c1d")}
-	if diff := cmp.Diff(want, FirstPod(base.Clone().GangScheduling(0).Obj(), 1).Spec.SchedulingGroup); diff != "" {
+	if diff := cmp.Diff(want, podbuild.First(base.Clone().GangScheduling(0).Obj(), 1).Spec.SchedulingGroup); diff != "" {
 		t.Errorf("schedulingGroup (-want +got):\n%s", diff)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -146,11 +147,11 @@ func TestNewPodRaisesMemoryAfterOOMKills(t *testing.T) {
 func TestMostMemoryPodHasEveryRaisedContainerAtMaxMemory(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "3Gi").Obj()
 	job.Spec.Template.Spec.Containers[0].Resources = mem("512Mi", "1Gi")
-	if got, want := memoryOf(MostMemoryPod(job, 0, nil).Spec.Containers[0]), (memory{"3Gi", "3Gi"}); got != want {
+	if got, want := memoryOf(podbuild.MostMemory(job, 0, nil).Spec.Containers[0]), (memory{"3Gi", "3Gi"}); got != want {
 		t.Errorf("MostMemoryPod's main container = %+v, want %+v", got, want)
 	}
 	job.Spec.RetryResources = nil
-	if pod := MostMemoryPod(job, 0, nil); pod != nil {
+	if pod := podbuild.MostMemory(job, 0, nil); pod != nil {
 		t.Errorf("MostMemoryPod of a job without onOOMKilled = %s, want nil", pod.Name)
 	}
 }
@@ -192,7 +193,7 @@ func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
 			t.Errorf("%d OOM kills, cap %v: memory %+v capped %v raised %v; want %+v capped %v raised", tc.oomKills, tc.memoryCap, got, m.capped, m.raised, tc.want, tc.wantCapped)
 		}
 	}
-	if got := memoryOf(MostMemoryPod(job, 0, limitCap).Spec.Containers[0]); got != (memory{"1Gi", "1Gi"}) {
+	if got := memoryOf(podbuild.MostMemory(job, 0, limitCap).Spec.Containers[0]); got != (memory{"1Gi", "1Gi"}) {
 		t.Errorf("MostMemoryPod under a 1Gi LimitRange = %+v, want 1Gi and 1Gi", got)
 	}
 

@@ -9,11 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 )
 
 // Peer DNS (spec.network): a headless Service per job, so that the pod of
@@ -33,23 +33,7 @@ const serviceRecheckInterval = 30 * time.Second
 // serviceName is the name of the job's headless Service, and whether the
 // job asks for one (network.enableDNSHostnames): network.subdomain, or the
 // job's name.
-func serviceName(job *ibjv1.IndexedBatchJob) (string, bool) {
-	n := job.Spec.Network
-	if n == nil || !ptr.Deref(n.EnableDNSHostnames, false) {
-		return "", false
-	}
-	return ptr.Deref(n.Subdomain, job.Name), true
-}
-
-// podSubdomain is the pods' spec.subdomain: the headless Service's name with
-// peer DNS (admission allows a template subdomain only if it is that name),
-// the template's otherwise.
-func podSubdomain(job *ibjv1.IndexedBatchJob) string {
-	if name, ok := serviceName(job); ok {
-		return name
-	}
-	return job.Spec.Template.Spec.Subdomain
-}
+func serviceName(job *ibjv1.IndexedBatchJob) (string, bool) { return podbuild.ServiceName(job) }
 
 // newService builds the job's headless Service: no cluster IP, so that DNS
 // answers with the pods' own addresses and each pod's <hostname>.<service>

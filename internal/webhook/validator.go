@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 )
 
 // DefaultDryRunTimeout bounds the dry-run create of a job's first pod. It is
@@ -38,7 +38,7 @@ const placeholderUID types.UID = "00000000-0000-0000-0000-000000000000"
 
 // Validator judges a job's pod template as the Pod API judges it: it asks
 // the API server to create, as a dry run, the pod the controller would
-// create for index 0 (controller.FirstPod) in the job's namespace. No pod
+// create for index 0 (podbuild.First) in the job's namespace. No pod
 // validation is copied here, so the verdict is the API server's own, for its
 // version and its admission chain.
 type Validator struct {
@@ -168,7 +168,7 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 
 // judgePods dry-runs the job's first pod and, for a job with
 // retryResources.onOOMKilled, the pod with the most memory a raise can give
-// it (controller.MostMemoryPod), so that a raise after an OOM kill never
+// it (podbuild.MostMemory), so that a raise after an OOM kill never
 // makes a pod the API server refuses. The API server's answer decides:
 //   - Invalid (422): the job is rejected with the Pod API's causes, their
 //     fields under spec.template (see jobField);
@@ -186,7 +186,7 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 // A raise stops at the namespace's LimitRange maximum, as the controller
 // stops it; a warning says so when that is below maxMemory.
 func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
-	warnings, err := v.judgePod(ctx, job, controller.FirstPod(job, 0), "")
+	warnings, err := v.judgePod(ctx, job, podbuild.First(job, 0), "")
 	if err != nil || len(warnings) > 0 {
 		return warnings, err
 	}
@@ -200,7 +200,7 @@ func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (
 			"in namespace %s, below spec.retryResources.onOOMKilled.maxMemory (%s)",
 			memoryCap.Max.String(), memoryCap.LimitRange, job.Namespace, rr.OnOOMKilled.MaxMemory.String())}
 	}
-	more, err := v.judgePod(ctx, job, controller.MostMemoryPod(job, 0, memoryCap), raisedPodWords)
+	more, err := v.judgePod(ctx, job, podbuild.MostMemory(job, 0, memoryCap), raisedPodWords)
 	return append(warnings, more...), err
 }
 
