@@ -17,7 +17,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 const (
@@ -29,7 +29,7 @@ const (
 // kubectl runs the pinned kubectl against the cluster, as a user would, and
 // returns its combined output.
 func kubectl(args ...string) (string, error) {
-	bin := filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl")
+	bin := filepath.Join(controlplane.BinDir(root), "kubectl")
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
