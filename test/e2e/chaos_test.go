@@ -23,7 +23,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
@@ -309,7 +309,7 @@ var _ = Describe("Chaos", Ordered, Label("chaos"), func() {
 		for killed < cfg.kills {
 			Expect(run.terminal(ctx)).To(BeFalse(),
 				"the job ended after %d of %d kills: make it longer (IBJ_CHAOS_INDEXES) so every kill lands mid-run", killed, cfg.kills)
-			var proc *kwokcluster.Process
+			var proc *controlplane.Process
 			if first != nil {
 				proc, first = first.proc, nil
 			} else {

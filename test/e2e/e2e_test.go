@@ -19,6 +19,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -107,7 +108,7 @@ kubectl get ibj per-index -o json \
          spec: (.spec + {indexes: .status.failedIndexes})}' \
   | kubectl create -f -`
 		cmd := exec.Command("sh", "-c", script)
-		cmd.Env = append(os.Environ(), "KUBECTL="+filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl"),
+		cmd.Env = append(os.Environ(), "KUBECTL="+filepath.Join(controlplane.BinDir(root), "kubectl"),
 			"KUBECONFIG="+cluster.Kubeconfig, "NS="+ns)
 		out, err := cmd.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "%s", out)

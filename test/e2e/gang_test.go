@@ -16,6 +16,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
@@ -33,7 +34,7 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		minor, err := harness.ControlPlaneMinor(kwokcluster.ControlPlaneDir(root))
+		minor, err := harness.ControlPlaneMinor(controlplane.BinDir(root))
 		Expect(err).NotTo(HaveOccurred())
 		if minor < harness.WorkloadAPIMinor {
 			Skip(fmt.Sprintf("kube-apiserver 1.%d cannot serve the Workload API (1.%d or later)", minor, harness.WorkloadAPIMinor))
@@ -130,7 +131,7 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 
 // startOperatorOn starts the operator binary against a cluster other than
 // the suite's and waits until it is ready.
-func startOperatorOn(gc *kwokcluster.Cluster) *kwokcluster.Process {
+func startOperatorOn(gc *kwokcluster.Cluster) *controlplane.Process {
 	GinkgoHelper()
 	proc, err := gc.StartOperator(context.Background(), managerBin)
 	Expect(err).NotTo(HaveOccurred())

@@ -15,7 +15,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/kubectlibj"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 var _ = Describe("kubectl ibj", Ordered, func() {
@@ -41,7 +41,7 @@ var _ = Describe("kubectl ibj", Ordered, func() {
 	// kubectlIBJ runs `kubectl ibj args…` through the pinned kubectl.
 	kubectlIBJ := func(args ...string) string {
 		GinkgoHelper()
-		cmd := exec.Command(filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl"),
+		cmd := exec.Command(filepath.Join(controlplane.BinDir(root), "kubectl"),
 			append(append([]string{"ibj"}, args...), "--kubeconfig", cluster.Kubeconfig)...)
 		cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()

@@ -29,6 +29,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
@@ -91,7 +92,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	By("running against kube-apiserver " + version)
 	k8sClient, err = client.New(cluster.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	kc = testutil.Kubectl{Path: filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl"), Kubeconfig: cluster.Kubeconfig, Dir: root}
+	kc = testutil.Kubectl{Path: filepath.Join(controlplane.BinDir(root), "kubectl"), Kubeconfig: cluster.Kubeconfig, Dir: root}
 
 	By("starting the operator")
 	op = startOperator()
@@ -122,7 +123,7 @@ var _ = AfterSuite(func() {
 
 // operator is the operator binary running as its own process.
 type operator struct {
-	proc  *kwokcluster.Process
+	proc  *controlplane.Process
 	probe int
 }
 
@@ -130,22 +131,22 @@ var operatorStarts int
 
 // webhookSlots holds the operator process serving the webhook on each of
 // the cluster's webhook ports (cluster.WebhookArgs), or nil.
-var webhookSlots []*kwokcluster.Process
+var webhookSlots []*controlplane.Process
 
 // launchOperator starts bin/manager against the cluster, as a deployment
 // would run it (its admission webhook included, on a free slot of the
 // cluster's webhook ports), with extra flags added, and returns at once: the
 // process, the port of its health probes and its log. A 1s pod failure
 // backoff (10s by default) keeps retries short.
-func launchOperator(extra ...string) (*kwokcluster.Process, int) {
+func launchOperator(extra ...string) (*controlplane.Process, int) {
 	GinkgoHelper()
 	operatorStarts++
 	probe, err := cluster.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	if webhookSlots == nil {
-		webhookSlots = make([]*kwokcluster.Process, len(cluster.WebhookBackendPorts))
+		webhookSlots = make([]*controlplane.Process, len(cluster.WebhookBackendPorts))
 	}
-	slot := slices.IndexFunc(webhookSlots, func(p *kwokcluster.Process) bool {
+	slot := slices.IndexFunc(webhookSlots, func(p *controlplane.Process) bool {
 		if p == nil {
 			return true
 		}
@@ -161,7 +162,7 @@ func launchOperator(extra ...string) (*kwokcluster.Process, int) {
 		"--pod-failure-backoff-max=4s",
 	}, cluster.WebhookArgs(slot, filepath.Join(cluster.Dir, fmt.Sprintf("webhook-certs-%d", operatorStarts)))...)
 	args = append(args, extra...)
-	proc, err := kwokcluster.StartProcess("manager", logPath, []string{"KUBECONFIG=" + cluster.Kubeconfig}, managerBin, args...)
+	proc, err := controlplane.StartProcess("manager", logPath, []string{"KUBECONFIG=" + cluster.Kubeconfig}, managerBin, args...)
 	Expect(err).NotTo(HaveOccurred())
 	webhookSlots[slot] = proc
 	return proc, probe

@@ -28,6 +28,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -105,7 +106,7 @@ func canaryWithin(ctx context.Context, attack string, run, alone time.Duration, 
 }
 
 // stillRunning fails the spec if the operator process has exited.
-func stillRunning(p *kwokcluster.Process) {
+func stillRunning(p *controlplane.Process) {
 	GinkgoHelper()
 	exited, err := p.Exited()
 	Expect(exited).To(BeFalse(), "the operator exited (%v); see %s", err, p.LogPath)

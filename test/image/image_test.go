@@ -31,6 +31,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -280,7 +281,7 @@ mount -o remount,bind,ro "$ROOTFS"
 exec chroot --userspec=65532:65532 --groups= "$ROOTFS" "$@"`
 	unshare := append([]string{"--mount", "--fork", "--kill-child", "sh", "-c", script, "sh", img.config.Config.Entrypoint[0]}, args...)
 	logPath := filepath.Join(dir, "manager.log")
-	proc, err := kwokcluster.StartProcess("manager", logPath, []string{"ROOTFS=" + rootfs, "VOLUME=" + volume}, "unshare", unshare...)
+	proc, err := controlplane.StartProcess("manager", logPath, []string{"ROOTFS=" + rootfs, "VOLUME=" + volume}, "unshare", unshare...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ exec chroot --userspec=65532:65532 --groups= "$ROOTFS" "$@"`
 }
 
 // waitReady waits until the operator's readiness probe answers 200.
-func waitReady(t *testing.T, proc *kwokcluster.Process, probe int) {
+func waitReady(t *testing.T, proc *controlplane.Process, probe int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -21,6 +21,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/multikueue"
 )
@@ -55,7 +56,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	missing := kwokcluster.MissingBinaries(root, kwokcluster.KwokKubelets)
 	manager, kueue := os.Getenv("IBJ_MANAGER"), os.Getenv("IBJ_KUEUE_MANAGER")
-	for _, bin := range []string{manager, kueue, filepath.Join(kwokcluster.ControlPlaneDir(root), "kube-controller-manager")} {
+	for _, bin := range []string{manager, kueue, filepath.Join(controlplane.BinDir(root), "kube-controller-manager")} {
 		if _, err := os.Stat(bin); bin == "" || err != nil {
 			missing = append(missing, bin)
 		}

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
 )
 
@@ -51,7 +51,7 @@ var (
 // kubectl runs the pinned kubectl against the cluster, as a user would, with
 // stdin if not empty, and returns its combined output.
 func kubectlIn(stdin string, args ...string) (string, error) {
-	bin := filepath.Join(kwokcluster.ControlPlaneDir(root), "kubectl")
+	bin := filepath.Join(controlplane.BinDir(root), "kubectl")
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
 	cmd.Dir = root
 	if stdin != "" {

@@ -2,7 +2,8 @@
 // etcd and kube-apiserver from the pinned control plane (bin/k8s/<version>),
 // with one PKI (pki.go), the CRDs asked for, and the kube-controller-manager
 // and kube-scheduler asked for. Every cluster of the harness starts here:
-// kwokcluster adds fake nodes (kwok or the pod simulator), the benchmark its
+// kwokcluster adds fake nodes (kwok or the pod simulator), nodecluster real
+// ones (each in a network namespace of its own: RunIn), the benchmark its
 // controllers under test. Run starts a node's processes (kwok, a kubelet)
 // beside it, so that Check and Stop cover them too.
 //
@@ -289,7 +290,12 @@ func (cp *ControlPlane) startEtcd() error {
 
 // start starts a process under Prefix, logging to <name>.log in Dir.
 func (cp *ControlPlane) start(name, path string, args ...string) (*Process, error) {
-	line := append(append(append([]string{}, cp.opts.Prefix...), path), args...)
+	return cp.startIn(cp.opts.Prefix, name, path, args...)
+}
+
+// startIn starts a process under prefix, logging to <name>.log in Dir.
+func (cp *ControlPlane) startIn(prefix []string, name, path string, args ...string) (*Process, error) {
+	line := append(append(append([]string{}, prefix...), path), args...)
 	return StartProcess(name, filepath.Join(cp.Dir, name+".log"), nil, line[0], line[1:]...)
 }
 
@@ -298,7 +304,14 @@ func (cp *ControlPlane) start(name, path string, args ...string) (*Process, erro
 // watches it and Stop stops it, before the components and the control
 // plane, in the reverse order of their starts.
 func (cp *ControlPlane) Run(name, path string, args ...string) (*Process, error) {
-	p, err := cp.start(name, path, args...)
+	return cp.RunIn(cp.opts.Prefix, name, path, args...)
+}
+
+// RunIn is Run under prefix in place of Options.Prefix: a node's process
+// in a network namespace of its own. A name with a slash (node/kubelet)
+// logs in a subdirectory of Dir, which must exist.
+func (cp *ControlPlane) RunIn(prefix []string, name, path string, args ...string) (*Process, error) {
+	p, err := cp.startIn(prefix, name, path, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +319,15 @@ func (cp *ControlPlane) Run(name, path string, args ...string) (*Process, error)
 	cp.processes = append(cp.processes, p)
 	cp.processMu.Unlock()
 	return p, nil
+}
+
+// Forget stops watching p, a process Run started that is stopped on
+// purpose (a node's kubelet restarted, a node lost): Check no longer
+// reports its exit and Stop no longer stops it.
+func (cp *ControlPlane) Forget(p *Process) {
+	cp.processMu.Lock()
+	defer cp.processMu.Unlock()
+	cp.processes = slices.DeleteFunc(cp.processes, func(q *Process) bool { return q == p })
 }
 
 // StartComponent starts kube-controller-manager or kube-scheduler (name)

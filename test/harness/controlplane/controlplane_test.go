@@ -113,6 +113,34 @@ func TestRunCoversAProcessInCheckAndStop(t *testing.T) {
 	}
 }
 
+// As a node cluster runs a node's kubelet: in the node's namespace (under
+// a prefix of its own), logging in the node's directory, and let go of
+// when it is stopped on purpose.
+func TestRunInCoversAProcessUntilForgotten(t *testing.T) {
+	cp := startOrSkip(t, controlplane.Options{Prefix: []string{"env", "IBJ_UNDER_PREFIX=cp"}})
+	if err := os.MkdirAll(filepath.Join(cp.Dir, "node-0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := cp.RunIn([]string{"env", "IBJ_UNDER_PREFIX=node"}, "node-0/kubelet", "sh", "-c", `echo "$IBJ_UNDER_PREFIX"; exec sleep 600`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cp.WaitFor(context.Background(), "the process's line", 10*time.Second, func() bool {
+		got, _ := os.ReadFile(filepath.Join(cp.Dir, "node-0", "kubelet.log"))
+		return string(got) == "node\n"
+	})
+	if err != nil {
+		t.Fatalf("a process RunIn under its own prefix, logging in node-0/kubelet.log: %v", err)
+	}
+	cp.Forget(kubelet)
+	if err := kubelet.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Check(); err != nil {
+		t.Errorf("Check after a forgotten process was killed = %v, want nil", err)
+	}
+}
+
 // hostAddress is a non-loopback IPv4 address of this host, off the node
 // clusters' own interfaces; nil where there is none.
 func hostAddress() net.IP {

@@ -66,7 +66,7 @@ type Options struct {
 // Manager is Kueue's manager running against a cluster.
 type Manager struct {
 	// Proc is the manager's process.
-	Proc *kwokcluster.Process
+	Proc *controlplane.Process
 	// Kubeconfig is the manager's kubeconfig: the cluster's admin token,
 	// impersonating Kueue's ServiceAccount, so that the API server
 	// authorizes each of its requests with Kueue's RBAC alone.
@@ -114,7 +114,7 @@ func Install(ctx context.Context, c *kwokcluster.Cluster, o Options) (*Manager, 
 		return nil, err
 	}
 	gates := strings.Join(append([]string{"VisibilityOnDemand=false"}, o.FeatureGates...), ",")
-	m.Proc, err = kwokcluster.StartProcess(o.Name, filepath.Join(c.Dir, o.Name+".log"),
+	m.Proc, err = controlplane.StartProcess(o.Name, filepath.Join(c.Dir, o.Name+".log"),
 		[]string{"KUBECONFIG=/etc/kueue/kubeconfig"},
 		"chroot", "--userspec="+strconv.Itoa(nonroot)+":"+strconv.Itoa(nonroot), "--groups=", root,
 		"/kueue", "--config=/etc/kueue/config.yaml", "--feature-gates="+gates)

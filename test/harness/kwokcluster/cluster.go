@@ -87,7 +87,7 @@ type Options struct {
 	// the pod simulator in this process.
 	Kubelets Kubelets
 	// KubeScheduler runs the control plane's kube-scheduler (from
-	// ControlPlaneDir) in place of the minimal binder, so that resources,
+	// controlplane.BinDir) in place of the minimal binder, so that resources,
 	// affinity and gang scheduling are decided as in a real cluster.
 	KubeScheduler bool
 	// WorkloadAPI starts kube-apiserver, and kube-scheduler with
@@ -131,20 +131,6 @@ type Cluster struct {
 	helpersLog      *os.File
 }
 
-// Process is a process the harness started: controlplane.Process, named
-// here for the suites and nodecluster, which start theirs with
-// StartProcess.
-type Process = controlplane.Process
-
-// StartProcess starts path with args, as controlplane.StartProcess.
-func StartProcess(name, logPath string, env []string, path string, args ...string) (*Process, error) {
-	return controlplane.StartProcess(name, logPath, env, path, args...)
-}
-
-// ControlPlaneDir is where hack/build-controlplane.sh puts etcd,
-// kube-apiserver and kubectl (controlplane.BinDir).
-func ControlPlaneDir(root string) string { return controlplane.BinDir(root) }
-
 // KwokBinary is where the Makefile installs kwok.
 func KwokBinary(root string) string {
 	if bin := os.Getenv("KWOK_BIN"); bin != "" {
@@ -160,7 +146,7 @@ func MissingBinaries(root string, kubelets Kubelets) []string {
 }
 
 func missingBinaries(root string, opts Options) []string {
-	bin := ControlPlaneDir(root)
+	bin := controlplane.BinDir(root)
 	bins := []string{filepath.Join(bin, controlplane.Etcd), filepath.Join(bin, controlplane.APIServer), filepath.Join(bin, controlplane.Kubectl)}
 	if opts.Kubelets == KwokKubelets {
 		bins = append(bins, KwokBinary(root))
@@ -244,7 +230,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // so both admission plugins are off.
 func controlPlaneOptions(opts Options, progress io.Writer) controlplane.Options {
 	cpo := controlplane.Options{
-		BinDir:         ControlPlaneDir(opts.Root),
+		BinDir:         controlplane.BinDir(opts.Root),
 		Dir:            opts.Dir,
 		Name:           "kwok",
 		Progress:       progress,
@@ -410,7 +396,7 @@ func (c *Cluster) waitNodesReady(ctx context.Context) error {
 // directory, and returns once its readiness probe answers (within a
 // minute). For a second cluster of a test; the e2e suite's own cluster
 // starts its operators itself, several at once.
-func (c *Cluster) StartOperator(ctx context.Context, bin string, extra ...string) (*Process, error) {
+func (c *Cluster) StartOperator(ctx context.Context, bin string, extra ...string) (*controlplane.Process, error) {
 	probe, err := c.FreePort()
 	if err != nil {
 		return nil, err
@@ -419,7 +405,7 @@ func (c *Cluster) StartOperator(ctx context.Context, bin string, extra ...string
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probe),
 	}, c.WebhookArgs(0, filepath.Join(c.Dir, "webhook-certs"))...)
-	p, err := StartProcess("manager", filepath.Join(c.Dir, "manager.log"), []string{"KUBECONFIG=" + c.Kubeconfig}, bin, append(args, extra...)...)
+	p, err := controlplane.StartProcess("manager", filepath.Join(c.Dir, "manager.log"), []string{"KUBECONFIG=" + c.Kubeconfig}, bin, append(args, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueuecluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
@@ -89,7 +90,7 @@ type Member struct {
 	// Kueue is Kueue's manager on it.
 	Kueue *kueuecluster.Manager
 	// Operator is the operator's process on it.
-	Operator *kwokcluster.Process
+	Operator *controlplane.Process
 	// Client is the cluster's admin, with IndexedBatchJobs and Kueue's API
 	// in its scheme.
 	Client client.Client

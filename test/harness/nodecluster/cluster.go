@@ -16,6 +16,10 @@
 // image are imported into each node's containerd from the OCI layouts make
 // node-images writes.
 //
+// The control plane is the harness's one launcher (controlplane), its
+// PKI and kubeconfigs included; the nodes' processes run beside it
+// (ControlPlane.RunIn), so that Check and Stop cover them.
+//
 // The control plane and each node run in network namespaces of their own
 // (see network.go), each node in a cgroup parent of its own (cgroups.go);
 // it needs root. The kubelets use the cgroupfs driver on this host's cgroup
@@ -37,16 +41,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
-
-// apiserverPort is the API server's port on the control plane's address:
-// the network namespace is the cluster's own, so a fixed port is free.
-const apiserverPort = 6443
 
 // Options says where the binaries and images are, where to put state, how
 // many nodes to run and how fast the cluster gives up on a lost node.
@@ -108,29 +105,23 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Cluster is a running cluster.
+// Cluster is a running cluster: the control plane (its admin Kubeconfig
+// and Config, Dir, Check) and the nodes.
 type Cluster struct {
-	// Kubeconfig is the path of an admin kubeconfig (group system:masters).
-	Kubeconfig string
-	// Config is the admin's client configuration.
-	Config *rest.Config
-	// Dir is Options.Dir.
-	Dir string
+	*controlplane.ControlPlane
 	// APIServerIP is the control plane's address, where this host reaches
 	// the API server.
 	APIServerIP net.IP
 	// Nodes are the nodes' names: ibj-node-0 to ibj-node-<Nodes-1>.
 	Nodes []string
 
-	opts        Options
-	bin         string // Kubernetes' binaries
-	net         *network
-	certs       *pki
-	clientset   kubernetes.Interface
-	kubeconfigs map[string]string // by identity
-	// processes are the control plane's, in the order started.
-	processes []*kwokcluster.Process
-	nodes     []*node
+	opts      Options
+	bin       string // Kubernetes' binaries
+	net       *network
+	clientset kubernetes.Interface
+	// proxyKubeconfig is kube-proxy's, shared by the nodes.
+	proxyKubeconfig string
+	nodes           []*node
 	// netnsBefore are the network namespaces of this host before the
 	// cluster started: the pods' that containerd leaves when its
 	// containers are killed are the others named cni-*.
@@ -144,7 +135,7 @@ func Prerequisites(root, imagesDir string) []string {
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (the kubelet, containerd and the network namespaces need it)")
 	}
-	bin := kwokcluster.ControlPlaneDir(root)
+	bin := controlplane.BinDir(root)
 	for _, name := range []string{"etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet"} {
 		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
 			missing = append(missing, filepath.Join(bin, name)+" (make node-binaries)")
@@ -179,14 +170,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if missing := Prerequisites(opts.Root, opts.ImagesDir); len(missing) > 0 {
 		return nil, fmt.Errorf("nodecluster: missing %s", strings.Join(missing, "; "))
 	}
-	dir, err := filepath.Abs(opts.Dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts, bin: kwokcluster.ControlPlaneDir(opts.Root)}
+	c = &Cluster{opts: opts, bin: controlplane.BinDir(opts.Root)}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
@@ -194,10 +178,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 	c.netnsBefore = netnsNames()
-	if err := c.setUp(); err != nil {
-		return c, err
-	}
-	if err := c.startControlPlane(ctx); err != nil {
+	if err := c.setUp(ctx); err != nil {
 		return c, err
 	}
 	for i := range c.Nodes {
@@ -211,7 +192,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	if err := c.waitFor(ctx, "the default service account", 60*time.Second, func() bool {
+	if err := c.WaitFor(ctx, "the default service account", 60*time.Second, func() bool {
 		_, err := c.clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	}); err != nil {
@@ -228,9 +209,9 @@ func (c *Cluster) step(format string, args ...any) {
 	}
 }
 
-// setUp creates the network namespaces, the credentials, the kubeconfigs
-// and each node's directories and configuration.
-func (c *Cluster) setUp() error {
+// setUp creates the network namespaces, starts the control plane in its
+// own, and makes each node's directories, kubeconfigs and configuration.
+func (c *Cluster) setUp(ctx context.Context) error {
 	c.step("creating the network namespaces of %d nodes", c.opts.Nodes)
 	var err error
 	if c.net, err = newNetwork(c.opts.Nodes); err != nil {
@@ -242,30 +223,17 @@ func (c *Cluster) setUp() error {
 		c.Nodes = append(c.Nodes, fmt.Sprintf("ibj-node-%d", i))
 		c.step("network namespace %s: node %s at %s, pods %s", n.name, c.Nodes[i], n.ip, n.pods)
 	}
-	c.certs, err = newPKI(filepath.Join(c.Dir, "pki"), c.Nodes, []net.IP{c.net.cp, c.net.kubernetesIP})
-	if err != nil {
+	c.step("starting the control plane (node monitor grace period %s, pod GC over %d terminated pods)",
+		c.opts.NodeMonitorGracePeriod, c.opts.TerminatedPodGCThreshold)
+	if c.ControlPlane, err = controlplane.Start(ctx, c.controlPlaneOptions()); err != nil {
 		return err
 	}
-	server := "https://" + net.JoinHostPort(c.net.cp.String(), fmt.Sprint(apiserverPort))
-	c.Config = &rest.Config{
-		Host:            server,
-		BearerToken:     c.certs.identities[admin].token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.certs.caCert},
-		QPS:             50,
-		Burst:           100,
-	}
-	c.kubeconfigs = map[string]string{}
-	for name := range c.certs.identities {
-		path := filepath.Join(c.Dir, name+".kubeconfig")
-		if name == admin {
-			path = c.Kubeconfig
-		}
-		if err := c.writeKubeconfig(path, name); err != nil {
-			return err
-		}
-		c.kubeconfigs[name] = path
-	}
+	c.Config.QPS, c.Config.Burst = 50, 100
 	if c.clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return err
+	}
+	c.proxyKubeconfig = filepath.Join(c.Dir, "kube-proxy.kubeconfig")
+	if err := c.WriteKubeconfig(c.proxyKubeconfig, proxyUser); err != nil {
 		return err
 	}
 	for i := range c.Nodes {
@@ -280,84 +248,27 @@ func (c *Cluster) setUp() error {
 	return nil
 }
 
-// startIn starts a component in a network namespace, its output appended
-// to logPath.
-func startIn(namespace, name, logPath, path string, args ...string) (*kwokcluster.Process, error) {
-	line := nsExec(namespace, append([]string{path}, args...)...)
-	return kwokcluster.StartProcess(name, logPath, nil, line[0], line[1:]...)
-}
-
-func (c *Cluster) writeKubeconfig(path, name string) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["ibj-node"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.certs.caCert}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: c.certs.identities[name].token}
-	cfg.Contexts["ibj-node"] = &clientcmdapi.Context{Cluster: "ibj-node", AuthInfo: name, Namespace: "default"}
-	cfg.CurrentContext = "ibj-node"
-	return clientcmd.WriteToFile(*cfg, path)
-}
-
-// waitFor polls done until it holds, a component exits, or timeout.
-func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, done func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := c.Check(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if done() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waited %s for %s; see the logs in %s", timeout, what, c.Dir)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// Check returns an error if a component has exited that was not stopped
-// on purpose (StopNode, RestartKubelet, RestartContainerd).
-func (c *Cluster) Check() error {
-	processes := c.processes
-	for _, n := range c.nodes {
-		processes = append(processes, n.running()...)
-	}
-	for _, p := range processes {
-		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited (%v); see %s", p.Name, err, p.LogPath)
-		}
-	}
-	return nil
-}
-
 // Stop stops every component and removes what they left on this host:
 // the containers, their mounts and cgroups, the network namespaces. Dir is
 // kept, for its logs.
 func (c *Cluster) Stop() error {
 	var errs []error
 	// The kubelets first, so that nothing restarts the containers killed
-	// next; the containerds after them; the control plane last.
+	// next; then the rest of the nodes' processes and the control plane.
 	for _, n := range c.nodes {
-		if n.kubelet != nil {
-			errs = append(errs, n.kubelet.Stop(10*time.Second))
-			n.kubelet = nil
-		}
+		errs = append(errs, c.stopProcess(&n.kubelet, 10*time.Second))
 		if n.containerd != nil {
 			killContainers(n.socket)
 		}
 	}
+	errs = append(errs, c.ControlPlane.Stop())
+	var prefixes []string
 	for _, n := range c.nodes {
-		errs = append(errs, n.halt(15*time.Second))
-	}
-	for i := len(c.processes) - 1; i >= 0; i-- {
-		errs = append(errs, c.processes[i].Stop(15*time.Second))
-	}
-	c.processes = nil
-	prefixes := []string{c.Dir}
-	for _, n := range c.nodes {
-		prefixes = append(prefixes, n.runDir)
+		n.proxy, n.containerd = nil, nil
+		// The containers before their shims, which reap them.
+		errs = append(errs, killCgroup(n.cgroupRoot))
+		killShims(n.socket)
+		prefixes = append(prefixes, n.dir, n.runDir)
 	}
 	errs = append(errs, unmountUnder(prefixes...))
 	for name := range netnsNames() {

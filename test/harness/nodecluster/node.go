@@ -2,7 +2,6 @@ package nodecluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
 )
 
@@ -20,42 +20,58 @@ import (
 // kube-proxy in a network namespace and a cgroup parent of their own, with
 // their state and logs in a directory of its own.
 type node struct {
-	index      int
 	name       string
 	net        nodeNet
 	dir        string // Cluster.Dir/<name>: state, configuration, logs
 	runDir     string // /run/<namespace>: sockets (a unix socket's path is short)
 	socket     string // containerd's
 	cgroupRoot string // the kubelet's cgroupRoot, in every hierarchy
-	// The components running now; nil once stopped.
-	containerd, kubelet, proxy *kwokcluster.Process
+	kubeconfig string // the kubelet's
+	// The components running now, which the control plane watches; nil
+	// once stopped.
+	containerd, kubelet, proxy *controlplane.Process
 }
 
-// running are the node's components that run.
-func (n *node) running() []*kwokcluster.Process {
-	var ps []*kwokcluster.Process
-	for _, p := range []*kwokcluster.Process{n.containerd, n.kubelet, n.proxy} {
-		if p != nil {
-			ps = append(ps, p)
-		}
+// run starts one of the node's components in its namespace, beside the
+// control plane, which watches it until stopProcess; its log is
+// <component>.log in the node's directory, one file across its restarts.
+func (c *Cluster) run(n *node, component, path string, args ...string) (*controlplane.Process, error) {
+	return c.RunIn(nsExec(n.net.name), n.name+"/"+component, path, args...)
+}
+
+// stopProcess stops a component of a node (SIGTERM, then SIGKILL after
+// grace; at once if grace is 0) once the control plane no longer watches
+// it, and clears it.
+func (c *Cluster) stopProcess(p **controlplane.Process, grace time.Duration) error {
+	if *p == nil {
+		return nil
 	}
-	return ps
+	c.Forget(*p)
+	var err error
+	if grace == 0 {
+		err = (*p).Kill()
+	} else {
+		err = (*p).Stop(grace)
+	}
+	*p = nil
+	return err
 }
-
-// log is the path of a component's log: one file across its restarts.
-func (n *node) log(component string) string { return filepath.Join(n.dir, component+".log") }
 
 // newNode makes node i's directories, cgroup root and configuration.
 func (c *Cluster) newNode(i int) (*node, error) {
 	nn := c.net.nodes[i]
-	n := &node{index: i, name: c.Nodes[i], net: nn, dir: filepath.Join(c.Dir, c.Nodes[i]),
+	n := &node{name: c.Nodes[i], net: nn, dir: filepath.Join(c.Dir, c.Nodes[i]),
 		runDir: filepath.Join("/run", nn.name), cgroupRoot: "/" + nn.name}
 	n.socket = filepath.Join(n.runDir, "containerd.sock")
+	n.kubeconfig = filepath.Join(n.dir, "kubeconfig")
 	cniConf := filepath.Join(n.dir, "cni", "net.d")
 	for _, dir := range []string{n.runDir, cniConf} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return n, err
 		}
+	}
+	if err := c.WriteKubeconfig(n.kubeconfig, nodeUser(n.name)); err != nil {
+		return n, err
 	}
 	if err := makeCgroupRoot(n.cgroupRoot); err != nil {
 		return n, fmt.Errorf("cgroup root of %s: %w", n.name, err)
@@ -86,8 +102,8 @@ func (c *Cluster) bootNode(i int, withImages bool) error {
 			return fmt.Errorf("%s: %w", n.name, err)
 		}
 	}
-	p, err := startIn(n.net.name, n.name+"/kube-proxy", n.log("kube-proxy"), filepath.Join(c.bin, "kube-proxy"),
-		"--kubeconfig="+c.kubeconfigs[proxy],
+	p, err := c.run(n, "kube-proxy", filepath.Join(c.bin, "kube-proxy"),
+		"--kubeconfig="+c.proxyKubeconfig,
 		"--proxy-mode=iptables",
 		"--cluster-cidr="+c.net.clusterPods,
 		"--hostname-override="+n.name,
@@ -107,20 +123,20 @@ func (c *Cluster) bootNode(i int, withImages bool) error {
 }
 
 func (c *Cluster) startContainerd(n *node) error {
-	p, err := startIn(n.net.name, n.name+"/containerd", n.log("containerd"), "containerd", "--config", filepath.Join(n.dir, "containerd.toml"))
+	p, err := c.run(n, "containerd", "containerd", "--config", filepath.Join(n.dir, "containerd.toml"))
 	if err != nil {
 		return err
 	}
 	n.containerd = p
-	return c.waitFor(context.Background(), n.name+"'s containerd", 30*time.Second, func() bool {
+	return c.WaitFor(context.Background(), n.name+"'s containerd", 30*time.Second, func() bool {
 		return exec.Command("ctr", "--address", n.socket, "version").Run() == nil
 	})
 }
 
 func (c *Cluster) startKubelet(n *node) error {
-	p, err := startIn(n.net.name, n.name+"/kubelet", n.log("kubelet"), filepath.Join(c.bin, "kubelet"),
+	p, err := c.run(n, "kubelet", filepath.Join(c.bin, "kubelet"),
 		"--config="+filepath.Join(n.dir, "kubelet.yaml"),
-		"--kubeconfig="+c.kubeconfigs[kubeletID(n.index)],
+		"--kubeconfig="+n.kubeconfig,
 		"--root-dir="+filepath.Join(n.dir, "kubelet"),
 		"--hostname-override="+n.name,
 		"--node-ip="+n.net.ip.String(),
@@ -177,23 +193,7 @@ evictionHard:
   imagefs.available: 1%%
 nodeStatusUpdateFrequency: 5s
 nodeLeaseDurationSeconds: %d
-`, n.cgroupRoot, n.socket, filepath.Join(n.dir, "pod-logs"), n.net.ip, c.certs.caFile, max(lease, 4))
-}
-
-// halt stops the node's components that run (SIGTERM, then SIGKILL after
-// grace), its containerd's shims and every process left in its cgroup.
-func (n *node) halt(grace time.Duration) error {
-	var errs []error
-	for _, p := range []**kwokcluster.Process{&n.kubelet, &n.proxy, &n.containerd} {
-		if *p != nil {
-			errs = append(errs, (*p).Stop(grace))
-			*p = nil
-		}
-	}
-	// The containers before their shims, which reap them.
-	errs = append(errs, killCgroup(n.cgroupRoot))
-	killShims(n.socket)
-	return errors.Join(errs...)
+`, n.cgroupRoot, n.socket, filepath.Join(n.dir, "pod-logs"), n.net.ip, c.PKI.CAFile, max(lease, 4))
 }
 
 // StopNode loses node i as a machine that lost its power: its kubelet,
@@ -206,12 +206,9 @@ func (n *node) halt(grace time.Duration) error {
 // boots it again.
 func (c *Cluster) StopNode(i int) error {
 	n := c.nodes[i]
-	for _, p := range []**kwokcluster.Process{&n.kubelet, &n.proxy, &n.containerd} {
-		if *p != nil {
-			if err := (*p).Kill(); err != nil {
-				return err
-			}
-			*p = nil
+	for _, p := range []**controlplane.Process{&n.kubelet, &n.proxy, &n.containerd} {
+		if err := c.stopProcess(p, 0); err != nil {
+			return err
 		}
 	}
 	// The containers before their shims, which reap them.
@@ -238,7 +235,7 @@ func (c *Cluster) StartNode(ctx context.Context, i int) error {
 // WaitNodeReady waits until node i is Ready with no not-ready or
 // unreachable taint.
 func (c *Cluster) WaitNodeReady(ctx context.Context, i int, timeout time.Duration) error {
-	return c.waitFor(ctx, c.Nodes[i]+" to be Ready", timeout, func() bool {
+	return c.WaitFor(ctx, c.Nodes[i]+" to be Ready", timeout, func() bool {
 		node, err := c.clientset.CoreV1().Nodes().Get(ctx, c.Nodes[i], metav1.GetOptions{})
 		return err == nil && kwokcluster.NodeReady(node) && !notReadyTainted(node)
 	})
@@ -263,9 +260,7 @@ func (c *Cluster) StopKubelet(i int) error {
 	if n.kubelet == nil {
 		return fmt.Errorf("%s's kubelet is not running", n.name)
 	}
-	err := n.kubelet.Stop(10 * time.Second)
-	n.kubelet = nil
-	return err
+	return c.stopProcess(&n.kubelet, 10*time.Second)
 }
 
 // StartKubelet starts node i's kubelet again, with its state.
@@ -283,9 +278,7 @@ func (c *Cluster) StopContainerd(i int) error {
 	if n.containerd == nil {
 		return fmt.Errorf("%s's containerd is not running", n.name)
 	}
-	err := n.containerd.Stop(10 * time.Second)
-	n.containerd = nil
-	return err
+	return c.stopProcess(&n.containerd, 10*time.Second)
 }
 
 // StartContainerd starts node i's containerd again, with its state, and
