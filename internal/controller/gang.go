@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
@@ -37,10 +36,6 @@ const gangRecheckInterval = 30 * time.Second
 // gangTemplateName is the name of the one PodGroupTemplate of the job's
 // Workload.
 const gangTemplateName = "workers"
-
-// podGroupName is the PodGroup a pod of the job points at
-// (spec.schedulingGroup.podGroupName), nil for a job without gangScheduling.
-func podGroupName(job *ibjv1.IndexedBatchJob) *string { return podbuild.PodGroupName(job) }
 
 // newWorkload builds the job's Workload: one PodGroupTemplate with a gang
 // policy of minCount, the job as its controllerRef, and controlled by the

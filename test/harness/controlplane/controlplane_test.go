@@ -23,6 +23,11 @@ import (
 
 // startOrSkip starts a control plane of the pinned binaries, or skips
 // where they are not built.
+
+// envCommand runs a command with an environment variable set: a prefix
+// whose effect the specs can see.
+const envCommand = "env"
+
 func startOrSkip(t *testing.T, opts controlplane.Options) *controlplane.ControlPlane {
 	t.Helper()
 	root, err := harness.RepoRoot()
@@ -117,11 +122,11 @@ func TestRunCoversAProcessInCheckAndStop(t *testing.T) {
 // a prefix of its own), logging in the node's directory, and let go of
 // when it is stopped on purpose.
 func TestRunInCoversAProcessUntilForgotten(t *testing.T) {
-	cp := startOrSkip(t, controlplane.Options{Prefix: []string{"env", "IBJ_UNDER_PREFIX=cp"}})
+	cp := startOrSkip(t, controlplane.Options{Prefix: []string{envCommand, "IBJ_UNDER_PREFIX=cp"}})
 	if err := os.MkdirAll(filepath.Join(cp.Dir, "node-0"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kubelet, err := cp.RunIn([]string{"env", "IBJ_UNDER_PREFIX=node"}, "node-0/kubelet", "sh", "-c", `echo "$IBJ_UNDER_PREFIX"; exec sleep 600`)
+	kubelet, err := cp.RunIn([]string{envCommand, "IBJ_UNDER_PREFIX=node"}, "node-0/kubelet", "sh", "-c", `echo "$IBJ_UNDER_PREFIX"; exec sleep 600`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +175,7 @@ func TestControlPlaneOnAHostAddressUnderAPrefixWithASchedulerOfItsOwnUser(t *tes
 	}
 	scheduler := "system:kube-scheduler"
 	cp := startOrSkip(t, controlplane.Options{
-		Address: addr, BindAddress: net.IPv4zero, Prefix: []string{"env", "IBJ_UNDER_PREFIX=1"},
+		Address: addr, BindAddress: net.IPv4zero, Prefix: []string{envCommand, "IBJ_UNDER_PREFIX=1"},
 		Users: []controlplane.User{{Name: scheduler}}, Scheduler: &controlplane.Component{User: scheduler},
 		// No kube-controller-manager makes the default service account.
 		APIServerFlags: []string{"--disable-admission-plugins=ServiceAccount"},
