@@ -80,7 +80,7 @@ func verbSummary(m map[string]int) string {
 		k string
 		v int
 	}
-	var xs []kv
+	xs := make([]kv, 0, len(m))
 	for k, v := range m {
 		xs = append(xs, kv{k, v})
 	}

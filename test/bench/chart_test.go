@@ -11,7 +11,7 @@ func TestDrawChartWritesAPNGOfTheChartsSize(t *testing.T) {
 	for name, rs := range map[string][]ratio{
 		"no workload": nil,
 		"two workloads, one far over its targets": {
-			{workload: "1k/p100", time: 0.3, cpu: 0.9, rss: 0.4, req: 1, targets: usual(targets{})},
+			{workload: quickWorkload, time: 0.3, cpu: 0.9, rss: 0.4, req: 1, targets: usual(targets{})},
 			{workload: "10k/p500 10% failing, backoffLimitPerIndex=1", time: 2.4, cpu: 0.5, rss: 0.3, req: 1.2, targets: usual(targets{Time: 0.75})},
 		},
 	} {
@@ -38,7 +38,7 @@ func TestDrawChartWritesAPNGOfTheChartsSize(t *testing.T) {
 
 func TestChartLabelFitsAWorkloadUnderItsBars(t *testing.T) {
 	for in, want := range map[string]string{
-		"1k/p100": "1k/p100",
+		quickWorkload: quickWorkload,
 		"10k/p500 10% failing, backoffLimitPerIndex=1": "10k/p500\n10% failing, BLPI=1",
 	} {
 		if got := chartLabel(in); got != want {

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -209,11 +210,14 @@ func main() {
 	log.Printf("wrote %s", *outDir)
 }
 
+// quickWorkload is the first workload, the only one -quick runs.
+const quickWorkload = "1k/p100"
+
 // selectWorkloads returns every workload (the report lists them in this
 // order) and those this run measures, as the flags pick them.
 func selectWorkloads() (all, workloads []workload) {
 	workloads = []workload{
-		{Name: "1k/p100", Completions: 1000, Parallelism: 100, Repeats: *repeats, Targets: usual(targets{})},
+		{Name: quickWorkload, Completions: 1000, Parallelism: 100, Repeats: *repeats, Targets: usual(targets{})},
 		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
 		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats, Targets: usual(targets{Time: 0.75})},
 		{Name: "10k/p500 unthrottled (QPS 1000/burst 2000)", Completions: 10000, Parallelism: 500, QPS: 1000, Burst: 2000, Repeats: *repeats, Targets: usual(targets{Time: 1.0, CPU: 0.7})},
@@ -298,14 +302,15 @@ func (b *bench) runAll(ctx context.Context, workloads []workload) (results []res
 // writeProfileTop writes profile-top.txt: pprof's top of the operator's
 // CPU profile, flat and cumulative, and of its heap at the end of the run.
 func writeProfileTop(mgrBin string) {
+	const topFlag = "-top"
 	var top []byte
 	for _, run := range []struct {
 		file string
 		args []string
 	}{
-		{"cpu.pprof", []string{"-top", "-nodecount=50"}},
-		{"cpu.pprof", []string{"-top", "-cum", "-nodecount=80"}},
-		{"heap.pprof", []string{"-top", "-sample_index=inuse_space", "-nodecount=30"}},
+		{"cpu.pprof", []string{topFlag, "-nodecount=50"}},
+		{"cpu.pprof", []string{topFlag, "-cum", "-nodecount=80"}},
+		{"heap.pprof", []string{topFlag, "-sample_index=inuse_space", "-nodecount=30"}},
 	} {
 		args := append([]string{"tool", "pprof"}, run.args...)
 		out, err := exec.Command("go", append(args, mgrBin, filepath.Join(*outDir, run.file))...).Output()
@@ -630,7 +635,7 @@ func (b *bench) measureStart(st *runState, r *result, profile string) {
 				return
 			}
 			defer resp.Body.Close()
-			data, _ := readAll(resp)
+			data, _ := io.ReadAll(resp.Body)
 			st.profDone <- data
 		}()
 	}
@@ -700,7 +705,7 @@ func (b *bench) measureEnd(st *runState, r *result) {
 	cnt, verbs := auditCount(b.auditLog, st.audit0, user)
 	r.Requests, r.Verbs = float64(cnt), verbs
 	if resp, err := metricsClient.Get(st.p.metricsURL); err == nil {
-		data, _ := readAll(resp)
+		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", st.n)), data, 0o644)
 	}
@@ -776,7 +781,7 @@ func (st *runState) saveProfile(path string) {
 	}
 	heapURL := strings.TrimSuffix(st.p.pprofURL, "profile") + "heap"
 	if resp, err := http.Get(heapURL); err == nil {
-		data, _ := readAll(resp)
+		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		_ = os.WriteFile(filepath.Join(filepath.Dir(path), "heap.pprof"), data, 0o644)
 	}
@@ -805,18 +810,6 @@ func (e expectation) check(o observed) []string {
 	chk("completedIndexes", o.completed, e.completed)
 	chk("failedIndexes", o.failedIdx, e.failedIdx)
 	return bad
-}
-
-func readAll(resp *http.Response) ([]byte, error) {
-	var out []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		out = append(out, buf[:n]...)
-		if err != nil {
-			return out, nil
-		}
-	}
 }
 
 // wipe deletes the run's objects and pods, so that the next controller's

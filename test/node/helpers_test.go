@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 // What dist/install.yaml installs.
@@ -48,53 +46,24 @@ var (
 	indexLabel   = map[string]string{ibjKind: "batch.indexedjob.dev/completion-index", jobKind: "batch.kubernetes.io/job-completion-index"}
 )
 
-// kubectl runs the pinned kubectl against the cluster, as a user would, with
-// stdin if not empty, and returns its combined output.
-func kubectlIn(stdin string, args ...string) (string, error) {
-	bin := filepath.Join(controlplane.BinDir(root), "kubectl")
-	cmd := exec.Command(bin, append([]string{"--kubeconfig", cluster.Kubeconfig}, args...)...)
-	cmd.Dir = root
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
+// kc runs the pinned kubectl against the cluster, as a user would.
+var kc testutil.Kubectl
 
-func kubectl(args ...string) (string, error) { return kubectlIn("", args...) }
-
-func mustKubectl(args ...string) string {
+// recordedNamespace creates a namespace for one spec (deleted when it ends;
+// if it fails, what was in it is reported) and records its pods from then
+// on.
+func recordedNamespace(ctx context.Context) string {
 	GinkgoHelper()
-	out, err := kubectl(args...)
-	Expect(err).NotTo(HaveOccurred(), "kubectl %s\n%s", strings.Join(args, " "), out)
-	return out
-}
-
-// newNamespace creates a namespace for one spec and, if the spec fails,
-// reports what was in it.
-func newNamespace(ctx context.Context) string {
-	GinkgoHelper()
-	ns, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "node-"}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func(ctx context.Context) {
-		if CurrentSpecReport().Failed() {
-			out, _ := kubectl("get", "ibj,jobs,pods", "-n", ns.Name, "-o", "wide")
-			AddReportEntry("objects", out)
-			out, _ = kubectl("get", "events", "-n", ns.Name, "--sort-by=.metadata.creationTimestamp")
-			AddReportEntry("events", out)
-		}
-		_ = clientset.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+	ns := testutil.NewNamespace(ctx, k8sClient, testutil.NamespaceOptions{
+		Prefix:                "node-",
+		Delete:                true,
+		WaitForServiceAccount: true,
+		OnFailure:             func(ns string) { kc.ReportNamespace(ns, "ibj,jobs,pods") },
 	})
 	watchCtx, stop := context.WithCancel(context.Background())
 	DeferCleanup(stop)
-	recordPods(watchCtx, ns.Name)
-	// Pods need the namespace's default service account, which
-	// kube-controller-manager creates.
-	Eventually(func() error {
-		_, err := clientset.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err
-	}).WithTimeout(30 * time.Second).Should(Succeed())
-	return ns.Name
+	recordPods(watchCtx, ns)
+	return ns
 }
 
 // jobManifest is an IndexedBatchJob or a batch/v1 Job with spec, a YAML
@@ -114,7 +83,7 @@ func jobManifest(kind, name, namespace, spec string) string {
 func createBoth(namespace, name, spec string) {
 	GinkgoHelper()
 	for _, kind := range []string{ibjKind, jobKind} {
-		out, err := kubectlIn(jobManifest(kind, name, namespace, spec), "create", "-f", "-")
+		out, err := kc.RunWithStdin(jobManifest(kind, name, namespace, spec), "create", "-f", "-")
 		Expect(err).NotTo(HaveOccurred(), "creating the %s:\n%s", kind, out)
 	}
 }
@@ -168,6 +137,11 @@ func (o outcome) finished() bool {
 		}
 	}
 	return false
+}
+
+// failedConditions are the conditions of a job that failed for reason.
+func failedConditions(reason string) []string {
+	return []string{"Failed/" + reason, "FailureTarget/" + reason}
 }
 
 // waitBoth waits until both jobs have ended and no pod of either is left
@@ -399,7 +373,7 @@ func podsOf(kind, namespace, name string) []podReport {
 		}
 		return created[a.UID] - created[b.UID]
 	})
-	var reports []podReport
+	reports := make([]podReport, 0, len(pods))
 	for _, pod := range pods {
 		reports = append(reports, reportOf(kind, &pod))
 	}
@@ -436,7 +410,7 @@ func exitCodes(pods []podReport) map[int][]int32 {
 
 // report records both jobs' outcomes and pods in the spec's report (and so
 // in the suite's verbose output), for the record of what the kubelet said.
-func report(ctx context.Context, namespace, name string, ibj, job outcome) {
+func report(namespace, name string, ibj, job outcome) {
 	var b strings.Builder
 	var t0 time.Time
 	for _, kind := range []string{ibjKind, jobKind} {

@@ -34,13 +34,13 @@ const jobTimeout = 3 * time.Minute
 
 var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 	It("runs the seed's per-index example as the built-in Job does: indexes 1 and 2 fail twice with exit code 1", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "seed", seedSpec)
 		ibj, job := waitBoth(ctx, ns, "seed", jobTimeout)
-		report(ctx, ns, "seed", ibj, job)
+		report(ns, "seed", ibj, job)
 
 		want := outcome{Succeeded: 2, Failed: 4, CompletedIndexes: "0,3", FailedIndexes: "1,2",
-			Conditions: []string{"Failed/FailedIndexes", "FailureTarget/FailedIndexes"}}
+			Conditions: failedConditions("FailedIndexes")}
 		Expect(ibj).To(Equal(want))
 		Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same node")
 		codes := map[int][]int32{0: {0}, 1: {1, 1}, 2: {1, 1}, 3: {0}}
@@ -49,13 +49,13 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 
 		By("kubectl logs of an index's pods")
 		for _, p := range podsOf(ibjKind, ns, "seed") {
-			logs := mustKubectl("-n", ns, "logs", p.Name)
+			logs := kc.Must("-n", ns, "logs", p.Name)
 			Expect(logs).To(ContainSubstring(fmt.Sprintf("index %d: exiting with %d", p.Index, p.ExitCode)), "kubectl logs %s", p.Name)
 		}
 	})
 
 	It("fails the job at once on exit code 42 by a FailJob rule, and the kubelet kills the other indexes", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "failjob", `    completions: 3
     parallelism: 3
     backoffLimit: 6
@@ -68,9 +68,9 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
           values: [42]
 `+workerTemplate("--duration=10m", "--fail-indexes=1", "--exit-code=42", "--fail-after=3s"))
 		ibj, job := waitBoth(ctx, ns, "failjob", jobTimeout)
-		report(ctx, ns, "failjob", ibj, job)
+		report(ns, "failjob", ibj, job)
 
-		Expect(ibj).To(Equal(outcome{Failed: 3, Conditions: []string{"Failed/PodFailurePolicy", "FailureTarget/PodFailurePolicy"}}))
+		Expect(ibj).To(Equal(outcome{Failed: 3, Conditions: failedConditions("PodFailurePolicy")}))
 		Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same node")
 		// Index 1 exited with 42; the others were running and ended on
 		// the SIGTERM of their deletion.
@@ -80,7 +80,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 	})
 
 	It("with podReplacementPolicy Failed, counts a pod terminating for 10s after SIGTERM and replaces it only once the kubelet has it Failed", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "replace", `    completions: 1
     parallelism: 1
     backoffLimit: 3
@@ -174,7 +174,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 	})
 
 	It("ignores a pod evicted through the Eviction API by an Ignore rule on DisruptionTarget, with backoffLimit 0", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "evict", `    completions: 2
     parallelism: 2
     backoffLimit: 0
@@ -191,7 +191,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 			})).To(Succeed())
 		}
 		ibj, job := waitBoth(ctx, ns, "evict", jobTimeout)
-		report(ctx, ns, "evict", ibj, job)
+		report(ns, "evict", ibj, job)
 
 		Expect(ibj.Succeeded).To(Equal(int64(2)))
 		Expect(ibj.Failed).To(BeZero(), "an ignored failure is not counted")
@@ -212,7 +212,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 	})
 
 	It("fails an index whose container the kernel killed for memory (OOMKilled, exit code 137) by a FailIndex rule", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "oom", `    completions: 2
     parallelism: 2
     backoffLimitPerIndex: 2
@@ -228,10 +228,10 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
               memory: 64Mi
 `, "--duration=3s", "--alloc-mib=256", "--alloc-indexes=1"))
 		ibj, job := waitBoth(ctx, ns, "oom", jobTimeout)
-		report(ctx, ns, "oom", ibj, job)
+		report(ns, "oom", ibj, job)
 
 		Expect(ibj).To(Equal(outcome{Succeeded: 1, Failed: 1, CompletedIndexes: "0", FailedIndexes: "1",
-			Conditions: []string{"Failed/FailedIndexes", "FailureTarget/FailedIndexes"}}))
+			Conditions: failedConditions("FailedIndexes")}))
 		Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same node")
 		for _, kind := range []string{ibjKind, jobKind} {
 			pods := podsOf(kind, ns, "oom")
@@ -242,15 +242,15 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 	})
 
 	It("kills running containers at activeDeadlineSeconds", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		createBoth(ns, "deadline", `    completions: 2
     parallelism: 2
     activeDeadlineSeconds: 10
 `+workerTemplate("--duration=1h"))
 		ibj, job := waitBoth(ctx, ns, "deadline", jobTimeout)
-		report(ctx, ns, "deadline", ibj, job)
+		report(ns, "deadline", ibj, job)
 
-		Expect(ibj).To(Equal(outcome{Failed: 2, Conditions: []string{"Failed/DeadlineExceeded", "FailureTarget/DeadlineExceeded"}}))
+		Expect(ibj).To(Equal(outcome{Failed: 2, Conditions: failedConditions("DeadlineExceeded")}))
 		Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same node")
 		codes := map[int][]int32{0: {143}, 1: {143}}
 		Expect(exitCodes(podsOf(ibjKind, ns, "deadline"))).To(Equal(codes))
@@ -270,7 +270,7 @@ var _ = Describe("IndexedBatchJob on a real node", Label("node"), func() {
 		operatorNS, err := clientset.CoreV1().Namespaces().Get(ctx, operatorNamespace, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(operatorNS.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
-		out, err := kubectlIn(`apiVersion: v1
+		out, err := kc.RunWithStdin(`apiVersion: v1
 kind: Pod
 metadata:
   name: privileged
@@ -285,9 +285,9 @@ spec:
 		Expect(out).To(ContainSubstring("violates PodSecurity"))
 
 		By("the API server calls the webhook through its Service, which refuses a reserved label in the template")
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		rejectedBefore := webhookRejections(ctx)
-		out, err = kubectlIn(jobManifest(ibjKind, "reserved", ns, `    completions: 1
+		out, err = kc.RunWithStdin(jobManifest(ibjKind, "reserved", ns, `    completions: 1
     template:
       metadata:
         labels:
@@ -314,12 +314,12 @@ spec:
 			Expect(other).NotTo(Equal(manager.Spec.NodeName))
 			override = `{"spec":{"serviceAccountName":%q,"nodeName":"` + other + `"}}`
 		}
-		mustKubectl("-n", ns, "create", "serviceaccount", "scraper")
-		mustKubectl("create", "clusterrolebinding", ns+"-scraper", "--clusterrole=indexed-batch-job-metrics-reader", "--serviceaccount="+ns+":scraper")
-		DeferCleanup(func() { _, _ = kubectl("delete", "clusterrolebinding", ns+"-scraper") })
+		kc.Must("-n", ns, "create", "serviceaccount", "scraper")
+		kc.Must("create", "clusterrolebinding", ns+"-scraper", "--clusterrole=indexed-batch-job-metrics-reader", "--serviceaccount="+ns+":scraper")
+		DeferCleanup(func() { _, _ = kc.Run("delete", "clusterrolebinding", ns+"-scraper") })
 		scrape := func(name, account string) (corev1.PodPhase, string) {
 			GinkgoHelper()
-			mustKubectl("-n", ns, "run", name, "--image="+nodecluster.WorkerImage, "--restart=Never",
+			kc.Must("-n", ns, "run", name, "--image="+nodecluster.WorkerImage, "--restart=Never",
 				"--overrides", fmt.Sprintf(override, account), "--", "scrape", url)
 			var phase corev1.PodPhase
 			Eventually(func() bool {
@@ -330,7 +330,7 @@ spec:
 				phase = pod.Status.Phase
 				return phase == corev1.PodSucceeded || phase == corev1.PodFailed
 			}).WithContext(ctx).WithTimeout(time.Minute).Should(BeTrue())
-			return phase, mustKubectl("-n", ns, "logs", name)
+			return phase, kc.Must("-n", ns, "logs", name)
 		}
 		phase, logs := scrape("scrape", "scraper")
 		Expect(phase).To(Equal(corev1.PodSucceeded), logs)
@@ -351,20 +351,20 @@ spec:
 			Fail("IBJ_HELM names no helm binary: `make test-node` builds it")
 		}
 		By("removing the kubectl install (and with its CRD, every IndexedBatchJob)")
-		mustKubectl("delete", "-f", filepath.Join(imagesDir, "install.yaml"), "--wait=true", "--timeout=3m")
+		kc.Must("delete", "-f", filepath.Join(imagesDir, "install.yaml"), "--wait=true", "--timeout=3m")
 
 		By("helm install of charts/indexed-batch-job with the imported image")
-		mustKubectl("create", "namespace", "ibj-helm")
-		mustKubectl("label", "namespace", "ibj-helm", "pod-security.kubernetes.io/enforce=restricted")
+		kc.Must("create", "namespace", "ibj-helm")
+		kc.Must("label", "namespace", "ibj-helm", "pod-security.kubernetes.io/enforce=restricted")
 		install := exec.CommandContext(ctx, helm, "install", "ibj", filepath.Join(root, "charts", "indexed-batch-job"),
 			"--kubeconfig", cluster.Kubeconfig, "--namespace", "ibj-helm",
 			"--set", "image.tag="+nodecluster.ManagerVersion, "--wait", "--timeout", "3m")
 		out, err := install.CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "helm install:\n%s", out)
-		ns := newNamespace(ctx)
+		ns := recordedNamespace(ctx)
 		// The webhook serves once the operator has issued its certificate.
 		Eventually(func() error {
-			out, err := kubectlIn(jobManifest(ibjKind, "seed", ns, seedSpec), "create", "-f", "-")
+			out, err := kc.RunWithStdin(jobManifest(ibjKind, "seed", ns, seedSpec), "create", "-f", "-")
 			if err != nil {
 				return fmt.Errorf("%w: %s", err, out)
 			}
@@ -374,7 +374,7 @@ spec:
 			o, err := getOutcome(ctx, ibjKind, ns, "seed")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(o).To(Equal(outcome{Succeeded: 2, Failed: 4, CompletedIndexes: "0,3", FailedIndexes: "1,2",
-				Conditions: []string{"Failed/FailedIndexes", "FailureTarget/FailedIndexes"}}))
+				Conditions: failedConditions("FailedIndexes")}))
 		}).WithContext(ctx).WithTimeout(jobTimeout).WithPolling(time.Second).Should(Succeed())
 		pods, err := clientset.CoreV1().Pods("ibj-helm").List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())

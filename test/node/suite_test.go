@@ -29,9 +29,12 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/nodecluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
 
 var (
@@ -40,6 +43,8 @@ var (
 	cluster   *nodecluster.Cluster
 	clientset kubernetes.Interface
 	dyn       dynamic.Interface
+	// k8sClient is what testutil's helpers take.
+	k8sClient client.Client
 )
 
 func TestNode(t *testing.T) {
@@ -83,15 +88,18 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	dyn, err = dynamic.NewForConfig(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())
+	k8sClient, err = client.New(cluster.Config, client.Options{})
+	Expect(err).NotTo(HaveOccurred())
+	kc = testutil.Kubectl{Path: filepath.Join(controlplane.BinDir(root), "kubectl"), Kubeconfig: cluster.Kubeconfig, Dir: root}
 
 	By("installing the operator: kubectl apply -f install.yaml (image " + nodecluster.ManagerImage + ")")
-	mustKubectl("apply", "--server-side", "-f", filepath.Join(imagesDir, "install.yaml"))
-	mustKubectl("-n", operatorNamespace, "rollout", "status", "deployment/"+operatorDeployment, "--timeout=180s")
+	kc.Must("apply", "--server-side", "-f", filepath.Join(imagesDir, "install.yaml"))
+	kc.Must("-n", operatorNamespace, "rollout", "status", "deployment/"+operatorDeployment, "--timeout=180s")
 	// The webhook answers once the operator has issued its certificate
 	// and the webhook configurations carry its CA: until then a create
 	// is refused for an unknown authority.
 	Eventually(func() error {
-		out, err := kubectlIn(jobManifest(ibjKind, "webhook-ready", "default", seedSpec), "create", "--dry-run=server", "-f", "-")
+		out, err := kc.RunWithStdin(jobManifest(ibjKind, "webhook-ready", "default", seedSpec), "create", "--dry-run=server", "-f", "-")
 		if err != nil {
 			return fmt.Errorf("%w: %s", err, out)
 		}
@@ -112,7 +120,7 @@ var _ = AfterSuite(func() {
 		return
 	}
 	if suiteFailed {
-		out, _ := kubectl("-n", operatorNamespace, "logs", "deployment/"+operatorDeployment, "--tail=200")
+		out, _ := kc.Run("-n", operatorNamespace, "logs", "deployment/"+operatorDeployment, "--tail=200")
 		fmt.Fprintf(GinkgoWriter, "operator log:\n%s\n", out)
 	}
 	Expect(cluster.Stop()).To(Succeed())

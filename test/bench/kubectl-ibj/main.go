@@ -138,12 +138,13 @@ func startControlPlane(assets, dir string) (*controlplane.ControlPlane, client.C
 // commands are what the benchmark measures: the plugin's commands on the
 // job, and kubectl's listing of its pods for comparison.
 func commands(plugin, kubectl string, kubectlJSON bool) []command {
+	const indexesCmd = "indexes"
 	selector := ibjv1.JobNameLabel + "=" + jobName
 	commands := []command{
-		{"kubectl ibj indexes big", plugin, []string{"indexes", jobName}},
-		{"kubectl ibj indexes big --failed", plugin, []string{"indexes", jobName, "--failed"}},
-		{"kubectl ibj indexes big --all", plugin, []string{"indexes", jobName, "--all"}},
-		{"kubectl ibj indexes big -o json", plugin, []string{"indexes", jobName, "-o", "json"}},
+		{"kubectl ibj indexes big", plugin, []string{indexesCmd, jobName}},
+		{"kubectl ibj indexes big --failed", plugin, []string{indexesCmd, jobName, "--failed"}},
+		{"kubectl ibj indexes big --all", plugin, []string{indexesCmd, jobName, "--all"}},
+		{"kubectl ibj indexes big -o json", plugin, []string{indexesCmd, jobName, "-o", "json"}},
 		{"kubectl ibj describe big", plugin, []string{"describe", jobName}},
 		{"kubectl get pods -l " + selector, kubectl, []string{"get", "pods", "-l", selector}},
 	}

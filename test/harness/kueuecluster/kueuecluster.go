@@ -247,7 +247,8 @@ func (m *Manager) Tail(n int) string {
 // Stop stops the manager (SIGTERM, then SIGKILL after 30 s) and removes
 // its webhook configurations; its CRDs and RBAC stay.
 func (m *Manager) Stop(ctx context.Context) error {
-	errs := []error{m.Proc.Stop(30 * time.Second)}
+	errs := make([]error, 0, 1+len(m.Webhooks))
+	errs = append(errs, m.Proc.Stop(30*time.Second))
 	for _, w := range m.Webhooks {
 		errs = append(errs, client.IgnoreNotFound(m.admin.Delete(ctx, w)))
 	}

@@ -156,7 +156,8 @@ func (f *Federation) startMembers(ctx context.Context, o Options, progress io.Wr
   externalFrameworks:
   - name: IndexedBatchJob.v1alpha1.batch.indexedjob.dev
 `, Origin, o.WorkerLostTimeout)
-	names := []string{"manager"}
+	names := make([]string, 0, 1+o.Workers)
+	names = append(names, "manager")
 	for i := range o.Workers {
 		names = append(names, "worker-"+strconv.Itoa(i+1))
 	}
@@ -268,16 +269,17 @@ func workerKubeconfig(ctx context.Context, root string, w *Member) ([]byte, erro
 		return nil, err
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: WorkerServiceAccount, Namespace: kueuecluster.Namespace}}
+	const verbGet = "get"
 	// What Kueue's documentation grants MultiKueue on a worker.
 	workloads := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "multikueue-workloads"},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{kueuev1beta2.SchemeGroupVersion.Group}, Resources: []string{"workloads"}, Verbs: []string{"create", "delete", "get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{kueuev1beta2.SchemeGroupVersion.Group}, Resources: []string{"workloads/status"}, Verbs: []string{"get", "update", "patch"}},
+			{APIGroups: []string{kueuev1beta2.SchemeGroupVersion.Group}, Resources: []string{"workloads"}, Verbs: []string{"create", "delete", verbGet, "list", "watch", "update", "patch"}},
+			{APIGroups: []string{kueuev1beta2.SchemeGroupVersion.Group}, Resources: []string{"workloads/status"}, Verbs: []string{verbGet, "update", "patch"}},
 			// MultiKueue watches, on each worker, every kind the manager's
 			// Kueue integrates: batch/v1 Jobs among them.
-			{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "watch"}},
-			{APIGroups: []string{"batch"}, Resources: []string{"jobs/status"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", verbGet, "list", "watch"}},
+			{APIGroups: []string{"batch"}, Resources: []string{"jobs/status"}, Verbs: []string{verbGet}},
 		},
 	}
 	if err := w.Client.Create(ctx, workloads); err != nil {

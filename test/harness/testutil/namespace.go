@@ -2,9 +2,7 @@
 // namespace per spec that reports what was in it when the spec fails
 // (NewNamespace), the pinned kubectl run as a user would (Kubectl), waits on
 // a job's conditions (WaitForJobCondition), and Kueue's queues (Queue). The
-// suites call these rather than copies of their own (test/node has its own
-// yet: NamespaceOptions.Delete and WaitForServiceAccount and
-// Kubectl.RunWithStdin are what it needs to switch).
+// suites call these rather than copies of their own.
 package testutil
 
 import (

@@ -47,11 +47,11 @@ func main() {
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
 
-	var held [][]byte
 	alloc := *allocMiB
 	if *allocOnly != "" && !listed(*allocOnly, index) {
 		alloc = 0
 	}
+	held := make([][]byte, 0, alloc)
 	for range alloc {
 		chunk := make([]byte, 1<<20)
 		for i := 0; i < len(chunk); i += 4096 {
