@@ -262,7 +262,7 @@ func (c *Cluster) Stop() error {
 		}
 	}
 	errs = append(errs, c.ControlPlane.Stop())
-	var prefixes []string
+	prefixes := make([]string, 0, 2*len(c.nodes))
 	for _, n := range c.nodes {
 		n.proxy, n.containerd = nil, nil
 		// The containers before their shims, which reap them.

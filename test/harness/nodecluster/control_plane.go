@@ -24,7 +24,8 @@ func nodeUser(node string) string { return "system:node:" + node }
 // the control plane's namespace, the API server on its address, port 6443
 // (the namespace is the cluster's own, so a fixed port is free).
 func (c *Cluster) controlPlaneOptions() controlplane.Options {
-	users := []controlplane.User{{Name: controllerUser}, {Name: schedulerUser}, {Name: proxyUser}}
+	users := make([]controlplane.User, 0, 3+len(c.Nodes))
+	users = append(users, controlplane.User{Name: controllerUser}, controlplane.User{Name: schedulerUser}, controlplane.User{Name: proxyUser})
 	for _, node := range c.Nodes {
 		users = append(users, controlplane.User{Name: nodeUser(node), Groups: []string{"system:nodes"}})
 	}

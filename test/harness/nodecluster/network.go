@@ -102,18 +102,19 @@ func newNetwork(nodes int) (*network, error) {
 // create makes the control plane's namespace with its bridge, joins this
 // host to it, then each node.
 func (n *network) create() error {
-	steps := [][]string{
-		{"ip", "netns", "add", n.name},
-		{"ip", "-n", n.name, "link", "set", "lo", "up"},
-		{"ip", "-n", n.name, "link", "add", "ibjbr", "type", "bridge"},
-		{"ip", "-n", n.name, "addr", "add", n.cp.String() + "/24", "dev", "ibjbr"},
-		{"ip", "-n", n.name, "link", "set", "ibjbr", "up"},
-		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", "host0", "netns", n.name},
-		{"ip", "-n", n.name, "link", "set", "host0", "master", "ibjbr", "up"},
-		{"ip", "addr", "add", n.host.String() + "/24", "dev", n.hostIf},
-		{"ip", "link", "set", n.hostIf, "up"},
-		{"ip", "-n", n.name, "route", "add", "default", "via", n.host.String()},
-	}
+	steps := make([][]string, 0, 10+len(n.nodes)*(11+len(n.nodes)))
+	steps = append(steps,
+		[]string{"ip", "netns", "add", n.name},
+		ipIn(n.name, "link set lo up"),
+		ipIn(n.name, "link add %s type bridge", bridge),
+		ipIn(n.name, "addr add %s/24 dev %s", n.cp, bridge),
+		ipIn(n.name, "link set %s up", bridge),
+		ipIn("", "link add %s type veth peer name host0 netns %s", n.hostIf, n.name),
+		ipIn(n.name, "link set host0 master %s up", bridge),
+		ipIn("", "addr add %s/24 dev %s", n.host, n.hostIf),
+		ipIn("", "link set %s up", n.hostIf),
+		ipIn(n.name, "route add default via %s", n.host),
+	)
 	for i := range n.nodes {
 		steps = append(steps, n.nodeSteps(i)...)
 	}
@@ -125,34 +126,48 @@ func (n *network) create() error {
 	return nil
 }
 
+// bridge is the control plane namespace's bridge, which joins the nodes.
+const bridge = "ibjbr"
+
+// ipIn is the ip command of the words of format, in network namespace ns
+// ("" for this host's).
+func ipIn(ns, format string, args ...any) []string {
+	line := []string{"ip"}
+	if ns != "" {
+		line = append(line, "-n", ns)
+	}
+	return append(line, strings.Fields(fmt.Sprintf(format, args...))...)
+}
+
 // nodeSteps create node i's namespace, plug it into the bridge and route
 // every other node's pods through that node.
 func (n *network) nodeSteps(i int) [][]string {
 	node := n.nodes[i]
 	port := fmt.Sprintf("node%d", i)
-	steps := [][]string{
-		{"ip", "netns", "add", node.name},
-		{"ip", "-n", node.name, "link", "set", "lo", "up"},
-		{"ip", "-n", n.name, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", node.name},
-		{"ip", "-n", n.name, "link", "set", port, "master", "ibjbr", "up"},
-		{"ip", "-n", node.name, "addr", "add", node.ip.String() + "/24", "dev", "eth0"},
-		{"ip", "-n", node.name, "link", "set", "eth0", "up"},
+	steps := make([][]string, 0, 11+len(n.nodes))
+	steps = append(steps,
+		[]string{"ip", "netns", "add", node.name},
+		ipIn(node.name, "link set lo up"),
+		ipIn(n.name, "link add %s type veth peer name eth0 netns %s", port, node.name),
+		ipIn(n.name, "link set %s master %s up", port, bridge),
+		ipIn(node.name, "addr add %s/24 dev eth0", node.ip),
+		ipIn(node.name, "link set eth0 up"),
 		// The node's default route: kube-proxy and the kubelet look for
 		// one to learn the node's address.
-		{"ip", "-n", node.name, "route", "add", "default", "via", n.host.String()},
+		ipIn(node.name, "route add default via %s", n.host),
 		// The control plane and this host reach the node's pods through it.
-		{"ip", "-n", n.name, "route", "add", node.pods, "via", node.ip.String()},
-		{"ip", "route", "add", node.pods, "via", node.ip.String(), "dev", n.hostIf},
+		ipIn(n.name, "route add %s via %s", node.pods, node.ip),
+		ipIn("", "route add %s via %s dev %s", node.pods, node.ip, n.hostIf),
 		// What a node's kernel is set up with for pods on a bridge:
 		// forwarding, and bridged traffic through iptables (so that
 		// kube-proxy's rules see pod-to-Service traffic). Both are per
 		// network namespace.
 		nsExec(node.name, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"),
 		nsExec(node.name, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"),
-	}
+	)
 	for j, other := range n.nodes {
 		if j != i {
-			steps = append(steps, []string{"ip", "-n", node.name, "route", "add", other.pods, "via", other.ip.String()})
+			steps = append(steps, ipIn(node.name, "route add %s via %s", other.pods, other.ip))
 		}
 	}
 	return steps
@@ -172,7 +187,8 @@ func (n *network) delete() error {
 	if out, err := exec.Command("ip", "link", "del", n.hostIf).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 		errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", n.hostIf, err, out))
 	}
-	names := []string{n.name}
+	names := make([]string, 0, 1+len(n.nodes))
+	names = append(names, n.name)
 	for _, node := range n.nodes {
 		names = append(names, node.name)
 	}
