@@ -57,7 +57,7 @@ var _ = Describe("Real failures", Label("node", "node-failure"), func() {
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("urgent-%d", i), Namespace: ns},
 				Spec: corev1.PodSpec{
 					PriorityClassName: high.Name, RestartPolicy: corev1.RestartPolicyNever,
-					NodeSelector:      map[string]string{"kubernetes.io/hostname": cluster.Nodes[i]},
+					NodeSelector: map[string]string{"kubernetes.io/hostname": cluster.Nodes[i]},
 					Containers: []corev1.Container{{Name: "main", Image: nodecluster.WorkerImage, Args: []string{"--duration=5s"},
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(preemptCPU)}}}},
 				},
