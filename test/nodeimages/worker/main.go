@@ -4,7 +4,7 @@
 // (JOB_COMPLETION_INDEX), so that one pod template makes some indexes fail.
 //
 //	worker [--duration D] [--fail-indexes 1,2] [--exit-code N] [--fail-after D]
-//	       [--term-delay D] [--alloc-mib N] [--alloc-indexes 1]
+//	       [--term-delay D] [--alloc-mib N] [--alloc-indexes 1] [--write-mib N]
 //	worker scrape URL
 //
 // It prints what it does, so `kubectl logs` of an index's pod tells its story.
@@ -39,6 +39,7 @@ func main() {
 		termDelay   = flag.Duration("term-delay", 0, "on SIGTERM, wait this long before exiting with 143 (0: exit at once)")
 		allocMiB    = flag.Int("alloc-mib", 0, "MiB of memory to allocate and touch at the start, held until the end")
 		allocOnly   = flag.String("alloc-indexes", "", "comma-separated completion indexes that allocate --alloc-mib (empty: every index)")
+		writeMiB    = flag.Int("write-mib", 0, "MiB to write to a file in the container's writable layer at the start (its ephemeral storage)")
 	)
 	flag.Parse()
 	index := os.Getenv("JOB_COMPLETION_INDEX")
@@ -62,6 +63,9 @@ func main() {
 	if alloc > 0 {
 		fmt.Printf("index %s: holding %d MiB\n", index, len(held))
 	}
+	if *writeMiB > 0 {
+		writeFile(index, *writeMiB)
+	}
 
 	code, runFor := 0, *duration
 	if listed(*failIndexes, index) {
@@ -79,6 +83,27 @@ func main() {
 		time.Sleep(*termDelay)
 		os.Exit(143)
 	}
+}
+
+// writeFile writes mib MiB to /tmp/fill, in the container's writable layer,
+// and syncs it, so that the kubelet counts it against the container's
+// ephemeral-storage limit.
+func writeFile(index string, mib int) {
+	f, err := os.Create("/tmp/fill")
+	if err != nil {
+		fmt.Printf("index %s: %v\n", index, err)
+		return
+	}
+	chunk := make([]byte, 1<<20)
+	for range mib {
+		if _, err := f.Write(chunk); err != nil {
+			fmt.Printf("index %s: %v\n", index, err)
+			break
+		}
+	}
+	_ = f.Sync()
+	_ = f.Close()
+	fmt.Printf("index %s: wrote %d MiB to /tmp/fill\n", index, mib)
 }
 
 // listed reports whether index is in the comma-separated list.
