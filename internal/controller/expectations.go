@@ -73,6 +73,19 @@ func (e *expectations) createFailed(uid types.UID, name string) {
 	delete(e.get(uid).creates, name)
 }
 
+// createLeft forgets the expected create of a pod the cache saw leave the
+// job (edited out of it, strays.go) before a sync could see it as the
+// job's: that create will never be observed, and waiting for it would hold
+// the job's pods until the expectation timed out. A job without
+// expectations gets no entry.
+func (e *expectations) createLeft(uid types.UID, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[uid]; j != nil {
+		delete(j.creates, name)
+	}
+}
+
 // wroteStatus remembers the resourceVersion the status write returned, and
 // when it was written.
 func (e *expectations) wroteStatus(uid types.UID, resourceVersion string, now time.Time) {

@@ -52,8 +52,12 @@ func newStrayReleases(r *Reconciler) *strayReleases {
 	}
 }
 
-// add queues a stray pod the cache reported.
+// add queues a stray pod the cache reported, and forgets its create if the
+// job still expects to see it.
 func (s *strayReleases) add(pod *jobpod.Pod) {
+	if pod.OwnerUID != "" {
+		s.r.exp.createLeft(pod.OwnerUID, pod.Name)
+	}
 	s.queue.Add(strayPod{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, owner: pod.OwnerUID, jobName: pod.JobName})
 }
 

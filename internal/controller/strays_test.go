@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,5 +65,26 @@ func TestStrayPodIsReleased(t *testing.T) {
 	r.strays.next(context.Background())
 	if r.strays.size() != 0 {
 		t.Errorf("a stray already gone was queued again")
+	}
+}
+
+// A pod edited out of its job before a sync saw it as the job's would hold
+// the job's creates until the expectation timed out: its create is
+// forgotten when the cache reports it stray.
+func TestStrayPodIsNoLongerAnExpectedCreate(t *testing.T) {
+	r := NewReconciler(nil, nil, clock.RealClock{}, DefaultBackoff)
+	now := time.Now()
+	r.exp.expectCreate("job-uid", "a-0-0", now)
+	stray := &jobpod.Pod{Meta: jobpod.Meta{Name: "a-0-0", Namespace: "ns", UID: "pod-uid"}, OwnerUID: "job-uid", UIDLabel: "job-uid", Tracked: true}
+	if r.exp.podsSeen("job-uid", nil, now) {
+		t.Fatal("the create is not expected before the stray is reported")
+	}
+	r.strays.add(stray)
+	if !r.exp.podsSeen("job-uid", nil, now) {
+		t.Error("the job still waits for the create of a pod edited out of it")
+	}
+	r.strays.add(&jobpod.Pod{Meta: jobpod.Meta{Name: "b-0-0", Namespace: "ns"}, OwnerUID: "other-job", Tracked: true})
+	if got := r.exp.sizes()["expectations"]; got != 1 {
+		t.Errorf("%d jobs with expectations, want 1: a stray of a job without any makes no entry", got)
 	}
 }

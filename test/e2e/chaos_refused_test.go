@@ -1,17 +1,27 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
 // refusedHexDigits are the last characters of a pod UID that the chaos
@@ -66,4 +76,87 @@ var _ = Describe("Chaos from the cluster", Label("chaos"), func() {
 		Expect(refusals).To(BeNumerically(">", 0), "the policy refused no create: the run tested nothing")
 		AddReportEntry("chaos refusals", fmt.Sprintf("%d FailedCreate events; %s", refusals, figures))
 	}, SpecTimeout(15*time.Minute))
+
+	It("keeps a job exact while running pods are edited out of it (their job-name label removed) and others deleted", func(ctx SpecContext) {
+		cfg := loadChaosConfig()
+		cfg.indexes /= 4
+		ns := newNamespace(ctx)
+		run := startChaosRun(ctx, ns, "edited", cfg)
+		cs, err := kubernetes.NewForConfig(cluster.Config)
+		Expect(err).NotTo(HaveOccurred())
+		editCtx, stopEdits := context.WithCancel(context.Background())
+		ed := startEditor(editCtx, cs, ns, run.sim, rand.New(rand.NewPCG(cfg.seed, 4)), 300*time.Millisecond)
+		DeferCleanup(func() { stopEdits(); ed.wg.Wait() })
+		Eventually(run.terminal).WithContext(ctx).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(BeTrue())
+		stopEdits()
+		ed.wg.Wait()
+		edited := ed.edited()
+		run.edited = sets.New[string]()
+		for uid := range edited {
+			run.edited.Insert(string(uid))
+		}
+		figures := run.verify(ctx)
+		Expect(edited).NotTo(BeEmpty(), "no pod was edited: the run tested nothing")
+
+		By("every edited pod is released: no finalizer of the operator, no controller reference to the job")
+		job := getJob(ctx, ns, "edited")
+		Eventually(func(g Gomega) {
+			for uid, name := range edited {
+				p := &corev1.Pod{}
+				g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p)).To(Succeed())
+				g.Expect(p.UID).To(Equal(uid))
+				g.Expect(hasTrackingFinalizer(p)).To(BeFalse(), "pod %s", name)
+				g.Expect(metav1.IsControlledBy(p, job)).To(BeFalse(), "pod %s", name)
+			}
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		AddReportEntry("chaos edits", fmt.Sprintf("%d running pods edited out of the job and released; %s", len(edited), figures))
+	}, SpecTimeout(15*time.Minute))
 })
+
+// editor removes the job-name label of a running pod now and then, as a
+// careless user debugging a pod does: the operator must release the pod,
+// never count it, and run its index again.
+type editor struct {
+	mu    sync.Mutex
+	names map[types.UID]string
+	wg    sync.WaitGroup
+}
+
+// startEditor edits sim's running pods at random until ctx ends, each with
+// a JSON patch that tests that the pod has not ended (the chaos simulator
+// writes a pod's status once, at its end: until then it is Pending), so
+// that a pod is edited only before its end.
+func startEditor(ctx context.Context, cs kubernetes.Interface, ns string, sim *podsim.Simulator, rng *rand.Rand, interval time.Duration) *editor {
+	e := &editor{names: map[types.UID]string{}}
+	patch := []byte(`[{"op":"test","path":"/status/phase","value":"Pending"},` +
+		`{"op":"remove","path":"/metadata/labels/` + strings.ReplaceAll(ibjv1.JobNameLabel, "/", "~1") + `"}]`)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval + time.Duration(rng.Int64N(int64(2*interval)))):
+			}
+			running := sim.Running()
+			if len(running) == 0 {
+				continue
+			}
+			pod := running[rng.IntN(len(running))]
+			if _, err := cs.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err == nil {
+				e.mu.Lock()
+				e.names[pod.UID] = pod.Name
+				e.mu.Unlock()
+			}
+		}
+	}()
+	return e
+}
+
+// edited returns the pods edited, by UID.
+func (e *editor) edited() map[types.UID]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.names)
+}
