@@ -20,6 +20,29 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
+// kubelets are the pod simulators holdIndexZero started, by job.
+var kubelets = map[string]*podsim.Simulator{}
+
+// holdIndexZero creates the job with a pod simulator that holds its index
+// 0's first pod running until released is set, every other pod
+// succeeding, and returns that pod once it runs, and its key.
+func holdIndexZero(job *ibjv1.IndexedBatchJob, released *atomic.Bool) (*corev1.Pod, types.NamespacedName) {
+	GinkgoHelper()
+	k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
+		return podsim.Plan{Hold: ix == 0 && attempt == 0 && !released.Load()}
+	})
+	kubelets[job.Name] = k
+	DeferCleanup(func() { k.Stop(); delete(kubelets, job.Name) })
+	Expect(k8sClient.Create(ctx, job)).To(Succeed())
+	pod := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: ns, Name: job.Name + "-0-0"}
+	Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(ctx, key, pod)).To(Succeed())
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	return pod, key
+}
+
 // What the cluster does to a job's pods that no workload asked for: a
 // policy that refuses its creates, a user who edits its pods.
 var _ = Describe("Exact whatever the cluster does", func() {
@@ -116,18 +139,8 @@ var _ = Describe("Exact whatever the cluster does", func() {
 		func(edit podEdit) {
 			job := harness.MakeIndexedBatchJob("edited", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(1).Obj()
 			var edited atomic.Bool
-			k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
-				return podsim.Plan{Hold: ix == 0 && attempt == 0 && !edited.Load()}
-			})
-			defer k.Stop()
-			Expect(k8sClient.Create(ctx, job)).To(Succeed())
-			pod := &corev1.Pod{}
-			key := types.NamespacedName{Namespace: ns, Name: "edited-0-0"}
-			Eventually(func(g Gomega) {
-				g.Expect(k8sClient.Get(ctx, key, pod)).To(Succeed())
-				g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-				g.Expect(getJob(ctx, ns, job.Name).Status.CompletedIndexes).To(Equal("1"))
-			}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+			pod, key := holdIndexZero(job, &edited)
+			Eventually(func() string { return getJob(ctx, ns, job.Name).Status.CompletedIndexes }, 30*time.Second).Should(Equal("1"))
 
 			patch, err := json.Marshal(edit.patch)
 			Expect(err).NotTo(HaveOccurred())
@@ -180,17 +193,8 @@ var _ = Describe("Exact whatever the cluster does", func() {
 		job := harness.MakeIndexedBatchJob("stuck", ns).Completions(2).Parallelism(2).BackoffLimitPerIndex(1).
 			PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(2).Obj()
 		var lost atomic.Bool
-		k := startKubelet(ns, job.Name, func(ix, attempt int) podsim.Plan {
-			return podsim.Plan{Hold: ix == 0 && attempt == 0 && !lost.Load()}
-		})
-		defer k.Stop()
-		Expect(k8sClient.Create(ctx, job)).To(Succeed())
-		pod := &corev1.Pod{}
-		key := types.NamespacedName{Namespace: ns, Name: "stuck-0-0"}
-		Eventually(func(g Gomega) {
-			g.Expect(k8sClient.Get(ctx, key, pod)).To(Succeed())
-			g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		pod, key := holdIndexZero(job, &lost)
+		k := kubelets[job.Name]
 
 		// The node is lost: its kubelet never ends the pod the taint
 		// eviction deletes.
