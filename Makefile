@@ -409,7 +409,7 @@ test-compat: kwok ## Run the CRD validation suite and the e2e seed example again
 
 # BENCH_QUICK=1: only the 1,000-index workload, once, into bin/bench-quick
 # (a smoke test that leaves docs/bench alone). BENCH_ARGS passes flags to
-# test/bench (for example -repeats 1 -skip-big -big-upstream).
+# test/bench (for example -repeats 1 -skip-big -big-upstream=false).
 BENCH_OUT ?= $(if $(BENCH_QUICK),$(LOCALBIN)/bench-quick,docs/bench)
 
 .PHONY: bench

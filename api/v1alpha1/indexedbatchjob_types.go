@@ -58,6 +58,12 @@ const (
 	// ended. The tracking finalizer, and with it the count, never waits for
 	// a replacement (a create a quota or a policy refuses).
 	IndexRetryFinalizer = "batch.indexedjob.dev/index-retry"
+	// RestartAttemptLabel carries, on every pod of a job with a RestartJob
+	// rule (spec.maxRestarts set), its generation: status.restarts when it
+	// was created. The pods of one generation are one group; the pods of
+	// an earlier one are ended by the restart and counted for nothing. As
+	// JobSet's jobset.sigs.k8s.io/restart-attempt.
+	RestartAttemptLabel = "batch.indexedjob.dev/restart-attempt"
 	// CompletionIndexEnvName is set in every container and init container.
 	CompletionIndexEnvName = "JOB_COMPLETION_INDEX"
 	// ControllerName is this operator's name as spec.managedBy spells it. A job
@@ -68,7 +74,7 @@ const (
 // ReservedPodLabels are the labels the operator writes on every pod it
 // creates. A pod template may not set them: the admission webhook refuses
 // it, and the controller overwrites or drops them when the webhook is off.
-var ReservedPodLabels = []string{CompletionIndexLabel, JobNameLabel, ControllerUIDLabel}
+var ReservedPodLabels = []string{CompletionIndexLabel, JobNameLabel, ControllerUIDLabel, RestartAttemptLabel}
 
 // ReservedPodAnnotations are the annotations the operator writes on the
 // pods it creates, or reads from them as its own record (attempts, failure
@@ -106,6 +112,10 @@ const (
 	ReasonCompletionsReached       = batchv1.JobReasonCompletionsReached
 	ReasonJobSuspended             = "JobSuspended"
 	ReasonJobResumed               = "JobResumed"
+	// ReasonMaxRestartsExceeded: a RestartJob rule matched a failure after
+	// spec.maxRestarts restarts (JobSet's reason for the same end is
+	// ReachedMaxRestarts).
+	ReasonMaxRestartsExceeded = "MaxRestartsExceeded"
 	// ReasonTerminatingTimeout is the reason of the DisruptionTarget
 	// condition the operator writes on a pod still terminating past
 	// spec.terminatingTimeoutSeconds.
@@ -212,6 +222,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || !has(self.podReplacementPolicy) || self.podReplacementPolicy == 'Failed'",message="podReplacementPolicy must be Failed when podFailurePolicy is set"
 // +kubebuilder:validation:XValidation:rule="!has(self.terminatingTimeoutSeconds) || has(self.podFailurePolicy) || (has(self.podReplacementPolicy) && self.podReplacementPolicy == 'Failed')",message="terminatingTimeoutSeconds needs podReplacementPolicy Failed (the default with a podFailurePolicy): under TerminatingOrFailed a terminating pod is replaced at once"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex) || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",message="podFailurePolicy action FailIndex can only be used together with backoffLimitPerIndex"
+// +kubebuilder:validation:XValidation:rule="has(self.maxRestarts) == (has(self.podFailurePolicy) && self.podFailurePolicy.rules.exists(r, r.action == 'RestartJob'))",message="maxRestarts must be set exactly when a podFailurePolicy rule's action is RestartJob: it bounds the restarts such rules make"
+// +kubebuilder:validation:XValidation:rule="has(self.maxRestarts) == has(oldSelf.maxRestarts) && (!has(self.maxRestarts) || self.maxRestarts == oldSelf.maxRestarts)",message="maxRestarts is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.podFailurePolicy) || [self.template.spec.containers.map(c, c.name) + (has(self.template.spec.initContainers) ? self.template.spec.initContainers.map(c, c.name) : [])].all(names, self.podFailurePolicy.rules.all(r, !has(r.onExitCodes) || !has(r.onExitCodes.containerName) || r.onExitCodes.containerName in names))",message="podFailurePolicy onExitCodes.containerName must name a container or init container of the template"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy.rules.all(r, !has(r.succeededCount) || r.succeededCount <= self.completions)",message="successPolicy rules' succeededCount must be less than or equal to completions"
 // +kubebuilder:validation:XValidation:rule="self.completions == oldSelf.completions || (has(self.parallelism) && self.parallelism == self.completions)",message="completions can only be modified in tandem with spec.parallelism"
@@ -277,6 +289,17 @@ type IndexedBatchJobSpec struct {
 	// also have a name and a retry delay. Immutable.
 	// +optional
 	PodFailurePolicy *PodFailurePolicy `json:"podFailurePolicy,omitempty"`
+
+	// maxRestarts is how many times a podFailurePolicy RestartJob rule may
+	// restart the job's pods together (status.restarts counts them). A
+	// failure a RestartJob rule matches after that many restarts fails the
+	// job with reason MaxRestartsExceeded; 0 makes the first one fail it.
+	// Set exactly when a rule's action is RestartJob. As JobSet's
+	// failurePolicy.maxRestarts.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
 
 	// successPolicy lets the job succeed before every index has. Immutable.
 	// +optional
@@ -603,6 +626,15 @@ type IndexedBatchJobStatus struct {
 	// controller restarts, as in batch/v1.
 	// +optional
 	UncountedTerminatedPods *batchv1.UncountedTerminatedPods `json:"uncountedTerminatedPods,omitempty"`
+
+	// restarts is how many times a podFailurePolicy RestartJob rule
+	// restarted the job's pods together. Every pod carries the number of
+	// restarts made before it was created in its label
+	// batch.indexedjob.dev/restart-attempt (its generation); a pod of an
+	// earlier generation is one the restart ends, and its end counts for
+	// nothing. Not in batch/v1: JobSet's status.restarts.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
 }
 
 // IndexedBatchJob runs a fixed number of indexed pods to completion, with
@@ -617,6 +649,7 @@ type IndexedBatchJobStatus struct {
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.succeeded`,description="Succeeded pods"
 // +kubebuilder:printcolumn:name="Completions",type=integer,JSONPath=`.spec.completions`,description="Indexes to complete"
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`,description="Running or pending pods"
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`,description="Times a RestartJob rule restarted the pods together",priority=1
 // +kubebuilder:printcolumn:name="Failed-Indexes",type=string,JSONPath=`.status.failedIndexes`,description="Indexes that failed for good"
 // +kubebuilder:printcolumn:name="Started",type=date,JSONPath=`.status.startTime`,description="Time since the job started"
 // +kubebuilder:printcolumn:name="Finished",type=date,JSONPath=`.status.completionTime`,description="Time since the job completed",priority=1

@@ -4,11 +4,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 )
 
-// PodFailurePolicy is batch/v1's PodFailurePolicy, field for field, with two
+// PodFailurePolicy is batch/v1's PodFailurePolicy, field for field, with
 // additions on each rule: a name, which makes the reason of a FailJob or
-// FailIndex match PodFailurePolicy_<name> (as upstream's KEP-4443 plans),
-// and a retry delay for Count and Ignore rules. A batch/v1 policy is a
-// valid policy here unchanged.
+// FailIndex match PodFailurePolicy_<name> (as upstream's KEP-4443 plans);
+// a retry delay for Count and Ignore rules; a retry in place for Count
+// rules; and the action RestartJob, which restarts the job's pods together.
+// A batch/v1 policy is a valid policy here unchanged.
 type PodFailurePolicy struct {
 	// rules are evaluated in order. Once a rule matches a pod failure, the
 	// rest are ignored. When no rule matches, the default handling applies:
@@ -28,6 +29,9 @@ type PodFailurePolicy struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.onExitCodes) != has(self.onPodConditions)",message="each podFailurePolicy rule must set exactly one of onExitCodes and onPodConditions"
 // +kubebuilder:validation:XValidation:rule="!has(self.retryDelaySeconds) || self.action in ['Count', 'Ignore']",message="podFailurePolicy retryDelaySeconds can only be set on a rule whose action is Count or Ignore"
+// +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry != 'InPlace' || (self.action == 'Count' && has(self.onExitCodes))",message="podFailurePolicy retry InPlace needs action Count and onExitCodes: the kubelet restarts a container in place on its exit code, and cannot match pod conditions"
+// +kubebuilder:validation:XValidation:rule="!has(self.retry) || self.retry != 'InPlace' || !has(self.retryDelaySeconds)",message="podFailurePolicy retryDelaySeconds cannot be set with retry InPlace: the kubelet's restart backoff decides when a container restarts in place"
+// +kubebuilder:validation:XValidation:rule="!has(self.restartIndexes) || self.action == 'RestartJob'",message="podFailurePolicy restartIndexes can only be set on a rule whose action is RestartJob"
 type PodFailurePolicyRule struct {
 	// name names the rule. When a FailJob rule with a name fails the job,
 	// the reason of the job's FailureTarget and Failed conditions is
@@ -54,8 +58,23 @@ type PodFailurePolicyRule struct {
 	//   new pod, after retryDelaySeconds if set, else at once.
 	// - Count: the failure is handled the default way: it counts against
 	//   backoffLimit and backoffLimitPerIndex.
+	// - RestartJob: the job's pods restart together, as one group: every
+	//   pod of the job that has not finished is ended, and once none of
+	//   them is left, every unfinished index starts again (restartIndexes
+	//   All: every index) with its next attempt, its failure count
+	//   (against backoffLimitPerIndex) and its backoff afresh. The two
+	//   generations never overlap. Each restart adds one to
+	//   status.restarts; once spec.maxRestarts restarts were made, such a
+	//   failure fails the job with reason MaxRestartsExceeded (and counts,
+	//   as a Count rule's would). Neither the failure that restarted the
+	//   pods nor the ends of the pods the restart stopped (their failures
+	//   in place included) count against backoffLimit or
+	//   backoffLimitPerIndex, or in status.failed; failures counted before
+	//   the restart stay. Needs
+	//   spec.maxRestarts. Not in batch/v1: Volcano's RestartJob, JobSet's
+	//   restart of the whole set.
 	// +required
-	// +kubebuilder:validation:Enum=FailJob;FailIndex;Ignore;Count
+	// +kubebuilder:validation:Enum=FailJob;FailIndex;Ignore;Count;RestartJob
 	Action batchv1.PodFailurePolicyAction `json:"action"`
 
 	// onExitCodes is the requirement on the container exit codes.
@@ -81,4 +100,62 @@ type PodFailurePolicyRule struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
 	RetryDelaySeconds *int32 `json:"retryDelaySeconds,omitempty"`
+
+	// retry is, for a Count rule with onExitCodes, how the index is tried
+	// again after a failure the rule matches:
+	//
+	// - NewPod (the default): the failed pod ends and the index gets a new
+	//   pod, after the retry backoff.
+	// - InPlace: the kubelet restarts the container that exited with one
+	//   of the rule's exit codes inside its pod (container restart rules,
+	//   Kubernetes 1.35 or later with feature gate ContainerRestartRules,
+	//   on by default): no new pod, no rescheduling, no image pull. The
+	//   operator writes the rule, and every rule before it that matches
+	//   exit codes, as restartPolicyRules on the template's containers
+	//   (the rule's containerName, or every container), so that an exit
+	//   code an earlier rule matches still ends the pod. Each restart
+	//   counts as a failure of the index, against backoffLimitPerIndex and
+	//   backoffLimit, in the index's failure count and in status.failed
+	//   (once the pod finished); an index whose failures go over
+	//   backoffLimitPerIndex in place fails, and its pod is stopped. The
+	//   delay between restarts is the kubelet's restart backoff, not
+	//   spec.retryBackoff. The admission webhook refuses the job where
+	//   the API server drops container restart rules, and warns when a
+	//   node's kubelet is older than 1.35 (its pods then fail and are
+	//   replaced as NewPod).
+	// +optional
+	// +kubebuilder:validation:Enum=NewPod;InPlace
+	Retry RetryMode `json:"retry,omitempty"`
+
+	// restartIndexes is, for a RestartJob rule, which indexes the restart
+	// starts again: Unfinished (the default) keeps the completed and
+	// failed indexes as they are; All clears completedIndexes and
+	// failedIndexes (and with them status.succeeded) and runs every index
+	// again, for a group whose results are only valid together.
+	// +optional
+	// +kubebuilder:validation:Enum=Unfinished;All
+	RestartIndexes RestartIndexes `json:"restartIndexes,omitempty"`
 }
+
+// PodFailurePolicyActionRestartJob is the action of a rule that restarts
+// the job's pods together. batch/v1 has no such action.
+const PodFailurePolicyActionRestartJob batchv1.PodFailurePolicyAction = "RestartJob"
+
+// RetryMode is how a Count rule retries an index: with a new pod or in
+// place.
+type RetryMode string
+
+// Retry modes.
+const (
+	RetryNewPod  RetryMode = "NewPod"
+	RetryInPlace RetryMode = "InPlace"
+)
+
+// RestartIndexes is which indexes a RestartJob rule runs again.
+type RestartIndexes string
+
+// Restart scopes.
+const (
+	RestartUnfinishedIndexes RestartIndexes = "Unfinished"
+	RestartAllIndexes        RestartIndexes = "All"
+)

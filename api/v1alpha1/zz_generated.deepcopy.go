@@ -138,6 +138,11 @@ func (in *IndexedBatchJobSpec) DeepCopyInto(out *IndexedBatchJobSpec) {
 		*out = new(PodFailurePolicy)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.MaxRestarts != nil {
+		in, out := &in.MaxRestarts, &out.MaxRestarts
+		*out = new(int32)
+		**out = **in
+	}
 	if in.SuccessPolicy != nil {
 		in, out := &in.SuccessPolicy, &out.SuccessPolicy
 		*out = new(v1.SuccessPolicy)

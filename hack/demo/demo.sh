@@ -7,7 +7,10 @@
 # binary (bin/manager) serving its admission webhook, shows a copy of
 # config/samples/batch_v1alpha1_indexedbatchjob.yaml with an invalid pod
 # template refused, applies the sample, shows the job live and prints its
-# final status. Everything it started stops
+# final status; then does the same with
+# config/samples/batch_v1alpha1_indexedbatchjob_restart.yaml, a group of pods
+# restarted together once (status.restarts 1, the RESTARTS column of
+# kubectl get ibj -o wide). Everything it started stops
 # when it ends or on Ctrl-C; with KEEP=1 a demo that finished leaves the
 # cluster and the operator running and says how to use and stop them.
 #
@@ -43,6 +46,10 @@ bin=${LOCALBIN:-$root/bin}
 kubectl="${KUBEBUILDER_ASSETS:-$bin/k8s/$k8s_version}/kubectl"
 sample=config/samples/batch_v1alpha1_indexedbatchjob.yaml
 job=per-index
+# The second job of the plain demo (not with DEMO_GANG=1 or DEMO_KUEUE=1).
+restart_sample=config/samples/batch_v1alpha1_indexedbatchjob_restart.yaml
+restart_job=restart-group
+restart_ran=0
 keep=${KEEP:-0}
 kueue=${DEMO_KUEUE:-0}
 gang=${DEMO_GANG:-0}
@@ -91,6 +98,18 @@ cleanup() {
   kubectl ibj indexes $job --failed
   kubectl ibj rerun $job --failed
   kubectl delete ibj $job && kubectl apply -f $sample
+EOF
+    if [ "$restart_ran" = 1 ]; then
+      cat <<EOF
+  kubectl get ibj -o wide             # the RESTARTS column
+  kubectl ibj indexes $restart_job     # each index's generation (restart-attempt)
+  kubectl ibj describe $restart_job
+  kubectl delete ibj $restart_job && kubectl apply -f $restart_sample
+                                      # the restart sample again: index 2 exits 3,
+                                      # every pod restarts together, once
+EOF
+    fi
+    cat <<EOF
   sed 's/name: per-index/name: refused/; s/- name: example/- name: Example_1/' $sample | kubectl apply -f -
                                       # an invalid pod template: refused by the
                                       # admission webhook, the field named
@@ -240,16 +259,47 @@ if [ "$gang" = 1 ]; then
   "$bin/kubectl-ibj" describe "$job"
 fi
 
-say "Final status"
-"$kubectl" get ibj "$job" -o yaml | sed -n '/^status:/,$p'
-got=$("$kubectl" get ibj "$job" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}')
-echo "$got"
-# The demo is a test: it passes only on the status the sample must end with.
+# final_status JOB WANT [TEMPLATE]: prints the job's final status and dies
+# unless its summary (the go-template below, then TEMPLATE) is WANT: the demo
+# is a test, it passes only on the status each sample must end with.
+final_status() {
+  local job=$1 want=$2 got
+  say "Final status"
+  "$kubectl" get ibj "$job" -o yaml | sed -n '/^status:/,$p'
+  got=$("$kubectl" get ibj "$job" -o go-template='{{range .status.conditions}}{{if and (eq .status "True") (or (eq .type "Failed") (eq .type "Complete"))}}{{.type}}/{{.reason}}{{end}}{{end}}: completedIndexes "{{.status.completedIndexes}}", failedIndexes "{{or .status.failedIndexes ""}}", succeeded {{.status.succeeded}}, failed {{.status.failed}}'"${3:-}")
+  echo "$got"
+  [ "$got" = "$want" ] || die "the job ended with $got, not $want"
+  echo "  as expected"
+}
+
 if [ "$gang" = 1 ]; then
-  want='Complete/CompletionsReached: completedIndexes "0-7", failedIndexes "", succeeded 8, failed 0'
-else
-  # Indexes 1 and 2 fail twice each (backoffLimitPerIndex: 1).
-  want='Failed/FailedIndexes: completedIndexes "0,3-7", failedIndexes "1,2", succeeded 6, failed 4'
+  final_status "$job" 'Complete/CompletionsReached: completedIndexes "0-7", failedIndexes "", succeeded 8, failed 0'
+  exit 0
 fi
-[ "$got" = "$want" ] || die "the job ended with $got, not $want"
-echo "  as expected"
+# Indexes 1 and 2 fail twice each (backoffLimitPerIndex: 1).
+final_status "$job" 'Failed/FailedIndexes: completedIndexes "0,3-7", failedIndexes "1,2", succeeded 6, failed 4'
+
+say "Applying $restart_sample"
+sed -n '1,/^apiVersion/{/^#/p}' "$restart_sample"
+"$kubectl" apply -f "$restart_sample"
+restart_ran=1
+
+say "Watching it (kubectl get ibj -o wide -w)"
+watch_job "$restart_job" "$timeout"
+
+say "Finished: $phase after $(elapsed)"
+echo "\$ kubectl get ibj -o wide"
+"$kubectl" get ibj -o wide
+echo
+echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$restart_job -L batch.indexedjob.dev/restart-attempt"
+"$kubectl" get pods -l "batch.indexedjob.dev/job-name=$restart_job" -L batch.indexedjob.dev/restart-attempt
+echo
+echo "\$ kubectl ibj indexes $restart_job"
+"$bin/kubectl-ibj" indexes "$restart_job"
+echo
+echo "\$ kubectl describe ibj $restart_job   (events)"
+"$kubectl" describe ibj "$restart_job" | sed -n '/^Events:/,$p'
+# Index 2 exits 3 in generation 0 only: one restart, then every index
+# succeeds; neither that exit nor the ends of the pods the restart stopped
+# count as failed.
+final_status "$restart_job" 'Complete/CompletionsReached: completedIndexes "0-3", failedIndexes "", succeeded 4, failed 0, restarts 1' ', restarts {{or .status.restarts 0}}'

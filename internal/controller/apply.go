@@ -68,7 +68,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	p.memoryRaised = createdOnly(p.memoryRaised, p.create, took, job)
 	createErr := errors.Join(createErrs...)
 	if len(p.create) > 0 {
-		r.exp.createsRefused(job.UID, createErr != nil, r.clock.Now())
+		r.jobs.createsRefused(job.UID, createErr != nil, r.clock.Now())
 	}
 	if d := jobpod.CreateRefusedDelay(job); d > 0 && createErr != nil {
 		// The job asked to wait this long after a refusal (its status and
@@ -191,9 +191,11 @@ const nextTurn = time.Millisecond
 // start) and stops at the first batch with a refusal: a job whose creates
 // are refused (a full quota, a policy) sends a handful of them per sync,
 // not all of its parallelism. A batch is at most r.writes creates, and
-// once the sync has sent that many while other jobs wait for a worker it
-// stops there (yielded): a job with thousands of pods to create takes turns
-// with a job created after it, whatever the client's QPS. It returns how
+// once the sync has sent that many while a job that goes before it waits
+// for a worker (r.order: one that came earlier, or came later than a big
+// job that was charged for its creates) it stops there (yielded): a job
+// with thousands of pods to create takes turns with a job created after
+// it, whatever the client's QPS, and a fleet's jobs keep their order. It returns how
 // which creates the API server took, whether it yielded, and the error of
 // each create (nil where it succeeded or was never sent), in the order of
 // creates. A pod that exists already is this job's only if it
@@ -203,9 +205,10 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	took = make([]bool, len(creates))
 	created := 0
 	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, min(2*batch, max(r.writes, 1)) {
-		if created >= r.writes && r.othersWaiting() {
+		if created >= r.writes && r.othersAhead(job) {
 			// This sync has sent its share of the write queue; the worker
-			// goes to the jobs that wait, and the rest to a later turn.
+			// goes to a job that comes before this one now, and the rest
+			// to a later turn.
 			return took, true, errs
 		}
 		end := min(start+batch, len(creates))
@@ -213,13 +216,17 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 			took[start+i], errs[start+i] = r.createOne(ctx, job, creates[start+i])
 			return nil
 		})
-		refused := 0
+		refused, made := 0, 0
 		for i, ok := range took[start:end] {
 			if ok {
-				created++
+				made++
 			} else if errs[start+i] != nil {
 				refused++
 			}
+		}
+		created += made
+		if r.order != nil {
+			r.order.charge(types.NamespacedName{Namespace: job.Namespace, Name: job.Name}, made)
 		}
 		if refused > 0 {
 			skipped := len(creates) - end
@@ -286,7 +293,7 @@ func skippedCreates(n int) string {
 // no refusal: its name is taken by a pod the job does not control.
 func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate) (took bool, err error) {
 	pod := newPod(job, c)
-	r.exp.expectCreate(job.UID, pod.Name, r.clock.Now())
+	r.jobs.expectCreate(job.UID, pod.Name, r.clock.Now())
 	reason := "new"
 	if c.attempt > 0 {
 		reason = "retry"
@@ -304,7 +311,7 @@ func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, 
 		podsCreated.WithLabelValues(reason, "failed").Inc()
 		err = fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
-	r.exp.createFailed(job.UID, pod.Name)
+	r.jobs.createFailed(job.UID, pod.Name)
 	return false, err
 }
 
@@ -320,7 +327,7 @@ func isPodToCreate(job *ibjv1.IndexedBatchJob, c podToCreate, holder *metav1.Par
 // pod is the job's (took) when the pod of that name is controlled by the
 // job and labelled as its pod. Otherwise the name belongs to another pod (one left by a deleted job
 // of the same name, or anyone's): the job never counts it, the index's
-// next attempt is numbered past it (takenNames), and an event PodNameTaken
+// next attempt is numbered past it (takeName), and an event PodNameTaken
 // says so. err is the error of reading the pod, nil otherwise.
 func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate, pod *corev1.Pod) (took bool, err error) {
 	holder := &metav1.PartialObjectMetadata{}
@@ -339,7 +346,7 @@ func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatch
 	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID && isPodToCreate(job, c, holder) {
 		return true, nil
 	}
-	r.takenNames.take(job.UID, c.index, c.attempt)
+	r.jobs.takeName(job.UID, c.index, c.attempt)
 	r.emit(job, warningEvent("PodNameTaken", "Pod %s exists and is not controlled by this job: not counted; index %d starts under a new name",
 		pod.Name, c.index))
 	return false, nil
@@ -366,7 +373,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob
 	if err := r.client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("updating status: %w", err)
 	}
-	r.exp.wroteStatus(job.UID, updated.ResourceVersion, r.clock.Now())
+	r.jobs.wroteStatus(job.UID, updated.ResourceVersion, r.clock.Now())
 	return nil
 }
 
@@ -375,7 +382,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *ibjv1.IndexedBatchJob
 // removed and the cache does not show gone yet, and remembers the ones it
 // released.
 func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods []*jobpod.Pod, release func(context.Context, *jobpod.Pod) error) error {
-	pods = r.exp.unpatched(job, pods)
+	pods = r.jobs.unpatched(job, pods)
 	errs := make([]error, len(pods))
 	_ = r.parallel(ctx, len(pods), func(i int) error {
 		errs[i] = release(ctx, pods[i])
@@ -387,7 +394,7 @@ func (r *Reconciler) releaseFinalizers(ctx context.Context, job types.UID, pods 
 			done = append(done, pod)
 		}
 	}
-	r.exp.removedFinalizers(job, done, r.clock.Now())
+	r.jobs.removedFinalizers(job, done, r.clock.Now())
 	return errors.Join(errs...)
 }
 
@@ -472,7 +479,7 @@ func (r *Reconciler) deleteFinishedJob(ctx context.Context, job *ibjv1.IndexedBa
 		log.FromContext(ctx).Info("Deleted job after ttlSecondsAfterFinished", "ttlSecondsAfterFinished", ptr.Deref(job.Spec.TTLSecondsAfterFinished, 0))
 	}
 	if err = client.IgnoreNotFound(err); err == nil {
-		r.forget(job.UID)
+		r.jobs.forget(job.UID)
 	}
 	return err
 }
@@ -484,7 +491,7 @@ func (r *Reconciler) emitEvents(job *ibjv1.IndexedBatchJob, p plan, created int)
 	if r.recorder == nil {
 		return 0
 	}
-	events, wait := r.events.pacedEvents(job.UID, job.Name, &p, created, r.clock.Now())
+	events, wait := r.jobs.pacedEvents(job.UID, job.Name, &p, created, r.clock.Now())
 	for _, e := range events {
 		r.emit(job, e)
 	}
@@ -551,14 +558,4 @@ func (r *Reconciler) patchPod(ctx context.Context, pod *jobpod.Pod, patch []byte
 		return r.client.Patch(ctx, podRef(pod), client.RawPatch(types.StrategicMergePatchType, patch))
 	}
 	return r.podWrites.Patch(ctx, pod.Namespace, pod.Name, patch)
-}
-
-// forget drops what the reconciler keeps of a job that is gone: its
-// expectations and its held-back events.
-func (r *Reconciler) forget(uid types.UID) {
-	r.exp.forget(uid)
-	r.events.forget(uid)
-	r.takenNames.forget(uid)
-	r.gone.forget(uid)
-	r.gangs.Delete(uid)
 }

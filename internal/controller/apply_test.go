@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -194,38 +196,41 @@ func TestApplyWaitsCreateRefusedDelayAfterARefusal(t *testing.T) {
 			}
 			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), DefaultBackoff)
 			// An earlier refusal, which a create that goes through forgets.
-			r.exp.createsRefused(job.UID, true, testNow.Add(-time.Hour))
+			r.jobs.createsRefused(job.UID, true, testNow.Add(-time.Hour))
 			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podToCreate{{index: 0}}})
 			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("apply = %+v, %v; want requeue after %v, error %v", res, err, tc.wantRequeue, tc.wantErr)
 			}
-			if got := r.exp.lastCreateRefused(job.UID); !got.Equal(tc.wantRefused) {
+			if got := r.jobs.lastCreateRefused(job.UID); !got.Equal(tc.wantRefused) {
 				t.Errorf("last refusal %v, want %v", got, tc.wantRefused)
 			}
 		})
 	}
 }
 
-// queueLen is a controller queue with a fixed number of jobs waiting.
-type queueLen int
-
-func (q queueLen) Len() int { return int(q) }
-
 // A sync with many pods to create sends batches of at most r.writes; once
-// it has sent that many while another job waits for a worker, it gives the
-// worker up and the rest wait for its next turn. With nobody waiting it
-// sends them all.
-func TestCreatesGiveTheWorkerUpToAJobThatWaits(t *testing.T) {
+// it has sent that many while a job that goes before it waits for a worker
+// (one that came earlier, or one that came later than the job's charged
+// creates reach), it gives the worker up and the rest wait for its next
+// turn. Otherwise it sends them all.
+func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		waiting     queueLen
+		name string
+		// other is when another job came, relative to this one, and
+		// waits for a worker; nil when none waits.
+		other       *time.Duration
 		wantSent    int32
 		wantYielded bool
 	}{
-		// Batches of 1, 2 and 4, then the worker goes.
-		{"a job waits", 1, 7, true},
+		// Batches of 1, 2 and 4, then the worker goes to the earlier job.
+		{"an earlier job waits", ptr.To(-time.Second), 7, true},
+		// At QPS 4, 4 requests are free and each further one costs 250 ms:
+		// after its sync and 7 creates the job's virtual time is 1 s, the
+		// later job's arrival, which does not go first; after the next
+		// batch of 4, 2 s, past it.
+		{"a later job waits", ptr.To(time.Second), 11, true},
 		// Batches of 1, 2, 4, 4, 4, 4 and 1.
-		{"nobody waits", 0, 20, false},
+		{"nobody waits", nil, 20, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := harness.MakeIndexedBatchJob("big", "ns").UID("job-uid").Completions(20).Parallelism(20).Obj()
@@ -237,8 +242,19 @@ func TestCreatesGiveTheWorkerUpToAJobThatWaits(t *testing.T) {
 					return cl.Create(ctx, obj, opts...)
 				},
 			})
-			r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
-			r.writes, r.waiting = 4, tc.waiting
+			clk := clocktesting.NewFakeClock(time.Now())
+			r := NewReconciler(c, nil, clk, DefaultBackoff)
+			r.writes, r.order = 4, newJobOrder(clk, 4)
+			other := types.NamespacedName{Namespace: "ns", Name: "other"}
+			if tc.other != nil && *tc.other < 0 {
+				r.order.enqueue(other, priorityqueue.AddOpts{})
+				clk.Step(-*tc.other)
+			}
+			r.order.seen(job)
+			if tc.other != nil && *tc.other > 0 {
+				clk.Step(*tc.other)
+				r.order.enqueue(other, priorityqueue.AddOpts{})
+			}
 			creates := make([]podToCreate, 20)
 			for i := range creates {
 				creates[i] = podToCreate{index: int32(i)}
@@ -270,7 +286,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	if created != 1 || firstError(errs) != nil {
 		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
 	}
-	if floors := r.takenNames.floors(job.UID, nil); floors[0] != 1 || len(floors) != 1 {
+	if floors := r.jobs.takenFloors(job.UID, nil); floors[0] != 1 || len(floors) != 1 {
 		t.Errorf("taken names %v, want index 0 past attempt 0", floors)
 	}
 	got := drainEvents(recorder)
@@ -278,8 +294,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 		t.Errorf("events %q, want one PodNameTaken for a-0-0", got)
 	}
 	// The next sync names index 0's first pod past the taken name.
-	in := r.syncInput(job, nil, nil)
-	in.expectationsSatisfied = true
+	in := r.syncInput(job, nil, nil, true)
 	p := syncJob(in)
 	if len(p.create) == 0 || p.create[0] != (podToCreate{index: 0, attempt: 1}) {
 		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)

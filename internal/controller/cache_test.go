@@ -82,6 +82,15 @@ func (f *fixedPods) List(namespace, job string) ([]*jobpod.Pod, error) {
 
 func (f *fixedPods) Len() int { return len(f.pods) }
 
+func (f *fixedPods) Get(namespace, job, name string) *jobpod.Pod {
+	for _, p := range f.pods {
+		if p.Namespace == namespace && p.JobName == job && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // set shows the pods as given, in place of what it showed of them.
 func (f *fixedPods) set(pods ...*corev1.Pod) {
 	for _, p := range pods {

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -25,37 +24,17 @@ const (
 	moreFailuresInterval = time.Minute
 )
 
-// eventPacer keeps, per job, what its paced events hold back. It is a
-// store of its own beside the expectations: it paces what a sync reports,
-// not what the cache has yet to show.
-type eventPacer struct {
-	mu   sync.Mutex
-	jobs map[types.UID]*eventPace
-}
-
-func newEventPacer() *eventPacer { return &eventPacer{jobs: map[types.UID]*eventPace{}} }
-
-// forget drops what a job that is gone held back.
-func (e *eventPacer) forget(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.jobs, uid)
-}
-
-// size is how many jobs have paced events, for trackedEntries.
-func (e *eventPacer) size() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.jobs)
-}
-
-// eventPace is what a job's paced events hold back.
+// eventPace is the part of a job's state (job_state.go) that its paced
+// events keep: what they hold back, and how many were named.
 type eventPace struct {
 	created, deleted heldCount
 	// failures, raised and heldBack are the IndexFailed, MemoryRaised and
 	// MemoryRaiseHeldBack events.
 	failures, raised, heldBack namedThenCounted
 }
+
+// holds: the job's events were paced (something held back, or named).
+func (p *eventPace) holds() bool { return *p != eventPace{} }
 
 // namedThenCounted is a kind of event whose first namedIndexFailures
 // events are reported one by one and the later ones counted.
@@ -109,14 +88,10 @@ func (c *heldCount) add(n int, now time.Time, interval time.Duration, flush bool
 // and its indexes failed for good, paced by the job's eventPace, then the
 // plan's other events. wait is when the sync should come back to report
 // what was held (zero: nothing held).
-func (e *eventPacer) pacedEvents(job types.UID, jobName string, p *plan, created int, now time.Time) (out []event, wait time.Duration) {
+func (e *jobStates) pacedEvents(job types.UID, jobName string, p *plan, created int, now time.Time) (out []event, wait time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	pace := e.jobs[job]
-	if pace == nil {
-		pace = &eventPace{}
-		e.jobs[job] = pace
-	}
+	pace := &e.state(job).events
 	flush := p.newlyFinished != nil
 	held := func(w time.Duration) {
 		if w > 0 && (wait == 0 || w < wait) {

@@ -40,7 +40,7 @@ func rendered(evs []event) []string {
 // is held goes once its interval is over, or when the job finishes, before
 // the job's own events.
 func TestPacedEvents(t *testing.T) {
-	e := newEventPacer()
+	e := newJobStates()
 	t0 := testNow
 	more := func(n int, what string) string {
 		return fmt.Sprintf("Warning IndexFailed: %d more %s failed for good; `kubectl ibj indexes a --failed` lists them with the reasons", n, what)
@@ -103,7 +103,7 @@ func TestPacedEvents(t *testing.T) {
 // one event per moreFailuresInterval, each kind on its own, so that a large
 // job OOM-killed everywhere does not flood the job's events.
 func TestRaisedMemoryEventsArePaced(t *testing.T) {
-	e := newEventPacer()
+	e := newJobStates()
 	raised := func(from, to int) []raisedPod {
 		var out []raisedPod
 		for ix := from; ix < to; ix++ {

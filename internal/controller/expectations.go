@@ -2,7 +2,6 @@ package controller
 
 import (
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -18,19 +17,14 @@ const expectationTimeout = 5 * time.Minute
 // pod is patched again, which is harmless.
 const finalizerExpectationTimeout = time.Minute
 
-// expectations remembers, per job, what this process wrote and its cache
-// has not shown yet: the pods it created, the pods whose tracking finalizer
-// it removed, and the resourceVersion of its last status write; and when
-// the API server last refused one of its pod creates. A sync acts
-// on a cache that is current with its own writes, or not at all; this is
-// what keeps one pod per index when the cache lags. After a restart the
-// store is empty, and rightly so: the new cache was listed after every write
-// of the old process.
-type expectations struct {
-	mu   sync.Mutex
-	jobs map[types.UID]*jobExpectations
-}
-
+// jobExpectations are the part of a job's state (job_state.go) that says
+// what this process wrote and its cache has not shown yet: the pods it
+// created, the pods whose tracking finalizer it removed, and the
+// resourceVersion of its last status write; and when the API server last
+// refused one of its pod creates. A sync acts on a cache that is current
+// with its own writes, or not at all; this is what keeps one pod per index
+// when the cache lags. After a restart they are empty, and rightly so: the
+// new cache was listed after every write of the old process.
 type jobExpectations struct {
 	creates map[string]time.Time
 	// finalizers are pods whose finalizer removal succeeded but whose
@@ -46,31 +40,18 @@ type jobExpectations struct {
 	createRefused time.Time
 }
 
-func newExpectations() *expectations {
-	return &expectations{jobs: map[types.UID]*jobExpectations{}}
-}
-
-func (e *expectations) get(uid types.UID) *jobExpectations {
-	j := e.jobs[uid]
-	if j == nil {
-		j = &jobExpectations{creates: map[string]time.Time{}, finalizers: map[types.UID]time.Time{}}
-		e.jobs[uid] = j
-	}
-	return j
-}
-
 // expectCreate is called before creating a pod.
-func (e *expectations) expectCreate(uid types.UID, name string, now time.Time) {
+func (e *jobStates) expectCreate(uid types.UID, name string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.get(uid).creates[name] = now
+	e.state(uid).creates[name] = now
 }
 
 // createFailed forgets a create the API server refused.
-func (e *expectations) createFailed(uid types.UID, name string) {
+func (e *jobStates) createFailed(uid types.UID, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.get(uid).creates, name)
+	delete(e.state(uid).creates, name)
 }
 
 // createLeft forgets the expected create of a pod the cache saw leave the
@@ -78,7 +59,7 @@ func (e *expectations) createFailed(uid types.UID, name string) {
 // job's: that create will never be observed, and waiting for it would hold
 // the job's pods until the expectation timed out. A job without
 // expectations gets no entry.
-func (e *expectations) createLeft(uid types.UID, name string) {
+func (e *jobStates) createLeft(uid types.UID, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[uid]; j != nil {
@@ -88,16 +69,16 @@ func (e *expectations) createLeft(uid types.UID, name string) {
 
 // wroteStatus remembers the resourceVersion the status write returned, and
 // when it was written.
-func (e *expectations) wroteStatus(uid types.UID, resourceVersion string, now time.Time) {
+func (e *jobStates) wroteStatus(uid types.UID, resourceVersion string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j := e.get(uid)
+	j := e.state(uid)
 	j.statusVersion, j.statusWritten = resourceVersion, now
 }
 
 // lastStatusWrite is when the job's status was last written, zero if this
 // process has not written it.
-func (e *expectations) lastStatusWrite(uid types.UID) time.Time {
+func (e *jobStates) lastStatusWrite(uid types.UID) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[uid]; j != nil {
@@ -109,10 +90,10 @@ func (e *expectations) lastStatusWrite(uid types.UID) time.Time {
 // createsRefused remembers whether the API server refused one of the job's
 // pod creates at now (refused), or took them all (it then forgets the
 // last refusal).
-func (e *expectations) createsRefused(uid types.UID, refused bool, now time.Time) {
+func (e *jobStates) createsRefused(uid types.UID, refused bool, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j := e.get(uid)
+	j := e.state(uid)
 	if refused {
 		j.createRefused = now
 	} else {
@@ -123,7 +104,7 @@ func (e *expectations) createsRefused(uid types.UID, refused bool, now time.Time
 // lastCreateRefused is when the API server last refused one of the job's
 // pod creates, zero if it has not since the last create it took (or this
 // process has not tried).
-func (e *expectations) lastCreateRefused(uid types.UID) time.Time {
+func (e *jobStates) lastCreateRefused(uid types.UID) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[uid]; j != nil {
@@ -132,41 +113,20 @@ func (e *expectations) lastCreateRefused(uid types.UID) time.Time {
 	return time.Time{}
 }
 
-// sizes reports how many jobs have expectations and how many creates and
-// finalizer removals they wait to see, for trackedEntries.
-func (e *expectations) sizes() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := map[string]int{"expectations": len(e.jobs), "expected_creates": 0, "expected_finalizers": 0}
-	for _, j := range e.jobs {
-		out["expected_creates"] += len(j.creates)
-		out["expected_finalizers"] += len(j.finalizers)
-	}
-	return out
-}
-
-// forget drops everything about a job that is gone.
-func (e *expectations) forget(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.jobs, uid)
-}
-
 // podsSeen reports whether the cache shows every pod this process created
-// for the job (or the wait timed out); seen creates are forgotten.
-func (e *expectations) podsSeen(uid types.UID, pods []*jobpod.Pod, now time.Time) bool {
+// for the job (or the wait timed out); seen creates are forgotten. cached
+// says whether the cache shows the job's pod of a name: the creates waited
+// for are a sync's few, the job's pods maybe thousands, so each create is
+// looked up in the cache.
+func (e *jobStates) podsSeen(uid types.UID, cached func(name string) bool, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[uid]
 	if j == nil || len(j.creates) == 0 {
 		return true
 	}
-	names := make(map[string]bool, len(pods))
-	for _, p := range pods {
-		names[p.Name] = true
-	}
 	for name, at := range j.creates {
-		if names[name] || now.Sub(at) > expectationTimeout {
+		if cached(name) || now.Sub(at) > expectationTimeout {
 			delete(j.creates, name)
 		}
 	}
@@ -174,24 +134,16 @@ func (e *expectations) podsSeen(uid types.UID, pods []*jobpod.Pod, now time.Time
 }
 
 // removedFinalizers remembers pods of the job whose finalizer is gone.
-func (e *expectations) removedFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
+func (e *jobStates) removedFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
 	if len(pods) == 0 {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j := e.get(job)
+	j := e.state(job)
 	for _, pod := range pods {
 		j.finalizers[pod.UID] = now
 	}
-}
-
-// track gives a job that is being synced an entry, if it has none, so
-// that releasedInBackground can record against it until forget.
-func (e *expectations) track(uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.get(uid)
 }
 
 // releasedInBackground remembers a pod whose finalizer the background queue
@@ -199,7 +151,7 @@ func (e *expectations) track(uid types.UID) {
 // of its jobs, and an entry made for a job already forgotten (gone, or
 // deleted and its expectations dropped) would stay for good. Without the
 // entry, at worst a sync patches the pod once more, which is harmless.
-func (e *expectations) releasedInBackground(job types.UID, pod *jobpod.Pod, now time.Time) {
+func (e *jobStates) releasedInBackground(job types.UID, pod *jobpod.Pod, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[job]; j != nil {
@@ -209,7 +161,7 @@ func (e *expectations) releasedInBackground(job types.UID, pod *jobpod.Pod, now 
 
 // unpatched returns the pods whose finalizer this process has not removed
 // already, in their order.
-func (e *expectations) unpatched(job types.UID, pods []*jobpod.Pod) []*jobpod.Pod {
+func (e *jobStates) unpatched(job types.UID, pods []*jobpod.Pod) []*jobpod.Pod {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[job]
@@ -228,7 +180,7 @@ func (e *expectations) unpatched(job types.UID, pods []*jobpod.Pod) []*jobpod.Po
 // observeFinalizers forgets the removals the cache now shows (the pod is
 // gone or has no tracking finalizer) and those older than
 // finalizerExpectationTimeout.
-func (e *expectations) observeFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
+func (e *jobStates) observeFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[job]
@@ -247,7 +199,7 @@ func (e *expectations) observeFinalizers(job types.UID, pods []*jobpod.Pod, now 
 // jobStale reports whether the cached job is older than this process's last
 // status write. resourceVersions are etcd revisions, compared as numbers;
 // one that is not a number is taken as current.
-func (e *expectations) jobStale(uid types.UID, cachedVersion string) bool {
+func (e *jobStates) jobStale(uid types.UID, cachedVersion string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[uid]

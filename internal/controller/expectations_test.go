@@ -1,51 +1,61 @@
 package controller
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
+// among says whether a pod of the name is among pods, as the cache would.
+func among(pods ...*jobpod.Pod) func(name string) bool {
+	return func(name string) bool {
+		return slices.ContainsFunc(pods, func(p *jobpod.Pod) bool { return p.Name == name })
+	}
+}
+
 func TestExpectationsHoldUntilTheCacheShowsEveryCreate(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
-	e := newExpectations()
-	if !e.podsSeen(job.UID, nil, testNow) {
+	e := newJobStates()
+	if !e.podsSeen(job.UID, among(), testNow) {
 		t.Fatalf("a job without expectations must be satisfied")
 	}
 	e.expectCreate(job.UID, "a-0-0", testNow)
 	e.expectCreate(job.UID, "a-1-0", testNow)
 
 	p0 := makePod(job, 0).obj()
-	if e.podsSeen(job.UID, []*jobpod.Pod{p0}, testNow.Add(time.Second)) {
+	if e.podsSeen(job.UID, among(p0), testNow.Add(time.Second)) {
 		t.Errorf("satisfied while a-1-0 is not in the cache")
 	}
 	p1 := makePod(job, 1).obj()
-	if !e.podsSeen(job.UID, []*jobpod.Pod{p1}, testNow.Add(time.Second)) {
+	if !e.podsSeen(job.UID, among(p1), testNow.Add(time.Second)) {
 		t.Errorf("not satisfied though a-0-0 was seen before and a-1-0 now")
 	}
-	if !e.podsSeen("other", nil, testNow) {
+	if !e.podsSeen("other", among(), testNow) {
 		t.Errorf("another job's expectations leaked")
 	}
 }
 
 func TestExpectationsForgetARefusedCreate(t *testing.T) {
-	e := newExpectations()
+	e := newJobStates()
 	e.expectCreate("job", "a-0-0", testNow)
 	e.createFailed("job", "a-0-0")
-	if !e.podsSeen("job", nil, testNow) {
+	if !e.podsSeen("job", among(), testNow) {
 		t.Errorf("a create the API server refused still blocks the job")
 	}
 }
 
 func TestExpectationsExpireAfterTimeout(t *testing.T) {
-	e := newExpectations()
+	e := newJobStates()
 	e.expectCreate("job", "a-0-0", testNow)
-	if e.podsSeen("job", nil, testNow.Add(expectationTimeout)) {
+	if e.podsSeen("job", among(), testNow.Add(expectationTimeout)) {
 		t.Errorf("expired at exactly the timeout")
 	}
-	if !e.podsSeen("job", nil, testNow.Add(expectationTimeout+time.Second)) {
+	if !e.podsSeen("job", among(), testNow.Add(expectationTimeout+time.Second)) {
 		t.Errorf("a create never seen blocks the job past the timeout")
 	}
 }
@@ -63,7 +73,7 @@ func TestExpectationsTellAStaleJobFromItsResourceVersion(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newExpectations()
+			e := newJobStates()
 			if e.jobStale("job", tc.cached) {
 				t.Fatalf("stale before any write")
 			}
@@ -76,7 +86,7 @@ func TestExpectationsTellAStaleJobFromItsResourceVersion(t *testing.T) {
 }
 
 func TestExpectationsStopWaitingOnceTheCacheCaughtUp(t *testing.T) {
-	e := newExpectations()
+	e := newJobStates()
 	e.wroteStatus("job", "10", time.Time{})
 	if e.jobStale("job", "10") {
 		t.Fatalf("stale although caught up")
@@ -89,18 +99,18 @@ func TestExpectationsStopWaitingOnceTheCacheCaughtUp(t *testing.T) {
 }
 
 func TestExpectationsForgetADeletedJob(t *testing.T) {
-	e := newExpectations()
+	e := newJobStates()
 	e.expectCreate("job", "a-0-0", testNow)
 	e.wroteStatus("job", "10", time.Time{})
 	e.forget("job")
-	if !e.podsSeen("job", nil, testNow) || e.jobStale("job", "1") {
+	if !e.podsSeen("job", among(), testNow) || e.jobStale("job", "1") {
 		t.Errorf("expectations survived forget")
 	}
 }
 
 func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
-	e := newExpectations()
+	e := newJobStates()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
 	if got := e.unpatched(job.UID, []*jobpod.Pod{p0, p1}); len(got) != 2 {
@@ -130,7 +140,7 @@ func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
 
 func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(3).Obj()
-	e := newExpectations()
+	e := newJobStates()
 	p0 := makePod(job, 0).succeededAt(testNow).obj()
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
 	e.removedFinalizers(job.UID, []*jobpod.Pod{p0, p1}, testNow)
@@ -154,18 +164,18 @@ func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing
 // entry behind: the soak found such entries piling up, one per job that
 // went while its pods' finalizers were being removed.
 func TestExpectationsKeepNothingOfAJobForgottenBeforeItsBackgroundRelease(t *testing.T) {
-	e := newExpectations()
+	e := newJobStates()
 	now := time.Now()
 	pod := &jobpod.Pod{Tracked: true}
 	pod.Name, pod.UID = "a-0", "pod-a-0"
-	e.track("job-a")
+	e.seen(types.NamespacedName{Namespace: "ns", Name: "a"}, "job-a")
 	e.releasedInBackground("job-a", pod, now)
 	if got := e.unpatched("job-a", []*jobpod.Pod{pod}); len(got) != 0 {
 		t.Errorf("a pod released in the background of a known job is still unpatched: %v", got)
 	}
 	e.forget("job-a")
 	e.releasedInBackground("job-a", pod, now)
-	if sizes := e.sizes(); sizes["expectations"] != 0 || sizes["expected_finalizers"] != 0 {
+	if sizes := e.sizes(); sizes["job_states"] != 0 || sizes["expected_finalizers"] != 0 {
 		t.Errorf("entries after a release of a forgotten job: %v, want none", sizes)
 	}
 }

@@ -18,6 +18,9 @@ func onlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool { return jobpod.OnlyRepl
 // matched which podFailurePolicy rule, or the exit that used up the
 // index's backoffLimitPerIndex.
 func whyFailed(pod *jobpod.Pod, f jobpod.Failure) string {
+	if f.Stopped {
+		return fmt.Sprintf("%d failures in place; backoffLimitPerIndex reached", f.InPlace)
+	}
 	var what string
 	switch m := f.Match; {
 	case m != nil && m.Exit != nil:

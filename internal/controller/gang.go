@@ -118,7 +118,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, job *ibjv1.IndexedBatchJob)
 		return podGroup{}, nil
 	}
 	pg := podGroup{name: workloadapi.Name(job), minCount: workloadapi.MinCount(job)}
-	if n, ok := r.gangs.Get(job.UID); ok && n.(int32) == pg.minCount {
+	if r.jobs.gangCurrent(job.UID, pg.minCount, r.clock.Now()) {
 		return pg, nil
 	}
 	workload, err := workloadapi.Unstructured(newWorkload(job, pg.minCount), workloadapi.WorkloadGVK)
@@ -140,7 +140,7 @@ func (r *Reconciler) ensureGang(ctx context.Context, job *ibjv1.IndexedBatchJob)
 			return pg, err
 		}
 	}
-	r.gangs.Set(job.UID, pg.minCount, gangRecheckInterval)
+	r.jobs.gangGiven(job.UID, pg.minCount, r.clock.Now())
 	return pg, nil
 }
 

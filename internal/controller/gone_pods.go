@@ -2,7 +2,6 @@ package controller
 
 import (
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -11,24 +10,20 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
-// maxGonePerJob bounds what gonePods keeps of one job: the latest failures.
+// maxGonePerJob bounds what observeGone keeps of one job: the latest failures.
 // Past a dozen failures the job-wide delay is at its cap whatever the
 // backoff settings allow (spec.retryBackoff's bounds).
 const maxGonePerJob = 32
 
-// gonePods remembers, per job, its failed pods that were being deleted (a
+// A job's state (job_state.go) remembers its failed pods that were being deleted (a
 // pod deleted while it ran, evicted, preempted), so that what they said
 // outlives them once their finalizer goes and the API server removes them:
 // the job-wide backoff still counts their failures, as upstream's backoff
 // record does in memory, and the next pod of their index is named past
 // them rather than take the name of attempt 0 again. A failed pod that is
 // not deleted stays in the cache, which is where syncs read it from.
-// Like upstream's record, a restart forgets them; a job's entry goes with
-// the job.
-type gonePods struct {
-	mu   sync.Mutex
-	jobs map[types.UID][]gonePod
-}
+// Like upstream's record, a restart forgets them; they go with the job's
+// state.
 
 // gonePod is what a sync needs of a deleted failed pod: its name, its end,
 // and how its failure counts in the job-wide backoff.
@@ -53,14 +48,15 @@ func (p gonePod) failure() jobpod.Failure {
 	return f
 }
 
-func newGonePods() *gonePods { return &gonePods{jobs: map[types.UID][]gonePod{}} }
-
-// observe remembers the job's deleted pods whose end is a failure, and
+// observeGone remembers the job's deleted pods whose end is a failure, and
 // returns what it remembers of those no longer among pods: the ones gone.
-func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gonePod {
+func (g *jobStates) observeGone(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gonePod {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	known := g.jobs[job.UID]
+	var known []gonePod
+	if j := g.jobs[job.UID]; j != nil {
+		known = j.gone
+	}
 	for _, pod := range pods {
 		if pod.DeletionTimestamp == nil || !pod.IndexOK || pod.Discarded {
 			continue
@@ -88,7 +84,7 @@ func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gon
 		// to look up.
 		return nil
 	}
-	g.jobs[job.UID] = known
+	g.state(job.UID).gone = known
 	// Which of the (at most maxGonePerJob) remembered pods the sync still
 	// has, without a set of all its pods.
 	present := make(map[types.UID]bool, len(known))
@@ -107,20 +103,6 @@ func (g *gonePods) observe(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod) []gon
 		}
 	}
 	return gone
-}
-
-// forget drops what is known of a job that is gone.
-func (g *gonePods) forget(job types.UID) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.jobs, job)
-}
-
-// size is how many jobs have gone pods remembered, for trackedEntries.
-func (g *gonePods) size() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.jobs)
 }
 
 // goneFloors adds to floors (which may be nil) the attempts past the gone

@@ -20,15 +20,15 @@ func TestGonePodsRememberDeletedFailuresUntilTheyAreGone(t *testing.T) {
 	notDeleted := makePod(job, 1).failedAt(testNow.Add(-5*time.Second), 1).obj()
 	running := makePod(job, 2).running().deletedAt(testNow.Add(-time.Second)).obj()
 	succeeded := makePod(job, 3).succeededAt(testNow.Add(-time.Second)).deletedAt(testNow).obj()
-	g := newGonePods()
+	g := newJobStates()
 
-	if gone := g.observe(job, []*jobpod.Pod{deleted, notDeleted, running, succeeded}); len(gone) != 0 {
+	if gone := g.observeGone(job, []*jobpod.Pod{deleted, notDeleted, running, succeeded}); len(gone) != 0 {
 		t.Fatalf("gone while every pod is there: %+v", gone)
 	}
 	// The deleted failed pod is gone, and so is the running one deleted,
 	// whose deletion fails it (podReplacementPolicy TerminatingOrFailed);
 	// the others are no failure, or still in the cache.
-	gone := g.observe(job, []*jobpod.Pod{notDeleted})
+	gone := g.observeGone(job, []*jobpod.Pod{notDeleted})
 	want := []gonePod{
 		{uid: deleted.UID, index: 0, attempt: 0, finishedAt: deleted.FinishedAt, counted: true},
 		{uid: running.UID, index: 2, attempt: 0, finishedAt: running.FinishedAt, counted: true},
@@ -39,25 +39,25 @@ func TestGonePodsRememberDeletedFailuresUntilTheyAreGone(t *testing.T) {
 	if floors := goneFloors(gone, map[int32]int32{2: 3}); floors[0] != 1 || floors[2] != 3 {
 		t.Errorf("floors = %v, want index 0 past attempt 0 and index 2's higher floor kept", floors)
 	}
-	if g.size() != 1 {
-		t.Errorf("size = %d, want 1 job", g.size())
+	if n := g.sizes()["gone_pods"]; n != 1 {
+		t.Errorf("jobs with gone pods = %d, want 1", n)
 	}
 	g.forget(job.UID)
-	if g.size() != 0 || len(g.observe(job, nil)) != 0 {
+	if g.sizes()["gone_pods"] != 0 || len(g.observeGone(job, nil)) != 0 {
 		t.Errorf("a forgotten job is still remembered")
 	}
 }
 
 func TestGonePodsKeepTheLatestFailuresOfAJob(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job").Completions(100).Parallelism(100).Obj()
-	g := newGonePods()
+	g := newJobStates()
 	var pods []*jobpod.Pod
 	for ix := range int32(maxGonePerJob + 10) {
 		at := testNow.Add(time.Duration(ix) * time.Second)
 		pods = append(pods, makePod(job, ix).failedAt(at, 143).deletedAt(at).obj())
 	}
-	g.observe(job, pods)
-	gone := g.observe(job, nil)
+	g.observeGone(job, pods)
+	gone := g.observeGone(job, nil)
 	if len(gone) != maxGonePerJob {
 		t.Fatalf("kept %d, want %d", len(gone), maxGonePerJob)
 	}
@@ -75,9 +75,9 @@ func TestGonePodsKeepHowTheFailureCounted(t *testing.T) {
 		PodFailurePolicy(harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionTrue)).Obj(), 0, 30)
 	evicted := makePod(job, 0).failedAt(testNow, 137).condition(corev1.DisruptionTarget, corev1.ConditionTrue).deletedAt(testNow).obj()
 	killed := makePod(job, 1).failedAt(testNow, 137).deletedAt(testNow).obj()
-	g := newGonePods()
-	g.observe(job, []*jobpod.Pod{evicted, killed})
-	gone := g.observe(job, nil)
+	g := newJobStates()
+	g.observeGone(job, []*jobpod.Pod{evicted, killed})
+	gone := g.observeGone(job, nil)
 	want := []gonePod{
 		{uid: evicted.UID, index: 0, finishedAt: evicted.FinishedAt, retryDelay: ptr.To(30 * time.Second)},
 		{uid: killed.UID, index: 1, finishedAt: killed.FinishedAt, counted: true},

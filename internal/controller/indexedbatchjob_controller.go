@@ -6,7 +6,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,6 +36,9 @@ type podLister interface {
 	// List returns the pods labelled with the job's name, including pods
 	// left behind by a deleted job of the same name.
 	List(namespace, job string) ([]*jobpod.Pod, error)
+	// Get returns the pod of that name labelled with the job's name, nil if
+	// there is none.
+	Get(namespace, job, name string) *jobpod.Pod
 	// Len is how many pods it holds, for trackedEntries.
 	Len() int
 }
@@ -48,27 +50,22 @@ type Reconciler struct {
 	clock    clock.PassiveClock
 	backoff  Backoff
 
-	exp *expectations
-	// events paces a job's repeated events (event_pace.go).
-	events *eventPacer
+	// jobs is what is remembered of each job between its syncs
+	// (job_state.go).
+	jobs *jobStates
 	// writes is how many pod writes a sync sends at once (writesPerSync).
 	writes int
-	// waiting is the controller's queue, read for how many jobs wait for a
-	// worker: a sync with many pods to create gives its worker up to them
-	// once it has sent its share (createPods). Nil in tests without a
+	// order ranks the jobs waiting for a worker (order.go): every add to
+	// the controller's queue carries the job's priority, and a sync with
+	// many pods to create gives its worker up once it has sent its share
+	// and a job ahead of it waits (createPods). Nil in tests without a
 	// queue, where no job waits.
-	waiting interface{ Len() int }
+	order *jobOrder
 	// wake queues a job's sync (the controller's queue), nil in tests
 	// without one.
 	wake func(reconcile.Request)
 	// strays lets go of pods edited out of their job (strays.go).
 	strays *strayReleases
-	// takenNames remembers the pod names found taken by pods a job does
-	// not control (taken_names.go).
-	takenNames *takenNames
-	// gone remembers the deleted failed pods the API server no longer
-	// has, for the job-wide backoff and the next pod's name.
-	gone *gonePods
 	// later removes, in the background, the finalizers of pods whose result
 	// is counted already (release.go).
 	later *laterReleases
@@ -79,20 +76,10 @@ type Reconciler struct {
 	// the answers (podcache.Writer); set up by SetupWithManager, nil in
 	// tests that give the Reconciler a client only.
 	podWrites *podcache.Writer
-	// uids maps a job's namespaced name to the UID its expectations are kept
-	// under, so that they are dropped when the job is found gone.
-	uids sync.Map
 	// apiReader reads from the API server, past the manager's cache, which
 	// holds only the operator's own Services (see ensureService); it is
 	// the manager's API reader once SetupWithManager ran.
 	apiReader client.Reader
-	// takenServices remembers, by job UID, a headless Service name found
-	// taken by a Service the job does not control, for
-	// serviceRecheckInterval.
-	takenServices *utilcache.Expiring
-	// gangs remembers, by job UID, the minCount the job's Workload and
-	// PodGroup were last given, for gangRecheckInterval (gang.go).
-	gangs *utilcache.Expiring
 	// memoryCaps remembers, by namespace, what its LimitRanges let an OOM
 	// raise reach, for memoryCapRecheckInterval (memory_cap.go).
 	memoryCaps *utilcache.Expiring
@@ -102,12 +89,12 @@ type Reconciler struct {
 // to recorder (nil reports none), reads the time from clk and delays the
 // replacement of failed pods by backoff.
 func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.PassiveClock, backoff Backoff) *Reconciler {
-	taken, gangs, caps := utilcache.NewExpiring(), utilcache.NewExpiring(), utilcache.NewExpiring()
+	caps := utilcache.NewExpiring()
 	if full, ok := clk.(clock.Clock); ok { // a fake clock in tests
-		taken, gangs, caps = utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full), utilcache.NewExpiringWithClock(full)
+		caps = utilcache.NewExpiringWithClock(full)
 	}
-	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, exp: newExpectations(), events: newEventPacer(),
-		takenNames: newTakenNames(), gone: newGonePods(), writes: maxWritesPerSync, takenServices: taken, gangs: gangs, memoryCaps: caps}
+	r := &Reconciler{client: c, apiReader: c, recorder: recorder, clock: clk, backoff: backoff, jobs: newJobStates(),
+		writes: maxWritesPerSync, memoryCaps: caps}
 	r.later = newLaterReleases(r)
 	r.strays = newStrayReleases(r)
 	return r
@@ -136,9 +123,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.FromContext(ctx).V(4).Info("Skipped job managed by another controller", "managedBy", *job.Spec.ManagedBy)
 		return ctrl.Result{}, nil
 	case job.DeletionTimestamp != nil:
-		r.forget(job.UID)
+		r.jobs.forget(job.UID)
 		return ctrl.Result{}, r.releaseForeignPods(ctx, job.Namespace, job.Name, "")
-	case r.exp.jobStale(job.UID, job.ResourceVersion):
+	case r.jobs.jobStale(job.UID, job.ResourceVersion):
 		// Our own last status write is not in the cache yet; its update
 		// event will bring the job back. Deciding now could retry an index
 		// that write marked failed.
@@ -150,23 +137,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// A PodGroup the API server refuses is reported in the status, and the
 	// pods wait for it (syncJob holds them); the error brings a retry.
 	gang, gangErr := r.ensureGang(ctx, job)
+	// Whether the cache shows the pods this process created, asked before
+	// the pods are listed: a pod the cache shows now is among them.
+	satisfied := r.jobs.podsSeen(job.UID, r.ownPod(job), r.clock.Now())
 	pods, floors, err := r.ownPods(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
 	}
-	in := r.syncInput(job, pods, floors)
+	memoryCap := r.memoryCap(ctx, job)
+	// The decision's own time, without a request's: what paces the job's
+	// syncs (jobOrder.decided).
+	deciding := time.Now()
+	in := r.syncInput(job, pods, floors, satisfied)
 	in.service = svc
 	in.gang = gang
-	in.memoryCap = r.memoryCap(ctx, job)
-	result, err := r.apply(ctx, job, syncJob(in))
+	in.memoryCap = memoryCap
+	p := syncJob(in)
+	if r.order != nil {
+		r.order.decided(req.NamespacedName, time.Since(deciding))
+	}
+	result, err := r.apply(ctx, job, p)
 	if err = errors.Join(svcErr, gangErr, err); err != nil {
 		return ctrl.Result{}, err
 	}
 	return result, nil
 }
 
-// getJob reads the job from the cache, nil when it is gone. It keeps r.uids
-// current, dropping the expectations of a job that is gone or was deleted
+// getJob reads the job from the cache, nil when it is gone. It keeps
+// r.jobs current, dropping the state of a job that is gone or was deleted
 // and created again under the same name.
 func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibjv1.IndexedBatchJob, error) {
 	job := &ibjv1.IndexedBatchJob{}
@@ -174,15 +172,16 @@ func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibj
 		if !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		if uid, ok := r.uids.LoadAndDelete(key); ok {
-			r.forget(uid.(types.UID))
+		r.jobs.gone(key)
+		if r.order != nil {
+			r.order.forget(key)
 		}
 		return nil, nil
 	}
-	if old, loaded := r.uids.Swap(key, job.UID); loaded && old.(types.UID) != job.UID {
-		r.forget(old.(types.UID))
+	if r.order != nil {
+		r.order.seen(job)
 	}
-	r.exp.track(job.UID)
+	r.jobs.seen(key, job.UID)
 	return job, nil
 }
 
@@ -219,6 +218,15 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 	return own, nameFloors(others), nil
 }
 
+// ownPod says whether the cache holds a pod of the name that the job
+// controls.
+func (r *Reconciler) ownPod(job *ibjv1.IndexedBatchJob) func(name string) bool {
+	return func(name string) bool {
+		pod := r.pods.Get(job.Namespace, job.Name, name)
+		return pod != nil && pod.OwnerUID == job.UID && pod.UIDLabel == job.UID
+	}
+}
+
 // foreignPodEvent says that a pod labelled with the job's name but not
 // controlled by it was let go.
 func foreignPodEvent(pod string) event {
@@ -231,15 +239,25 @@ func foreignPodEvent(pod string) event {
 // deleted job or of an earlier job of the same name, or edited out of the
 // job, which must not stay stuck. An empty owner (the job is gone) makes
 // every tracked pod foreign.
+//
+// When every pod is the job's, as nearly always, own is pods itself.
 func splitByOwner(pods []*jobpod.Pod, owner types.UID) (own, foreign []*jobpod.Pod) {
-	own = make([]*jobpod.Pod, 0, len(pods))
-	for _, pod := range pods {
-		switch {
-		case owner != "" && pod.OwnerUID == owner && pod.UIDLabel == owner:
-			own = append(own, pod)
-		case pod.Finalized():
+	for i, pod := range pods {
+		if owner != "" && pod.OwnerUID == owner && pod.UIDLabel == owner {
+			if own != nil {
+				own = append(own, pod)
+			}
+			continue
+		}
+		if own == nil {
+			own = append(make([]*jobpod.Pod, 0, len(pods)), pods[:i]...)
+		}
+		if pod.Finalized() {
 			foreign = append(foreign, pod)
 		}
+	}
+	if own == nil {
+		return pods, foreign
 	}
 	return own, foreign
 }
@@ -256,44 +274,52 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 }
 
 // syncInput is what syncJob decides from: the job, its pods, the time,
-// whether the cache shows every pod this process created for it, and the
-// pod names others hold (floors, from the cache, and takenNames), and the
-// deleted failed pods that are gone (gonePods).
-func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32) syncInput {
+// whether the cache showed every pod this process created for it before
+// they were listed (satisfied), and the
+// pod names others hold (floors, from the cache, and takenFloors), and the
+// deleted failed pods that are gone (observeGone).
+func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32, satisfied bool) syncInput {
 	now := r.clock.Now()
-	r.exp.observeFinalizers(job.UID, pods, now)
-	gone := r.gone.observe(job, pods)
+	r.jobs.observeFinalizers(job.UID, pods, now)
+	gone := r.jobs.observeGone(job, pods)
+	var failureSeen time.Time
+	if f, ok := r.pods.(interface {
+		FailureSeen(namespace, job string) time.Time
+	}); ok {
+		failureSeen = f.FailureSeen(job.Namespace, job.Name)
+	}
 	return syncInput{
+		failureSeen:           failureSeen,
 		job:                   job,
 		pods:                  pods,
 		now:                   now,
 		backoff:               r.backoff,
-		expectationsSatisfied: r.exp.podsSeen(job.UID, pods, now),
-		lastStatusWrite:       r.exp.lastStatusWrite(job.UID),
-		lastCreateRefused:     r.exp.lastCreateRefused(job.UID),
-		nameFloors:            r.takenNames.floors(job.UID, goneFloors(gone, floors)),
+		expectationsSatisfied: satisfied,
+		lastStatusWrite:       r.jobs.lastStatusWrite(job.UID),
+		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
+		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,
 	}
 }
 
 // newQueue makes the controller's queue as controller-runtime makes it by
-// default (a priority queue with the given rate limiter) and keeps it, so
-// that a sync can tell whether other jobs wait for a worker.
+// default (a priority queue with the given rate limiter), with every add
+// ranked by r.order, and keeps its Add to wake a job's sync.
 func (r *Reconciler) newQueue(logger logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		q := priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+		q := rankedQueue{order: r.order, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 			o.Log = logger.WithValues("controller", name)
 			o.RateLimiter = limiter
-		})
-		r.waiting = q
+		})}
 		r.wake = q.Add
 		return q
 	}
 }
 
-// othersWaiting reports whether a job waits for a worker.
-func (r *Reconciler) othersWaiting() bool {
-	return r.waiting != nil && r.waiting.Len() > 0
+// othersAhead reports whether a job that goes before this one (order.go)
+// waits for a worker.
+func (r *Reconciler) othersAhead(job *ibjv1.IndexedBatchJob) bool {
+	return r.order != nil && r.order.ahead(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 }
 
 // maxSyncRetryDelay caps the delay before a failed sync is retried.
@@ -328,7 +354,7 @@ const podEventBatchPeriod = time.Second
 // and their pods, from a podcache.Source of its own over the given
 // namespaces (all when empty).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, maxConcurrentReconciles int) error {
-	pods, err := podcache.New(mgr.GetConfig(), namespaces, podcache.Options{FinalizerGone: r.later.observed, Strayed: r.strays.add, BatchPeriod: podEventBatchPeriod})
+	pods, err := podcache.New(mgr.GetConfig(), namespaces, podcache.Options{FinalizerGone: r.later.observed, Strayed: r.strays.add, BatchPeriod: podEventBatchPeriod, Now: r.clock.Now})
 	if err != nil {
 		return err
 	}
@@ -338,6 +364,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, namespaces []string, max
 	}
 	r.apiReader = mgr.GetAPIReader()
 	r.writes = writesPerSync(mgr.GetConfig().QPS, maxConcurrentReconciles)
+	r.order = newJobOrder(r.clock, mgr.GetConfig().QPS)
 	// The tracked-entries gauge reports this reconciler while its manager
 	// runs it, and forgets it once stopped.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

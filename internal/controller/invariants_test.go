@@ -92,9 +92,17 @@ type cluster struct {
 	// failed, or deleted under TerminatingOrFailed) while holding the
 	// finalizer, mapped to whether only "failed" is a correct record.
 	recordedSucc, recordedFail sets.Set[types.UID]
-	failedIdx                  sets.Set[int32]
-	mustCount                  map[types.UID]bool
-	indexOfUID                 map[types.UID]int32
+	// inPlace is what status.failed must hold for failures in place
+	// beside recordedFail: each pod's, as the sync that recorded its UID
+	// saw it (recordedInPlace).
+	inPlace         int
+	recordedInPlace sets.Set[types.UID]
+	failedIdx       sets.Set[int32]
+	mustCount       map[types.UID]bool
+	indexOfUID      map[types.UID]int32
+	// genOfUID is each pod's generation (its restart-attempt label): a pod
+	// of a generation before the job's last restart counts for nothing.
+	genOfUID map[types.UID]int32
 	// stripped are the indexes of which the controller discarded a pod
 	// (suspend). Such a pod may carry the index's failure count away: as
 	// upstream, the earlier failed pod was let go once it was replaced.
@@ -133,7 +141,8 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		order:        map[types.UID]int{},
 		deletedAt:    map[types.UID]time.Time{},
 		recordedSucc: sets.New[types.UID](), recordedFail: sets.New[types.UID](), failedIdx: sets.New[int32](),
-		mustCount: map[types.UID]bool{}, indexOfUID: map[types.UID]int32{},
+		mustCount: map[types.UID]bool{}, indexOfUID: map[types.UID]int32{}, recordedInPlace: sets.New[types.UID](),
+		genOfUID: map[types.UID]int32{},
 		stripped: sets.New[int32](),
 	}
 	c.ignores = func(pod *corev1.Pod) bool {
@@ -410,14 +419,14 @@ func (c *cluster) sync() plan {
 	c.clock.SetTime(c.now)
 	c.r.backoff = c.backoff
 	job := c.job.DeepCopy()
+	satisfied := c.r.jobs.podsSeen(job.UID, c.r.ownPod(job), c.r.clock.Now())
 	pods, floors, err := c.r.ownPods(ctx, job)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	// The cache lists in no order; creation order keeps a run repeatable.
 	slices.SortFunc(pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
-	in := c.r.syncInput(job, pods, floors)
-	in.expectationsSatisfied = in.expectationsSatisfied && !c.lagging
+	in := c.r.syncInput(job, pods, floors, satisfied && !c.lagging)
 	fault := c.fault
 	if c.crashAt > 0 {
 		fault = &writeFault{step: c.crashAt + 1, crash: true}
@@ -675,6 +684,7 @@ func (c *cluster) createPod(ctx context.Context, cl client.WithWatch, obj client
 		ix, _ := jobpod.Index(pod)
 		c.mu.Lock()
 		c.order[pod.UID], c.indexOfUID[pod.UID] = seq, ix
+		c.genOfUID[pod.UID] = jobpod.Read(pod).Generation
 		a.written.Insert(pod.Name)
 		c.mu.Unlock()
 	}
@@ -816,8 +826,25 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 		}
 		return nil
 	}
-	if len(uSucc) > 0 {
-		c.errorf("uncountedTerminatedPods lists succeeded pods %v: they are counted by their index", uSucc)
+	beforeCompleted, _ := indexset.Parse(before.CompletedIndexes, job.Spec.Completions)
+	beforeFailed, _ := indexset.Parse(ptr.Deref(before.FailedIndexes, ""), job.Spec.Completions)
+	// countInPlace notes the failures in place of a pod recorded by its
+	// UID for the first time: none for a pod of an index that had finished.
+	countInPlace := func(p *corev1.Pod) {
+		if p == nil || c.recordedInPlace.Has(p.UID) {
+			return
+		}
+		c.recordedInPlace.Insert(p.UID)
+		if ix, ok := jobpod.Index(p); ok && !beforeCompleted.Has(ix) && !beforeFailed.Has(ix) {
+			c.inPlace += int(jobpod.Classify(job, jobpod.Read(p)).InPlaceRecorded())
+		}
+	}
+	for _, uid := range uSucc {
+		p := inputPod(uid)
+		if !c.recordedInPlace.Has(uid) && (p == nil || jobpod.InPlaceFailures(job, jobpod.Read(p)) == 0) {
+			c.errorf("uncountedTerminatedPods lists succeeded pod %s without failures in place: it is counted by its index", uid)
+		}
+		countInPlace(p)
 	}
 	for _, uid := range uFail {
 		if c.recordedFail.Has(uid) {
@@ -827,6 +854,7 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 			c.errorf("pod %s recorded as failed after it was recorded as succeeded", uid)
 		}
 		p := inputPod(uid)
+		countInPlace(p)
 		switch {
 		case p == nil || !jobpod.Read(p).Tracked || jobpod.Read(p).Discarded:
 			c.errorf("pod %s recorded as failed, but the sync saw %+v", uid, p)
@@ -838,6 +866,8 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 			c.errorf("succeeded pod %s recorded as failed", p.Name)
 		case failing:
 			// Once the job fails, its unfinished pods count as failed.
+		case jobpod.Classify(job, jobpod.Read(p)).Stopped:
+			// Its failures in place failed its index: recorded, then stopped.
 		case p.DeletionTimestamp != nil && !onlyReplaceFailed(job):
 			// Replaced as soon as terminating: counted failed at once.
 		default:
@@ -847,10 +877,12 @@ func (c *cluster) checkStatus(in syncInput, st ibjv1.IndexedBatchJobStatus) {
 	}
 	// Counts are exact: whatever was ever recorded is counted or still
 	// recorded, never both, never neither.
-	if got, want := int(st.Failed)+len(uFail), c.recordedFail.Len(); got != want {
-		c.errorf("failed %d + uncounted %d = %d, but %d pods were recorded as failed", st.Failed, len(uFail), got, want)
+	if got, want := int(st.Failed)+len(uFail), c.recordedFail.Len()+c.inPlace; got != want {
+		c.errorf("failed %d + uncounted %d = %d, but %d pods were recorded as failed, with %d failures in place", st.Failed, len(uFail), got, c.recordedFail.Len(), c.inPlace)
 	}
-	if st.Succeeded < before.Succeeded || st.Failed < before.Failed {
+	// A restart of every index (restartIndexes All) starts the successes
+	// over; nothing else lowers a counter.
+	if st.Succeeded < before.Succeeded && st.Restarts == before.Restarts || st.Failed < before.Failed {
 		c.errorf("a counter went down: succeeded %d -> %d, failed %d -> %d", before.Succeeded, st.Succeeded, before.Failed, st.Failed)
 	}
 
@@ -935,15 +967,22 @@ func (c *cluster) checkPlan(in syncInput, p plan) {
 	if u := p.status.UncountedTerminatedPods; u != nil {
 		allFailed.Insert(u.Failed...)
 	}
+	// A new generation (a RestartJob restart) starts the counts afresh.
+	generation := p.status.Restarts
 	for uid := range allFailed {
-		failures[c.indexOfUID[uid]]++
+		if c.genOfUID[uid] == generation {
+			failures[c.indexOfUID[uid]]++
+		}
 	}
 	seen := sets.New[int32]()
 	for _, pc := range p.create {
 		if pc.index < 0 || pc.index >= n {
 			c.errorf("create for index %d of %d", pc.index, n)
 		}
-		if inCompleted.Has(pc.index) || inFailed.Has(pc.index) || outCompleted.Has(pc.index) || outFailed.Has(pc.index) {
+		// A restart of every index (restartIndexes All) runs the finished
+		// ones again.
+		restartedAll := p.status.Restarts > in.job.Status.Restarts
+		if !restartedAll && (inCompleted.Has(pc.index) || inFailed.Has(pc.index)) || outCompleted.Has(pc.index) || outFailed.Has(pc.index) {
 			c.errorf("create for finished index %d", pc.index)
 		}
 		if seen.Has(pc.index) {
@@ -969,10 +1008,12 @@ func (c *cluster) checkState(p plan) {
 	parallelism := int(ptr.Deref(c.job.Spec.Parallelism, 1))
 	active, unfinished := 0, 0
 	perIndex := map[int32]int{}
+	generations := sets.New[int32]()
 	for _, p := range c.pods {
 		if jobpod.Read(p).Finished() {
 			continue
 		}
+		generations.Insert(jobpod.Read(p).Generation)
 		unfinished++
 		if jobpod.Read(p).Active() {
 			active++
@@ -985,6 +1026,11 @@ func (c *cluster) checkState(p plan) {
 	}
 	if active > parallelism {
 		c.errorf("%d active pods, parallelism %d", active, parallelism)
+	}
+	// A restart's generations never overlap: every pod that has not
+	// finished is of one generation.
+	if generations.Len() > 1 {
+		c.errorf("unfinished pods of generations %v at once", sets.List(generations))
 	}
 	// With podReplacementPolicy Failed a terminating pod holds its slot.
 	if onlyFailed && len(p.create) > 0 && unfinished > parallelism {
@@ -1030,6 +1076,9 @@ func (c *cluster) settle() {
 	}
 	for uid, onlyFailed := range c.mustCount {
 		switch {
+		case c.genOfUID[uid] < st.Restarts:
+			// Ended by a restart, or the failure that made it: counted
+			// by status.restarts alone.
 		case onlyFailed && !c.recordedFail.Has(uid):
 			c.errorf("pod %s failed holding the finalizer, but its failure was never counted", uid)
 		case !c.recordedFail.Has(uid) && !c.recordedSucc.Has(uid) && !c.failedIdx.Has(c.indexOfUID[uid]):
@@ -1037,8 +1086,8 @@ func (c *cluster) settle() {
 		}
 	}
 	completed, _ := indexset.Parse(st.CompletedIndexes, c.job.Spec.Completions)
-	if int(st.Succeeded) != completed.Len() || int(st.Failed) != c.recordedFail.Len() {
-		c.errorf("finished with succeeded=%d failed=%d, completed indexes %d, failures in the ledger %d", st.Succeeded, st.Failed, completed.Len(), c.recordedFail.Len())
+	if int(st.Succeeded) != completed.Len() || int(st.Failed) != c.recordedFail.Len()+c.inPlace {
+		c.errorf("finished with succeeded=%d failed=%d, completed indexes %d, failures in the ledger %d (in place %d)", st.Succeeded, st.Failed, completed.Len(), c.recordedFail.Len()+c.inPlace, c.inPlace)
 	}
 	for _, p := range c.pods {
 		if jobpod.Read(p).Finalized() {
@@ -1077,6 +1126,11 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 		if flags&32 != 0 {
 			rules = append(rules, harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 44))
 		}
+		if b[3]&32 != 0 {
+			// Exit code 2 restarts the job's pods together, at most twice.
+			rules = append(rules, harness.OnExitCodes(ibjv1.PodFailurePolicyActionRestartJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 2))
+			w.MaxRestarts(2)
+		}
 		w.PodFailurePolicy(rules...)
 		if flags&128 != 0 {
 			w.PodReplacementPolicy(batchv1.Failed)
@@ -1108,6 +1162,10 @@ func fuzzJob(b []byte) (*ibjv1.IndexedBatchJob, func(*corev1.Pod) bool) {
 	}
 	if b[3]&16 != 0 {
 		job.Spec.RetryBackoff.CreateRefusedDelaySeconds = ptr.To[int32](20)
+	}
+	if b[3]&64 != 0 && job.Spec.MaxRestarts != nil {
+		rules := job.Spec.PodFailurePolicy.Rules
+		rules[len(rules)-1].RestartIndexes = ibjv1.RestartAllIndexes
 	}
 	// An oracle for the Ignore rules that does not use the code under test.
 	ignores := func(p *corev1.Pod) bool {
@@ -1152,10 +1210,22 @@ func FuzzSyncInvariants(f *testing.F) {
 	// Named rules with a retry delay on Ignore, exit code 42 ignored twice,
 	// and a refused create waiting createRefusedDelaySeconds.
 	f.Add([]byte{4, 0x50, 0, 0x18, 1, 0x10, 6, 1, 1, 0x10, 0x85, 25, 0, 0, 6, 3, 10, 0})
+	// Exit code 2 restarts the pods together: the others are stopped, the
+	// kubelet ends them, and the new generation runs; with restartIndexes
+	// All and backoffLimitPerIndex, after a success.
+	f.Add([]byte{4, 0x10, 5, 0x20, 1, 0x41, 3, 0x00, 3, 0x02, 4, 0, 6, 1, 0, 0, 0, 1, 0, 2, 0, 3, 10, 0})
+	f.Add([]byte{4, 0x13, 5, 0x60, 0, 0x00, 1, 0x42, 0x85, 0x31, 3, 0x01, 4, 0, 6, 1, 1, 0x43, 3, 0, 4, 0, 6, 2, 10, 0})
+	// Containers restarted in place (op 10 with an odd arg) while pods
+	// run, with backoffLimitPerIndex 1 and 2, then successes and a crash.
+	f.Add([]byte{4, 0x03, 0, 0, 10, 0x01, 10, 0x01, 10, 0x11, 4, 0, 0, 0x11, 0, 0x02, 0x85, 0x31, 0, 0x03, 6, 1, 10, 0})
+	f.Add([]byte{3, 0x05, 0, 0x20, 10, 0x01, 1, 0x40, 10, 0x03, 3, 0, 4, 0, 6, 1, 10, 0x01, 0, 0x00, 10, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			return
 		}
+		// Half the inputs keep the indexes' states in a map (indexTable).
+		sparseIndexTables = len(data)%2 == 1
+		defer func() { sparseIndexTables = false }()
 		job, ignores := fuzzJob(data)
 		if len(data) >= 4 {
 			data = data[4:]
@@ -1193,6 +1263,9 @@ func FuzzSyncInvariants(f *testing.F) {
 			case 9:
 				c.fail(c.pick(ix, n, unfinished), 137, true)
 			case 10:
+				if p := c.pick(ix, n, func(p *corev1.Pod) bool { return jobpod.Read(p).Active() }); arg&1 != 0 && p != nil {
+					c.restartInPlace(p, 3)
+				}
 			}
 			if op&0x80 == 0 {
 				c.sync()

@@ -41,18 +41,21 @@ func (s *syncState) runPods() {
 
 // failureBatchLeft is how long the pods of the job wait after its latest
 // failure, by the failed pods' end times (a terminating pod that counts as
-// failed, under TerminatingOrFailed: by when it was deleted): until
+// failed, under TerminatingOrFailed: by when it was deleted) and by when
+// the cache saw the latest failure no sync counted yet: until
 // podEventBatchPeriod after it, never longer (an end time from a kubelet
-// whose clock is ahead).
+// whose clock is ahead). The time seen holds the batch where the failure
+// reached the cache late: a failure of the same batch that ended a moment
+// after it is on its way too.
 func (s *syncState) failureBatchLeft() time.Duration {
 	var latest time.Time
 	for _, pod := range s.pods {
 		at := pod.FinishedAt
 		switch {
-		case pod.Discarded:
+		case pod.Discarded, s.oldGeneration(pod):
 			continue
 		case pod.Terminating():
-			if !jobpod.Classify(s.job, pod).Failed {
+			if !s.classify(pod).Failed {
 				continue
 			}
 			at = pod.DeletionTimestamp.Add(-time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 0)) * time.Second)
@@ -63,6 +66,9 @@ func (s *syncState) failureBatchLeft() time.Duration {
 			latest = at
 		}
 	}
+	if s.failureSeen.After(latest) {
+		latest = s.failureSeen
+	}
 	if latest.IsZero() {
 		return 0
 	}
@@ -71,8 +77,8 @@ func (s *syncState) failureBatchLeft() time.Duration {
 
 // suspend deletes every active pod without counting it.
 func (s *syncState) suspend() {
-	for _, ix := range s.order {
-		st := s.indexes[ix]
+	for _, ix := range s.busy {
+		st := s.indexes.get(ix)
 		s.terminating += st.terminating
 		for _, pod := range st.active {
 			s.deleteUncounted(pod, "job suspended")
@@ -102,11 +108,15 @@ func (s *syncState) resume() {
 // indexes beyond parallelism.
 func (s *syncState) keepOnePodPerIndex() {
 	var keep []*jobpod.Pod
-	for _, ix := range s.order {
-		st := s.indexes[ix]
+	for _, ix := range s.busy {
+		st := s.indexes.get(ix)
 		s.terminating += st.terminating
 		for i, pod := range st.active {
 			switch {
+			case s.uncountedFailed.Has(pod.UID):
+				// Recorded as failed while it ran: its failures in place
+				// failed its index (jobpod.Failure.Stopped).
+				s.deleteCounted(pod, "index failed in place")
 			case pod.Discarded:
 				s.deleteUncounted(pod, "pod was discarded")
 			case s.indexFinished(ix):
@@ -166,6 +176,10 @@ func (s *syncState) startPods() {
 		s.plan.requeue(wait)
 		return
 	}
+	if s.oldPodsLeft() > 0 {
+		// A restart: the new generation starts once the old one is over.
+		return
+	}
 	if s.gangHoldsPods() {
 		// reportGang asks for the sync that tries again.
 		return
@@ -176,11 +190,11 @@ func (s *syncState) startPods() {
 			return
 		}
 	}
-	s.wanted.Each(func(ix int32) bool {
-		if s.indexFinished(ix) {
-			return true
-		}
+	// The unfinished indexes, lowest first: a large job's sync walks past
+	// the indexes with a pod running, not past every finished one.
+	s.wanted.Difference(s.completed).Difference(s.failedIndexes).Each(func(ix int32) bool {
 		if next, ok := s.nextPod(ix); ok {
+			next.generation = s.status.Restarts
 			s.plan.create = append(s.plan.create, next)
 			s.reportRaisedMemory(next)
 			slots--
@@ -194,7 +208,7 @@ func (s *syncState) startPods() {
 // index has a pod that is active (or terminating, under
 // podReplacementPolicy Failed) or waits for its per-index backoff.
 func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
-	st := s.indexes[ix]
+	st := s.indexes.get(ix)
 	if st == nil {
 		return podToCreate{index: ix, attempt: s.nameFloors[ix]}, true
 	}
@@ -202,7 +216,7 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 		return podToCreate{}, false
 	}
 	next := s.nextAttempt(st.latest)
-	if f := s.failureOf(st.latest); s.job.Spec.BackoffLimitPerIndex != nil && f.Failed {
+	if f := s.failureOf(st.latest); s.job.Spec.BackoffLimitPerIndex != nil && f.Failed && !s.oldGeneration(st.latest) {
 		if wait := s.backoff.IndexRetryAt(st.latest, f).Sub(s.now); wait > 0 {
 			s.plan.requeue(wait)
 			return podToCreate{}, false
@@ -214,10 +228,15 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 // nextAttempt numbers the index's next pod and carries its failure counts
 // and OOM kills forward from the latest pod's annotations, so that they
 // survive restarts the way upstream's job-index-failure-count annotation
-// does.
+// does. The first pod of a new generation (a RestartJob restart) starts
+// its index's failure counts afresh, as a restarted JobSet's Jobs do: the
+// attempt numbers go on.
 func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
 	f := s.failureOf(last)
 	failures, ignored := jobpod.NextCounts(last, f)
+	if s.oldGeneration(last) {
+		failures, ignored = 0, 0
+	}
 	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
 	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored,
 		oomKills: jobpod.NextOOMKills(s.job, last, f), memoryCap: s.memoryCap}
@@ -252,9 +271,13 @@ func (s *syncState) reportRaisedMemory(next podToCreate) {
 // gone included (s.gone).
 func (s *syncState) globalBackoffLeft() time.Duration {
 	var ends jobpod.JobEnds
-	for _, st := range s.indexes {
-		for _, pod := range st.pods {
-			ends.Add(pod, jobpod.Classify(s.job, pod))
+	for _, pod := range s.grouped {
+		switch {
+		case s.oldGeneration(pod):
+		case pod.Phase == corev1.PodSucceeded:
+			ends.Add(pod, jobpod.Failure{}) // a success: nothing to classify
+		default:
+			ends.Add(pod, s.classify(pod))
 		}
 	}
 	for _, pod := range s.gone {

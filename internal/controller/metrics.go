@@ -44,14 +44,18 @@ var (
 		Name: "indexedbatchjob_pods_deleted_total",
 		Help: "Pods deleted by the controller, by reason.",
 	}, []string{"reason"})
+	restarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "indexedbatchjob_restarts_total",
+		Help: "Restarts of a job's pods together that podFailurePolicy RestartJob rules made (batch/v1 has none).",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted)
+	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts)
 }
 
 // recordMetrics counts what a sync recorded: finished pods, finished
-// indexes and the job's end.
+// indexes, a restart and the job's end.
 func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
 	for _, f := range p.recorded {
 		result := "failed"
@@ -66,6 +70,9 @@ func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
 	}
 	if p.newlyFailedIndexes > 0 {
 		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(p.newlyFailedIndexes))
+	}
+	if n := p.status.Restarts - job.Status.Restarts; n > 0 {
+		restarts.Add(float64(n))
 	}
 	if c := p.newlyFinished; c != nil {
 		jobsFinished.WithLabelValues(c.Type, metricReason(c.Reason)).Inc()
@@ -88,10 +95,13 @@ func metricReason(reason string) string {
 // or per pod, by store. Each must follow the jobs and pods that exist, not
 // the ones that came and went: the soak test reads them to prove it.
 var trackedDesc = prometheus.NewDesc("indexedbatchjob_controller_tracked_entries",
-	"Entries the controller keeps in memory, by store: jobs with expectations (expectations), "+
+	"Entries the controller keeps in memory, by store: jobs with a state (job_states), "+
 		"pod creates and finalizer removals not yet seen in the cache (expected_creates, expected_finalizers), "+
-		"job names mapped to their UID (job_uids), pods queued for a finalizer removal (finalizer_releases), "+
-		"jobs whose Service name is taken (taken_services) and pods cached (cached_pods).",
+		"job names mapped to their UID (job_uids), jobs with paced events, taken pod names, gone pods, "+
+		"a taken Service name or a gang's size remembered (paced_events, taken_pod_names, gone_pods, taken_services, gangs), "+
+		"jobs ranked in the queue (job_order), pods queued for a finalizer removal (finalizer_releases) "+
+		"or a stray's release (stray_pods), namespaces' memory caps (memory_caps), jobs with an uncounted failure (failing_jobs) "+
+		"and pods cached (cached_pods).",
 	[]string{"store"}, nil)
 
 // trackedCollector reports the sizes of the stores of the reconcilers running
@@ -139,18 +149,13 @@ func (c *trackedCollector) Collect(ch chan<- prometheus.Metric) {
 
 // trackedEntries are the sizes of the reconciler's stores, by store name.
 func (r *Reconciler) trackedEntries() map[string]int {
-	out := r.exp.sizes()
-	uids := 0
-	r.uids.Range(func(any, any) bool { uids++; return true })
-	out["job_uids"] = uids
-	out["taken_services"] = r.takenServices.Len()
-	out["gangs"] = r.gangs.Len()
+	out := r.jobs.sizes()
 	out["memory_caps"] = r.memoryCaps.Len()
 	out["finalizer_releases"] = r.later.size()
 	out["stray_pods"] = r.strays.size()
-	out["paced_events"] = r.events.size()
-	out["taken_pod_names"] = r.takenNames.size()
-	out["gone_pods"] = r.gone.size()
+	if r.order != nil {
+		out["job_order"] = r.order.len()
+	}
 	if r.pods != nil {
 		out["cached_pods"] = r.pods.Len()
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
@@ -44,46 +45,44 @@ func TestTrackedEntries(t *testing.T) {
 	now := time.Now()
 	key := k8stypes.NamespacedName{Namespace: "ns", Name: "a"}
 
-	r.exp.expectCreate("job-a", "a-0", now)
-	r.exp.expectCreate("job-a", "a-1", now)
-	r.exp.expectCreate("job-b", "b-0", now)
-	r.uids.Store(key, k8stypes.UID("job-a"))
+	r.jobs.seen(key, "job-a")
+	r.jobs.expectCreate("job-a", "a-0", now)
+	r.jobs.expectCreate("job-a", "a-1", now)
+	r.jobs.expectCreate("job-b", "b-0", now)
 	pod := &jobpod.Pod{Tracked: true}
 	pod.Name, pod.Namespace, pod.UID = "a-0", "ns", "pod-a-0"
 	r.later.add("job-a", []*jobpod.Pod{pod})
 	r.strays.add(pod)
-	r.takenServices.Set(k8stypes.UID("job-b"), "b", time.Minute)
-	r.gangs.Set(k8stypes.UID("job-a"), int32(4), time.Minute)
+	r.jobs.takeService("job-b", "b", now)
+	r.jobs.gangGiven("job-a", 4, now)
 	r.memoryCaps.Set("ns", (*jobpod.MemoryCap)(nil), time.Minute)
-	r.events.pacedEvents("job-a", "a", &plan{}, 2, now)
-	r.takenNames.take("job-b", 0, 0)
+	r.jobs.pacedEvents("job-a", "a", &plan{}, 2, now)
+	r.jobs.takeName("job-b", 0, 0)
 	jobA := harness.MakeIndexedBatchJob("a", "ns").UID("job-a").Obj()
-	r.gone.observe(jobA, []*jobpod.Pod{makePod(jobA, 0).failedAt(now, 1).deletedAt(now).obj()})
+	r.jobs.observeGone(jobA, []*jobpod.Pod{makePod(jobA, 0).failedAt(now, 1).deletedAt(now).obj()})
 
-	full := map[string]float64{"expectations": 2, "expected_creates": 3, "expected_finalizers": 0,
+	full := map[string]float64{"job_states": 2, "expected_creates": 3, "expected_finalizers": 0,
 		"job_uids": 1, "finalizer_releases": 1, "taken_services": 1, "gangs": 1, "paced_events": 1, "taken_pod_names": 1, "gone_pods": 1, "stray_pods": 1, "memory_caps": 1}
 	if diff := cmp.Diff(full, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries with two jobs (-want +got):\n%s", diff)
 	}
 
-	r.forget("job-a")
-	r.forget("job-b")
-	r.uids.Delete(key)
+	r.jobs.gone(key)
+	r.jobs.forget("job-b")
 	r.later.observed(pod)
 	r.later.drain(context.Background())
 	stray, _ := r.strays.queue.Get()
 	r.strays.queue.Forget(stray)
 	r.strays.queue.Done(stray)
-	r.takenServices.Delete(k8stypes.UID("job-b"))
 	r.memoryCaps.Delete("ns")
-	empty := map[string]float64{"expectations": 0, "expected_creates": 0, "expected_finalizers": 0,
+	empty := map[string]float64{"job_states": 0, "expected_creates": 0, "expected_finalizers": 0,
 		"job_uids": 0, "finalizer_releases": 0, "taken_services": 0, "gangs": 0, "paced_events": 0, "taken_pod_names": 0, "gone_pods": 0, "stray_pods": 0, "memory_caps": 0}
 	if diff := cmp.Diff(empty, gatherTracked(t, collector)); diff != "" {
 		t.Errorf("entries once the jobs are forgotten (-want +got):\n%s", diff)
 	}
 
 	// A reconciler whose manager stopped is no longer reported.
-	r.exp.track("job-c")
+	r.jobs.seen(k8stypes.NamespacedName{Namespace: "ns", Name: "c"}, "job-c")
 	collector.remove(r)
 	if got := gatherTracked(t, collector); len(got) != 0 {
 		t.Errorf("entries of a removed reconciler: %v, want none", got)
@@ -103,5 +102,20 @@ func TestMetricReasonFoldsRuleNamesIntoPodFailurePolicy(t *testing.T) {
 		if got := metricReason(reason); got != want {
 			t.Errorf("metricReason(%q) = %q, want %q", reason, got, want)
 		}
+	}
+}
+
+// A restart the status records is counted once, with the status write
+// that makes it.
+func TestRestartIsCountedWithItsStatus(t *testing.T) {
+	job := restartingJob(2, "")
+	before := testutil.ToFloat64(restarts)
+	p := plan{}
+	p.status.Restarts = 1
+	recordMetrics(context.Background(), job, p)
+	job.Status.Restarts = 1
+	recordMetrics(context.Background(), job, p) // the next sync: no new restart
+	if got := testutil.ToFloat64(restarts) - before; got != 1 {
+		t.Errorf("indexedbatchjob_restarts_total grew by %v, want 1", got)
 	}
 }

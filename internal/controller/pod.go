@@ -16,6 +16,8 @@ type podToCreate struct {
 	failures int32 // earlier failures of the index that counted
 	ignored  int32 // earlier failures of the index an Ignore rule matched
 	oomKills int32 // earlier pods of the index OOM-killed (retryResources.onOOMKilled)
+	// generation is status.restarts when the pod is created.
+	generation int32
 	// memoryCap is what the namespace's LimitRanges let a raise reach,
 	// nil when they set no maximum.
 	memoryCap *jobpod.MemoryCap
@@ -23,7 +25,7 @@ type podToCreate struct {
 
 // spec is the pod to build (podbuild).
 func (p podToCreate) spec() podbuild.Spec {
-	return podbuild.Spec{Index: p.index, Attempt: p.attempt, Failures: p.failures, Ignored: p.ignored, OOMKills: p.oomKills, MemoryCap: p.memoryCap}
+	return podbuild.Spec{Index: p.index, Attempt: p.attempt, Failures: p.failures, Ignored: p.ignored, OOMKills: p.oomKills, MemoryCap: p.memoryCap, Generation: p.generation}
 }
 
 // podName is the pod's deterministic name (podbuild.Name).

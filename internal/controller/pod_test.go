@@ -402,6 +402,7 @@ func TestNewPodIgnoresReservedKeysOfTheTemplate(t *testing.T) {
 		{ibjv1.CompletionIndexLabel, false, "3"},
 		{ibjv1.JobNameLabel, false, "train"},
 		{ibjv1.ControllerUIDLabel, false, "job-uid"},
+		{ibjv1.RestartAttemptLabel, false, ""},
 		{ibjv1.CompletionIndexLabel, true, "3"},
 		{ibjv1.AttemptAnnotation, true, "0"},
 		{ibjv1.IndexFailureCountAnnotation, true, ""},

@@ -67,7 +67,7 @@ func (l *laterReleases) size() int {
 // add queues the pods of job whose finalizer this process has not removed
 // already and that are not pending.
 func (l *laterReleases) add(job types.UID, pods []*jobpod.Pod) {
-	pods = l.r.exp.unpatched(job, pods)
+	pods = l.r.jobs.unpatched(job, pods)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, pod := range pods {
@@ -161,7 +161,7 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 	// would queue the pod again once observed has forgotten it; the
 	// expectation stops that until a sync reads the pod let go. A job
 	// gone meanwhile gets none: nothing would forget it.
-	l.r.exp.releasedInBackground(item.job, pod, l.r.clock.Now())
+	l.r.jobs.releasedInBackground(item.job, pod, l.r.clock.Now())
 	l.mu.Lock()
 	item.released = true
 	if item.seen {

@@ -48,7 +48,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 		},
 	})
 	r = NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
-	r.exp.track("job") // as a sync of the job does
+	r.jobs.seen(k8stypes.NamespacedName{Namespace: "ns", Name: "job"}, "job") // as a sync of the job does
 	l, ctx := r.later, context.Background()
 
 	// Let go by someone else before the worker got to it: no patch.

@@ -108,7 +108,7 @@ func (r *Reconciler) ensureService(ctx context.Context, job *ibjv1.IndexedBatchJ
 	if want == nil || IsFinished(job) {
 		return peerService{}, nil
 	}
-	if _, taken := r.takenServices.Get(job.UID); taken {
+	if r.jobs.serviceTaken(job.UID, r.clock.Now()) {
 		return peerService{name: want.Name, state: serviceNameTaken}, nil
 	}
 	key := client.ObjectKeyFromObject(want)
@@ -140,7 +140,7 @@ func (r *Reconciler) serviceFound(job *ibjv1.IndexedBatchJob, svc *corev1.Servic
 	if metav1.IsControlledBy(svc, job) {
 		return peerService{name: svc.Name, state: serviceOwned}
 	}
-	r.takenServices.Set(job.UID, svc.Name, serviceRecheckInterval)
+	r.jobs.takeService(job.UID, svc.Name, r.clock.Now())
 	return peerService{name: svc.Name, state: serviceNameTaken}
 }
 

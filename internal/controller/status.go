@@ -81,13 +81,21 @@ func setIndexSets(st *ibjv1.IndexedBatchJobStatus, job *ibjv1.IndexedBatchJob, c
 	}
 }
 
-// setUncounted writes uncountedTerminatedPods: the failed pods, sorted so
+// setUncounted writes uncountedTerminatedPods: the recorded pods, sorted so
 // that an unchanged set never looks like a change; nil when there are none.
-func setUncounted(st *ibjv1.IndexedBatchJobStatus, failed sets.Set[types.UID]) {
+func setUncounted(st *ibjv1.IndexedBatchJobStatus, succeeded, failed sets.Set[types.UID]) {
 	st.UncountedTerminatedPods = nil
-	if failed.Len() > 0 {
-		st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Failed: sets.List(failed)}
+	if failed.Len()+succeeded.Len() > 0 {
+		st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: listOrNil(succeeded), Failed: listOrNil(failed)}
 	}
+}
+
+// listOrNil is the sorted set, nil when empty.
+func listOrNil(uids sets.Set[types.UID]) []types.UID {
+	if uids.Len() == 0 {
+		return nil
+	}
+	return sets.List(uids)
 }
 
 // setSucceeded counts the completed indexes, as upstream counts the

@@ -208,19 +208,21 @@ func setOf(ixs ...int32) indexset.Set {
 
 func TestSetUncounted(t *testing.T) {
 	cases := []struct {
-		name   string
-		failed []types.UID
-		want   *batchv1.UncountedTerminatedPods
+		name              string
+		succeeded, failed []types.UID
+		want              *batchv1.UncountedTerminatedPods
 	}{
 		{name: "nil when empty, so an empty record is not written"},
 		{name: "sorted, so an unchanged set is no change", failed: []types.UID{"c", "a", "b"},
 			want: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"a", "b", "c"}}},
+		{name: "succeeded pods that failed in place, sorted too", succeeded: []types.UID{"z", "y"},
+			want: &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"y", "z"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := ibjv1.IndexedBatchJobStatus{UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{
 				Succeeded: []types.UID{"from-an-earlier-version"}, Failed: []types.UID{"old"}}}
-			setUncounted(&st, sets.New(tc.failed...))
+			setUncounted(&st, sets.New(tc.succeeded...), sets.New(tc.failed...))
 			if diff := cmp.Diff(tc.want, st.UncountedTerminatedPods); diff != "" {
 				t.Errorf("uncountedTerminatedPods (-want +got):\n%s", diff)
 			}

@@ -56,7 +56,7 @@ func newStrayReleases(r *Reconciler) *strayReleases {
 // job still expects to see it.
 func (s *strayReleases) add(pod *jobpod.Pod) {
 	if pod.OwnerUID != "" {
-		s.r.exp.createLeft(pod.OwnerUID, pod.Name)
+		s.r.jobs.createLeft(pod.OwnerUID, pod.Name)
 	}
 	s.queue.Add(strayPod{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, owner: pod.OwnerUID, jobName: pod.JobName})
 }
@@ -140,13 +140,9 @@ func strayPatch(p strayPod) ([]byte, error) {
 func (r *Reconciler) jobOf(ctx context.Context, namespace, name string, uid types.UID) (*ibjv1.IndexedBatchJob, bool) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if uid != "" {
-		r.uids.Range(func(k, v any) bool {
-			if v.(types.UID) == uid {
-				key = k.(types.NamespacedName)
-				return false
-			}
-			return true
-		})
+		if k, ok := r.jobs.keyOf(uid); ok {
+			key = k
+		}
 	}
 	if key.Name == "" {
 		return nil, false

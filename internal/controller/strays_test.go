@@ -35,7 +35,7 @@ func TestStrayPodIsReleased(t *testing.T) {
 	job := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "job-uid"}}
 	c := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod, job).Build()
 	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
-	r.uids.Store(types.NamespacedName{Namespace: "ns", Name: "a"}, types.UID("job-uid"))
+	r.jobs.seen(types.NamespacedName{Namespace: "ns", Name: "a"}, "job-uid")
 	var woken []string
 	r.wake = func(req reconcile.Request) { woken = append(woken, req.Name) }
 
@@ -74,17 +74,17 @@ func TestStrayPodIsReleased(t *testing.T) {
 func TestStrayPodIsNoLongerAnExpectedCreate(t *testing.T) {
 	r := NewReconciler(nil, nil, clock.RealClock{}, DefaultBackoff)
 	now := time.Now()
-	r.exp.expectCreate("job-uid", "a-0-0", now)
+	r.jobs.expectCreate("job-uid", "a-0-0", now)
 	stray := &jobpod.Pod{Meta: jobpod.Meta{Name: "a-0-0", Namespace: "ns", UID: "pod-uid"}, OwnerUID: "job-uid", UIDLabel: "job-uid", Tracked: true}
-	if r.exp.podsSeen("job-uid", nil, now) {
+	if r.jobs.podsSeen("job-uid", among(), now) {
 		t.Fatal("the create is not expected before the stray is reported")
 	}
 	r.strays.add(stray)
-	if !r.exp.podsSeen("job-uid", nil, now) {
+	if !r.jobs.podsSeen("job-uid", among(), now) {
 		t.Error("the job still waits for the create of a pod edited out of it")
 	}
 	r.strays.add(&jobpod.Pod{Meta: jobpod.Meta{Name: "b-0-0", Namespace: "ns"}, OwnerUID: "other-job", Tracked: true})
-	if got := r.exp.sizes()["expectations"]; got != 1 {
+	if got := r.jobs.sizes()["job_states"]; got != 1 {
 		t.Errorf("%d jobs with expectations, want 1: a stray of a job without any makes no entry", got)
 	}
 }

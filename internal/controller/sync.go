@@ -1,9 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,9 @@ type syncInput struct {
 	// gone are the job's deleted failed pods that the API server no
 	// longer has (gone_pods.go): the job-wide backoff counts them.
 	gone []gonePod
+	// failureSeen is when the pod cache saw the job's latest failure that
+	// no sync has counted yet, zero if none or unknown.
+	failureSeen time.Time
 	// memoryCap is the most memory the namespace's LimitRanges let a
 	// container have (read only for a job with retryResources.onOOMKilled),
 	// nil when none sets a maximum.
@@ -70,14 +74,20 @@ type syncState struct {
 	plan plan
 	// status is &plan.status, the status this sync computes.
 	status *ibjv1.IndexedBatchJobStatus
+	// current is the job as this sync sees it: in.job, with status.restarts
+	// raised if this sync restarts its pods (restart.go).
+	current *ibjv1.IndexedBatchJob
 
 	// uncountedFailed are the failed pods recorded in
 	// uncountedTerminatedPods but not yet in status.failed. Succeeded pods
 	// are counted by their index (completedIndexes), as upstream counts an
-	// Indexed job's successes: no UID of theirs needs tracking.
-	uncountedFailed               sets.Set[types.UID]
-	completed, failedIndexes      indexset.Set
-	completedBefore, failedBefore int
+	// Indexed job's successes; uncountedSucceeded are only those that had
+	// failures in place, which status.failed took in the write that
+	// recorded them: their UIDs stay until their finalizer is gone, so
+	// that no later sync records them again.
+	uncountedFailed, uncountedSucceeded sets.Set[types.UID]
+	completed, failedIndexes            indexset.Set
+	completedBefore, failedBefore       int
 	// rebuildCompleted and rebuildFailed: the status's index set could not
 	// be read and is rebuilt from the pods.
 	rebuildCompleted, rebuildFailed bool
@@ -89,11 +99,22 @@ type syncState struct {
 	// end, but no pod is removed either.
 	unreadableIndexes bool
 
-	indexes map[int32]*indexState
-	order   []int32 // the keys of indexes, ascending
+	indexes indexTable
+	// order are the keys of indexes, ascending, once indexOrder sorted
+	// them; busy are those with an active or terminating pod, ascending.
+	order, busy []int32
+	// grouped are the pods of indexes, in s.pods' order: s.pods itself when
+	// every pod has a wanted index.
+	grouped []*jobpod.Pod
 	// unwantedPods are the unfinished pods without a valid index or of an
 	// index the job does not run; they count as terminating until gone.
 	unwantedPods int
+	// oldPods are the pods of an earlier generation than the job's: a
+	// restart ended them (restart.go). None of them is active in its index.
+	oldPods []*jobpod.Pod
+	// restartsExhausted is the RestartJob match that came after
+	// spec.maxRestarts restarts, nil without one: it fails the job.
+	restartsExhausted *jobpod.Match
 
 	// failJob is the first FailJob match among the pods recorded in this
 	// sync, nil without one.
@@ -132,6 +153,9 @@ func syncJob(in syncInput) plan {
 	s.groupPodsByIndex()
 	s.rebuildUnreadableIndexSets()
 	s.recordFinishedPods()
+	s.decideRestart()
+	s.setAsideOldGeneration()
+	s.endOldGeneration()
 	s.failStuckPods()
 	s.plan.indexFailures = s.indexFailures
 	setStartTime(s.status, in.job, in.now)
@@ -176,7 +200,7 @@ func (s *syncState) holdCounters() {
 }
 
 func newSyncState(in syncInput) *syncState {
-	s := &syncState{syncInput: in, plan: plan{status: *in.job.Status.DeepCopy()}}
+	s := &syncState{syncInput: in, plan: plan{status: *in.job.Status.DeepCopy()}, current: in.job}
 	s.status = &s.plan.status
 	s.status.ObservedGeneration = in.job.Generation
 	s.backoff = in.backoff.ForJob(in.job)
@@ -198,11 +222,13 @@ func newSyncState(in syncInput) *syncState {
 // elastic job scaled down). An index set that cannot be read (someone wrote
 // the status by hand) is reported and rebuilt from the pods.
 func (s *syncState) readRecordedResults() {
-	// Succeeded UIDs (written by versions that tracked them) are dropped:
-	// their indexes were recorded in the same write.
-	s.uncountedFailed = sets.New[types.UID]()
+	// Succeeded UIDs (and those of ignored failures after failures in
+	// place, recordFinishedPods) are dropped once their pods are released
+	// (countReleasedPods); so are those of versions that recorded every
+	// succeeded pod, whose indexes were recorded in the same write.
+	s.uncountedFailed, s.uncountedSucceeded = sets.New[types.UID](), sets.New[types.UID]()
 	if u := s.status.UncountedTerminatedPods; u != nil {
-		s.uncountedFailed = sets.New(u.Failed...)
+		s.uncountedFailed, s.uncountedSucceeded = sets.New(u.Failed...), sets.New(u.Succeeded...)
 	}
 	var err error
 	if s.completed, err = indexset.Parse(s.status.CompletedIndexes, 0); err != nil {
@@ -220,21 +246,31 @@ func (s *syncState) readRecordedResults() {
 }
 
 // countReleasedPods moves a recorded failed pod whose finalizer is gone (or
-// the pod with it) into status.failed. The cache never forgets a pod it saw except
-// through its deletion, so "absent" means deleted, never "not seen yet".
+// the pod with it) into status.failed, and forgets a recorded succeeded one
+// (its index and its failures in place are counted already). The cache
+// never forgets a pod it saw except through its deletion, so "absent"
+// means deleted, never "not seen yet".
 func (s *syncState) countReleasedPods() {
-	byUID := make(map[types.UID]*jobpod.Pod, len(s.pods))
-	for _, pod := range s.pods {
-		byUID[pod.UID] = pod
+	if s.uncountedFailed.Len() == 0 && s.uncountedSucceeded.Len() == 0 {
+		return
 	}
-	released := func(uid types.UID) bool {
-		pod := byUID[uid]
-		return pod == nil || !pod.Tracked
+	// The recorded pods are at most maxUncountedPods, the pods all of the
+	// job's: each pod is looked up among the recorded ones.
+	held := sets.New[types.UID]()
+	for _, pod := range s.pods {
+		if pod.Tracked && s.recorded(pod) {
+			held.Insert(pod.UID)
+		}
 	}
 	for _, uid := range sets.List(s.uncountedFailed) {
-		if released(uid) {
+		if !held.Has(uid) {
 			s.uncountedFailed.Delete(uid)
 			s.status.Failed++
+		}
+	}
+	for _, uid := range sets.List(s.uncountedSucceeded) {
+		if !held.Has(uid) {
+			s.uncountedSucceeded.Delete(uid)
 		}
 	}
 }
@@ -242,35 +278,74 @@ func (s *syncState) countReleasedPods() {
 // groupPodsByIndex sorts the pods into their indexes. A pod without a valid
 // index, or of an index the job does not run (any more), is deleted without
 // counting it.
+//
+// Most indexes have one pod: their states come from one allocation, and an
+// index's first pod is a slice of s.pods itself (of capacity one, so that a
+// second pod's append copies it out rather than write into s.pods).
 func (s *syncState) groupPodsByIndex() {
-	s.indexes = map[int32]*indexState{}
-	for _, pod := range s.pods {
+	s.indexes = newIndexTable(s.job.Spec.Completions, len(s.pods))
+	states := make([]indexState, 0, len(s.pods))
+	// several are the indexes with more than one pod, to sort by attempt.
+	var several []*indexState
+	s.grouped = s.pods
+	for k, pod := range s.pods {
 		if !pod.IndexOK || !s.wanted.Has(pod.Index) {
+			if len(s.grouped) == len(s.pods) {
+				s.grouped = slices.Clone(s.pods[:k])
+			}
 			s.removeUnwantedPod(pod)
 			continue
 		}
-		st := s.indexes[pod.Index]
+		if len(s.grouped) < len(s.pods) {
+			s.grouped = append(s.grouped, pod)
+		}
+		one := s.pods[k : k+1 : k+1]
+		st := s.indexes.get(pod.Index)
 		if st == nil {
-			st = &indexState{}
-			s.indexes[pod.Index] = st
+			states = append(states, indexState{pods: one, latest: pod})
+			st = &states[len(states)-1]
+			s.indexes.set(pod.Index, st)
+		} else {
+			st.pods = append(st.pods, pod)
+			if pod.Attempt > st.latest.Attempt {
+				st.latest = pod
+			}
 		}
-		st.pods = append(st.pods, pod)
-		if st.latest == nil || pod.Attempt > st.latest.Attempt {
-			st.latest = pod
-		}
+		busy := len(st.active) > 0 || st.terminating > 0
 		switch {
-		case pod.Active():
+		case !pod.Active():
+			if pod.Terminating() {
+				st.terminating++
+			}
+		case st.active == nil:
+			st.active = one
+		default:
 			st.active = append(st.active, pod)
-		case pod.Terminating():
-			st.terminating++
+		}
+		if !busy && (len(st.active) > 0 || st.terminating > 0) {
+			s.busy = append(s.busy, pod.Index)
+		}
+		if len(st.pods) == 2 {
+			several = append(several, st)
 		}
 	}
-	s.order = make([]int32, 0, len(s.indexes))
-	for ix, st := range s.indexes {
-		s.order = append(s.order, ix)
-		sort.Slice(st.pods, func(a, b int) bool { return st.pods[a].Attempt < st.pods[b].Attempt })
+	for _, st := range several {
+		slices.SortStableFunc(st.pods, func(a, b *jobpod.Pod) int { return cmp.Compare(a.Attempt, b.Attempt) })
 	}
-	sort.Slice(s.order, func(a, b int) bool { return s.order[a] < s.order[b] })
+	slices.Sort(s.busy)
+}
+
+// indexOrder is the indexes that have a pod, ascending. Only the phases
+// that end pods need them all (stopPods, a restart's); sorted on first use.
+func (s *syncState) indexOrder() []int32 {
+	if s.order == nil {
+		s.order = make([]int32, 0, s.indexes.len())
+		s.indexes.each(func(ix int32, _ *indexState) { s.order = append(s.order, ix) })
+		if s.indexes.sparse != nil {
+			slices.Sort(s.order)
+		}
+	}
+	return s.order
 }
 
 // removeUnwantedPod deletes, uncounted, a pod whose index is malformed or
@@ -303,19 +378,19 @@ func (s *syncState) removeUnwantedPod(pod *jobpod.Pod) {
 // latest pod failed it (classifyFailure's FailsIndex, the same decision
 // recordFinishedPods makes).
 func (s *syncState) rebuildUnreadableIndexSets() {
-	for ix, st := range s.indexes {
+	s.indexes.each(func(ix int32, st *indexState) {
 		if s.rebuildCompleted && hasSucceededPod(st) {
 			s.completed = s.completed.Add(ix)
 		}
-	}
+	})
 	if !s.rebuildFailed {
 		return
 	}
-	for ix, st := range s.indexes {
-		if !s.completed.Has(ix) && jobpod.Classify(s.job, st.latest).FailsIndex {
+	s.indexes.each(func(ix int32, st *indexState) {
+		if !s.completed.Has(ix) && s.classify(st.latest).FailsIndex {
 			s.failedIndexes = s.failedIndexes.Add(ix)
 		}
-	}
+	})
 }
 
 func hasSucceededPod(st *indexState) bool {
@@ -331,40 +406,110 @@ func hasSucceededPod(st *indexState) bool {
 // a succeeded pod by adding its index to the completed ones, a failed one by
 // its UID in uncountedTerminatedPods (at most maxUncountedPods of them). A
 // pod's finalizer goes only once the status that records it is written.
+// The failures a pod had in place go into status.failed in the write that
+// records its UID (a succeeded pod's too, then), so that the UID says they
+// are counted; a Stopped pod, whose in-place failures failed its index, is
+// recorded while it still runs.
 func (s *syncState) recordFinishedPods() {
-	for _, ix := range s.order {
-		for _, pod := range s.indexes[ix].pods {
-			if !pod.Tracked || s.uncountedFailed.Has(pod.UID) {
-				continue
-			}
-			if pod.Phase == corev1.PodSucceeded {
-				if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
-					s.completed = s.completed.Add(ix)
-					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix, succeeded: true})
-				}
-				continue
-			}
-			if s.uncountedFailed.Len() >= maxUncountedPods {
-				continue
-			}
-			f := jobpod.Classify(s.job, pod)
-			switch {
-			case !f.Failed:
-				continue
-			case f.Ignored:
-				s.ignoredFailures = append(s.ignoredFailures, pod)
-				continue
-			}
-			s.uncountedFailed.Insert(pod.UID)
-			s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
-			if m := f.FailsJob(); m != nil && s.failJob == nil {
-				s.failJob = m
-			}
-			if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
-				s.failedIndexes = s.failedIndexes.Add(ix)
-				s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(pod, f)))
-			}
+	// Only a tracked pod not recorded yet has an end to record: the running
+	// pods and those finished since the last status, however many pods the
+	// job has. A success whose index is finished already is recorded (or
+	// comes too late): its finalizer may go long after, when the client has
+	// time (releaseFinalizers). They are taken by index, then attempt.
+	var todo []*jobpod.Pod
+	for _, pod := range s.grouped {
+		if pod.Tracked && !s.recorded(pod) && !s.oldGeneration(pod) &&
+			(pod.Phase != corev1.PodSucceeded || !s.indexFinished(pod.Index)) {
+			todo = append(todo, pod)
 		}
+	}
+	slices.SortStableFunc(todo, func(a, b *jobpod.Pod) int {
+		return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Attempt, b.Attempt))
+	})
+	for _, pod := range todo {
+		ix := pod.Index
+		if pod.Phase == corev1.PodSucceeded {
+			s.recordSucceeded(ix, pod)
+			continue
+		}
+		if s.uncountedFull() {
+			continue
+		}
+		f := s.classify(pod)
+		switch {
+		case !f.Failed:
+			continue
+		case f.RestartsJob && s.job.Spec.MaxRestarts != nil:
+			continue // decideRestart
+		case f.Stopped && s.indexFinished(ix):
+			// Failures after the index finished are not counted; its
+			// pods go uncounted (keepOnePodPerIndex).
+			continue
+		case f.Ignored && f.InPlace > 0 && !s.indexFinished(ix):
+			// Its end counts nowhere, as a success's: its UID goes with
+			// the succeeded ones, with the failures it had in place.
+			s.countInPlace(ix, f)
+			s.uncountedSucceeded.Insert(pod.UID)
+			continue
+		case f.Ignored:
+			s.ignoredFailures = append(s.ignoredFailures, pod)
+			continue
+		}
+		s.recordFailed(ix, pod, f)
+		if m := f.FailsJob(); m != nil && s.failJob == nil {
+			s.failJob = m
+		}
+		if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
+			s.failedIndexes = s.failedIndexes.Add(ix)
+			s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(pod, f)))
+		}
+	}
+}
+
+// recordSucceeded records a succeeded pod by its index, unless the index
+// finished already; a pod that had failures in place also by its UID, in
+// the same write that counts them.
+func (s *syncState) recordSucceeded(ix int32, pod *jobpod.Pod) {
+	if s.indexFinished(ix) {
+		return
+	}
+	if f := s.classify(pod); f.InPlace > 0 {
+		if s.uncountedFull() {
+			return // recorded once the UIDs before it are released
+		}
+		s.countInPlace(ix, f)
+		s.uncountedSucceeded.Insert(pod.UID)
+	}
+	s.completed = s.completed.Add(ix)
+	s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix, succeeded: true})
+}
+
+// recorded: the pod's UID is in uncountedTerminatedPods (its end, or its
+// failures in place, are in the status this sync computes).
+func (s *syncState) recorded(pod *jobpod.Pod) bool {
+	return s.uncountedFailed.Has(pod.UID) || s.uncountedSucceeded.Has(pod.UID)
+}
+
+// uncountedFull: uncountedTerminatedPods holds maxUncountedPods UIDs, and
+// no more pod is recorded in this sync.
+func (s *syncState) uncountedFull() bool {
+	return s.uncountedFailed.Len()+s.uncountedSucceeded.Len() >= maxUncountedPods
+}
+
+// recordFailed records a failed pod of index ix by its UID in
+// uncountedTerminatedPods, with its failures in place (f).
+func (s *syncState) recordFailed(ix int32, pod *jobpod.Pod, f jobpod.Failure) {
+	s.countInPlace(ix, f)
+	s.uncountedFailed.Insert(pod.UID)
+	s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
+}
+
+// countInPlace adds to status.failed the failures a pod of index ix had in
+// place, as its end is recorded (Failure.InPlaceRecorded); none once the
+// index finished: failures after that are not counted.
+func (s *syncState) countInPlace(ix int32, f jobpod.Failure) {
+	if !s.indexFinished(ix) {
+		s.status.Failed += f.InPlaceRecorded()
 	}
 }
 
@@ -395,9 +540,9 @@ func (s *syncState) failStuckPods() {
 // and may still exit 0 afterwards; its index has lost that attempt all the
 // same.
 func (s *syncState) failureOf(pod *jobpod.Pod) jobpod.Failure {
-	f := jobpod.Classify(s.job, pod)
-	if s.uncountedFailed.Has(pod.UID) && !f.Counted {
-		return jobpod.Failure{Failed: true, Counted: true}
+	f := s.classify(pod)
+	if s.uncountedFailed.Has(pod.UID) && !f.Counted && !f.Stopped {
+		return jobpod.Failure{Failed: true, Counted: true, InPlace: f.InPlace}
 	}
 	return f
 }
@@ -434,6 +579,8 @@ func (s *syncState) newTarget() *metav1.Condition {
 		// PodFailurePolicy_<name> for a named rule (KEP-4443), with
 		// upstream's message.
 		return fail(s.failJob.Reason(), s.failJob.Message)
+	case s.restartsExhausted != nil:
+		return fail(ibjv1.ReasonMaxRestartsExceeded, s.restartsExhaustedMessage())
 	case s.exceedsBackoffLimit():
 		return fail(ibjv1.ReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
 	case job.Spec.BackoffLimitPerIndex != nil && job.Spec.MaxFailedIndexes != nil && s.failedIndexes.Len() > int(*job.Spec.MaxFailedIndexes):
@@ -452,7 +599,9 @@ func (s *syncState) newTarget() *metav1.Condition {
 
 // exceedsBackoffLimit: more failed pods than backoffLimit, or, with
 // restartPolicy OnFailure, as many container restarts in running pods
-// (upstream's pastBackoffLimitOnFailure).
+// (upstream's pastBackoffLimitOnFailure). With restartPolicy Never the
+// failures in place of the running pods not recorded yet count beside the
+// recorded ones, as upstream counts an OnFailure pod's restarts.
 func (s *syncState) exceedsBackoffLimit() bool {
 	job := s.job
 	limit := int32(defaultBackoffLimit)
@@ -461,15 +610,23 @@ func (s *syncState) exceedsBackoffLimit() bool {
 	} else if job.Spec.BackoffLimitPerIndex != nil {
 		limit = math.MaxInt32
 	}
-	if s.status.Failed+int32(s.uncountedFailed.Len()) > limit {
+	inPlace := int64(0)
+	for _, ix := range s.busy {
+		for _, pod := range s.indexes.get(ix).active {
+			if !s.uncountedFailed.Has(pod.UID) {
+				inPlace += int64(jobpod.InPlaceFailures(job, pod))
+			}
+		}
+	}
+	if int64(s.status.Failed)+int64(s.uncountedFailed.Len())+inPlace > int64(limit) {
 		return true
 	}
 	if job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyOnFailure || limit == math.MaxInt32 {
 		return false
 	}
 	var restarts int32
-	for _, st := range s.indexes {
-		for _, pod := range st.active {
+	for _, ix := range s.busy {
+		for _, pod := range s.indexes.get(ix).active {
 			restarts += pod.Restarts
 		}
 	}
@@ -500,30 +657,38 @@ func deadlineLeft(job *ibjv1.IndexedBatchJob, now time.Time) *time.Duration {
 // deleted; when it succeeds, lingering pods go without being counted.
 func (s *syncState) stopPods() {
 	failing := s.target.Type == ibjv1.ConditionFailureTarget
-	for _, ix := range s.order {
-		st := s.indexes[ix]
+	for _, ix := range s.indexOrder() {
+		st := s.indexes.get(ix)
 		s.terminating += st.terminating
 		for _, pod := range st.pods {
-			if pod.Finished() {
-				continue // recorded, or ignored
+			if pod.Finished() || s.oldGeneration(pod) {
+				continue // recorded, or ignored; or ended by a restart (endOldGeneration)
 			}
 			switch {
 			case failing:
-				if pod.Tracked && !s.uncountedFailed.Has(pod.UID) && s.uncountedFailed.Len() < maxUncountedPods {
-					s.uncountedFailed.Insert(pod.UID)
-					s.plan.recorded = append(s.plan.recorded, finishedPod{index: ix})
+				if pod.Tracked && !s.uncountedFailed.Has(pod.UID) && !s.uncountedFull() {
+					s.recordFailed(ix, pod, jobpod.Failure{InPlace: jobpod.InPlaceFailures(s.job, pod)})
 				}
 				if pod.DeletionTimestamp == nil {
 					s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, reason: s.target.Reason})
 					s.terminating++
 				}
+			case pod.DeletionTimestamp == nil && s.uncountedFailed.Has(pod.UID):
+				s.deleteCounted(pod, s.target.Reason)
 			case pod.DeletionTimestamp == nil:
 				s.deleteUncounted(pod, s.target.Reason)
-			case pod.Finalized():
+			case pod.Finalized() && !s.uncountedFailed.Has(pod.UID):
 				s.plan.discard = append(s.plan.discard, pod)
 			}
 		}
 	}
+}
+
+// deleteCounted deletes a pod recorded as failed while it ran (a Stopped
+// pod): its finalizer goes once the status that records it is written.
+func (s *syncState) deleteCounted(pod *jobpod.Pod, reason string) {
+	s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, reason: reason})
+	s.terminating++
 }
 
 // deleteUncounted deletes a pod whose end must not count: its finalizer
@@ -535,8 +700,9 @@ func (s *syncState) deleteUncounted(pod *jobpod.Pod, reason string) {
 
 // releaseFinalizers lets go of every pod whose result is recorded. The
 // reconciler removes the finalizers only once the status holding their
-// result is written. A failed pod is counted only once its tracking
-// finalizer is gone, so that removal is on the job's way to its end; a
+// result is written. A pod recorded by its UID goes at once, whatever its
+// end: its UID stays in the status until it is released. A failed pod is
+// counted only once its tracking finalizer is gone, so that removal is on the job's way to its end; a
 // succeeded pod is counted by its index already, so its finalizer goes
 // later (plan.releaseLater), when the client has time. A succeeded pod of
 // an index that had failed before is let go uncounted. A pod heldForRetry
@@ -548,11 +714,13 @@ func (s *syncState) releaseFinalizers() {
 	for _, pod := range s.pods {
 		switch {
 		case !pod.Finalized():
+		case pod.Tracked && s.oldGeneration(pod) && !s.recorded(pod):
+			// endOldGeneration lets it go.
 		case held.Has(pod.UID):
-			if s.uncountedFailed.Has(pod.UID) {
+			if s.recorded(pod) {
 				s.countHeld(pod)
 			}
-		case s.uncountedFailed.Has(pod.UID), !pod.Tracked:
+		case s.recorded(pod), !pod.Tracked:
 			// Recorded, or counted already and no longer held.
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
@@ -595,11 +763,11 @@ func (s *syncState) heldForRetry() sets.Set[types.UID] {
 	if s.job.Spec.BackoffLimitPerIndex == nil || s.target != nil {
 		return held
 	}
-	for ix, st := range s.indexes {
+	s.indexes.each(func(ix int32, st *indexState) {
 		if !s.completed.Has(ix) && !s.failedIndexes.Has(ix) && s.failureOf(st.latest).Failed {
 			held.Insert(st.latest.UID)
 		}
-	}
+	})
 	return held
 }
 
@@ -608,7 +776,7 @@ func (s *syncState) heldForRetry() sets.Set[types.UID] {
 // cache is current.
 func (s *syncState) decideEnd() {
 	s.terminating += s.unwantedPods
-	if s.target == nil || s.terminating > 0 || s.uncountedFailed.Len() > 0 || !s.expectationsSatisfied {
+	if s.target == nil || s.terminating > 0 || s.uncountedFailed.Len()+s.uncountedSucceeded.Len() > 0 || !s.expectationsSatisfied {
 		return
 	}
 	c := setFinished(s.status, s.job.Generation, s.now, s.target)
@@ -624,7 +792,7 @@ func (s *syncState) computeStatus() {
 	setPodCounts(s.status, s.active, s.ready, s.terminating)
 	setIndexSets(s.status, s.job, s.completed, s.failedIndexes)
 	setSucceeded(s.status, s.completed)
-	setUncounted(s.status, s.uncountedFailed)
+	setUncounted(s.status, s.uncountedSucceeded, s.uncountedFailed)
 	setPhase(s.status)
 	s.plan.newlyCompleted = max(s.completed.Len()-s.completedBefore, 0)
 	s.plan.newlyFailedIndexes = max(s.failedIndexes.Len()-s.failedBefore, 0)

@@ -621,23 +621,29 @@ func TestSyncJob(t *testing.T) {
 			},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var pods []*jobpod.Pod
-			if tc.pods != nil {
-				pods = tc.pods(tc.job)
-			}
-			in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
-			if tc.createRefusedAgo > 0 {
-				in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
-			}
-			in.gang = tc.gang
-			got := decisionOf(tc.job, syncJob(in))
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("decision (-want +got):\n%s", diff)
-			}
-		})
+	// Each row decides the same with the indexes' states in a slice and in
+	// a map (indexTable).
+	for _, sparse := range []bool{false, true} {
+		sparseIndexTables = sparse
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/sparse=%v", tc.name, sparse), func(t *testing.T) {
+				var pods []*jobpod.Pod
+				if tc.pods != nil {
+					pods = tc.pods(tc.job)
+				}
+				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
+				if tc.createRefusedAgo > 0 {
+					in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
+				}
+				in.gang = tc.gang
+				got := decisionOf(tc.job, syncJob(in))
+				if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("decision (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
+	sparseIndexTables = false
 }
 
 // parseError is the error indexset.Parse gives for s.

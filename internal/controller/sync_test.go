@@ -200,14 +200,24 @@ func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
 	}
 }
 
+// A succeeded UID in the status (an earlier version's, or a pod's that had
+// failures in place) stays until its pod is released, and its pod is
+// counted once, by its index.
 func TestSucceededUIDsOfAnEarlierVersionAreNotCountedTwice(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
 	done := makePod(job, 0).succeededAt(testNow).obj()
 	job.Status.CompletedIndexes = "0"
 	job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{done.UID}}
 	p := syncOnce(job, done, makePod(job, 1).running().obj())
-	if p.status.Succeeded != 1 || p.status.UncountedTerminatedPods != nil || !slices.Equal(names(p.releaseLater), []string{done.Name}) {
-		t.Errorf("succeeded = %d, uncounted = %v, releaseLater = %v; want 1, none, the pod", p.status.Succeeded, p.status.UncountedTerminatedPods, names(p.releaseLater))
+	if succ, _ := uncounted(p.status); p.status.Succeeded != 1 || !slices.Equal(succ, []types.UID{done.UID}) || !slices.Equal(names(p.removeFinalizer), []string{done.Name}) {
+		t.Errorf("succeeded = %d, uncounted = %v, removeFinalizer = %v; want 1, the UID until released, the pod", p.status.Succeeded, p.status.UncountedTerminatedPods, names(p.removeFinalizer))
+	}
+	released := *done
+	released.Tracked = false
+	job.Status = p.status
+	p = syncOnce(job, &released, makePod(job, 1).running().obj())
+	if p.status.Succeeded != 1 || p.status.Failed != 0 || p.status.UncountedTerminatedPods != nil {
+		t.Errorf("succeeded = %d, failed = %d, uncounted = %v; want 1, 0, none", p.status.Succeeded, p.status.Failed, p.status.UncountedTerminatedPods)
 	}
 }
 
@@ -1110,10 +1120,11 @@ func TestPodsStuckTerminatingAreFailedAfterTheTimeout(t *testing.T) {
 	}
 }
 
-// A sync that sees a failure younger than the batch period starts no pod
-// until the period is over, whatever event brought it: a failure that lands
-// a moment later decides the job's end first. A kubelet's clock ahead of
-// the operator's never holds pods longer than the period.
+// A sync that sees a failure younger than the batch period, or one the
+// cache saw less than the period ago, starts no pod until the period is
+// over, whatever event brought it: a failure that lands a moment later
+// decides the job's end first. A kubelet's clock ahead of the operator's
+// never holds pods longer than the period.
 func TestPodsWaitForTheBatchOfAFreshFailure(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(10).Parallelism(5).BackoffLimitPerIndex(0).MaxFailedIndexes(1).Obj()
 	pods := func(failedAt time.Time) []*jobpod.Pod {
@@ -1126,14 +1137,21 @@ func TestPodsWaitForTheBatchOfAFreshFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		failedAt time.Time
-		creates  int
-		requeue  time.Duration
+		// seen is when the cache saw the failure (zero: unknown).
+		seen    time.Time
+		creates int
+		requeue time.Duration
 	}{
-		{"a failure 200 ms old", testNow.Add(-200 * time.Millisecond), 0, 800 * time.Millisecond},
-		{"a failure a batch period old", testNow.Add(-podEventBatchPeriod), 1, 0},
-		{"a failure dated 10 s ahead", testNow.Add(10 * time.Second), 0, podEventBatchPeriod},
+		{"a failure 200 ms old", testNow.Add(-200 * time.Millisecond), time.Time{}, 0, 800 * time.Millisecond},
+		{"a failure a batch period old", testNow.Add(-podEventBatchPeriod), time.Time{}, 1, 0},
+		{"a failure dated 10 s ahead", testNow.Add(10 * time.Second), time.Time{}, 0, podEventBatchPeriod},
+		// A failure that reached the cache late (its kubelet or the sync
+		// lagged): the batch runs from when it was seen, so the next
+		// failure of the batch, on its way too, is decided with it.
+		{"a failure 5 s old, seen 300 ms ago", testNow.Add(-5 * time.Second), testNow.Add(-300 * time.Millisecond), 0, 700 * time.Millisecond},
+		{"a failure 5 s old, seen a batch period ago", testNow.Add(-5 * time.Second), testNow.Add(-podEventBatchPeriod), 1, 0},
 	} {
-		p := syncJob(syncInput{job: job, pods: pods(tc.failedAt), now: testNow, expectationsSatisfied: true})
+		p := syncJob(syncInput{job: job, pods: pods(tc.failedAt), now: testNow, expectationsSatisfied: true, failureSeen: tc.seen})
 		if len(p.create) != tc.creates || p.requeueAfter != tc.requeue {
 			t.Errorf("%s: creates %v, requeue %v; want %d creates and a requeue of %v", tc.name, createdIndexes(p), p.requeueAfter, tc.creates, tc.requeue)
 		}

@@ -63,9 +63,10 @@ func CreateRefusedDelay(job *ibjv1.IndexedBatchJob) time.Duration {
 
 // NextCounts are the failure counts the next pod of p's index carries, p
 // being the index's latest pod and f how its end counts: p's own counts,
-// plus its failure where it counted or an Ignore rule matched it.
+// plus its failures in place, plus its failure where it counted or an
+// Ignore rule matched it.
 func NextCounts(p *Pod, f Failure) (failures, ignored int32) {
-	failures, ignored = p.Failures, p.Ignored
+	failures, ignored = p.Failures+f.InPlace, p.Ignored
 	switch {
 	case f.Ignored:
 		ignored++

@@ -95,8 +95,35 @@ type Failure struct {
 	// FailsIndex: with backoffLimitPerIndex, the index is failed for good (a
 	// FailIndex rule matched, or the index's failures went over its limit).
 	FailsIndex bool
+	// RestartsJob: a RestartJob rule matched. The job's pods restart
+	// together (the controller's decision); until that is decided, or
+	// once the job may make no more restarts, the failure counts as a
+	// Count rule's would.
+	RestartsJob bool
 	// Match is the rule that matched, nil when none did.
 	Match *Match
+	// InPlace is how many failures the pod had in place before its end,
+	// each a container restarted inside it (InPlaceFailures): they count
+	// against backoffLimit and backoffLimitPerIndex as failures of their
+	// own, whatever its end is.
+	InPlace int32
+	// Stopped: the pod's in-place failures alone took its index over
+	// backoffLimitPerIndex. The index fails with the last of them, the pod
+	// is stopped if it still runs, and its end (the stop, or whatever
+	// became of it after that restart) is not another failure.
+	Stopped bool
+}
+
+// InPlaceRecorded is what recording the pod's end adds to status.failed at
+// once, beside its UID in uncountedTerminatedPods: its in-place failures,
+// less the one that the UID of a Stopped pod counts once its finalizer is
+// released (a pod that failed or was stopped adds 1 then; one that
+// succeeded, nothing).
+func (f Failure) InPlaceRecorded() int32 {
+	if f.Stopped {
+		return f.InPlace - 1
+	}
+	return f.InPlace
 }
 
 // FailsJob is the matched FailJob rule, nil otherwise.
@@ -112,19 +139,62 @@ func (f Failure) FailsJob() *Match {
 // Ignore rule matches counts against the job and its index, whatever other
 // rule matched (a FailJob match fails the index too once it is over its
 // limit), and a FailIndex match fails its index at once.
+//
+// A pod of an earlier generation than the job's (OldGeneration) that the
+// restart found uncounted (it still holds its tracking finalizer, or lost
+// it uncounted) counts for nothing, its in-place failures included: the
+// restart ended it. A failure counted before the restart stays counted,
+// and its index keeps it.
+//
+// The failures a pod had in place (InPlaceFailures) count before its end:
+// a pod whose in-place failures alone took its index over
+// backoffLimitPerIndex is Stopped, whether it still runs or not (unless it
+// succeeded); otherwise its end fails the index once Failures+InPlace+1
+// is over the limit.
 func Classify(job *ibjv1.IndexedBatchJob, p *Pod) Failure {
-	if !countsAsFailed(p, OnlyReplaceFailed(job)) {
+	if OldGeneration(job, p) && (p.Tracked || p.Discarded) {
 		return Failure{}
+	}
+	inPlace := InPlaceFailures(job, p)
+	limit := job.Spec.BackoffLimitPerIndex
+	if inPlace > 0 && limit != nil && p.Failures+inPlace > *limit && !p.Discarded && p.Phase != corev1.PodSucceeded {
+		return Failure{Failed: true, FailsIndex: true, InPlace: inPlace, Stopped: true}
+	}
+	if !countsAsFailed(p, OnlyReplaceFailed(job)) {
+		return Failure{InPlace: inPlace}
 	}
 	m := MatchPolicy(job.Spec.PodFailurePolicy, p)
 	if m != nil && m.Action == batchv1.PodFailurePolicyActionIgnore {
-		return Failure{Failed: true, Ignored: true, Match: m}
+		return Failure{Failed: true, Ignored: true, Match: m, InPlace: inPlace}
 	}
-	f := Failure{Failed: true, Counted: true, Match: m}
-	if limit := job.Spec.BackoffLimitPerIndex; limit != nil {
-		f.FailsIndex = (m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex) || p.Failures+1 > *limit
+	f := Failure{Failed: true, Counted: true, Match: m, InPlace: inPlace,
+		RestartsJob: m != nil && m.Action == ibjv1.PodFailurePolicyActionRestartJob}
+	if limit != nil {
+		f.FailsIndex = (m != nil && m.Action == batchv1.PodFailurePolicyActionFailIndex) || p.Failures+inPlace+1 > *limit
 	}
 	return f
+}
+
+// OldGeneration: the job restarts its pods together (spec.maxRestarts)
+// and the pod was created before its latest restart, by its restart-attempt
+// label.
+func OldGeneration(job *ibjv1.IndexedBatchJob, p *Pod) bool {
+	return job.Spec.MaxRestarts != nil && p.Generation < job.Status.Restarts
+}
+
+// InPlaceFailures is how many times the pod's containers were restarted
+// inside it, for a job whose template has restartPolicy Never: there only
+// container restart rules restart a container (the operator's, for
+// podFailurePolicy retry InPlace, or the template's own), and each restart
+// is a failure, so that no rule of a template gets around the job's
+// limits. Zero for restartPolicy OnFailure, whose restarts count as
+// upstream counts them (Pod.Restarts, against backoffLimit only), and for a
+// pod the operator discarded.
+func InPlaceFailures(job *ibjv1.IndexedBatchJob, p *Pod) int32 {
+	if job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever || p.Discarded {
+		return 0
+	}
+	return p.InPlace
 }
 
 // OnlyReplaceFailed: a terminating pod is replaced only once it has failed
@@ -164,7 +234,7 @@ func MatchPolicy(policy *ibjv1.PodFailurePolicy, p *Pod) *Match {
 	for i, rule := range policy.Rules {
 		switch rule.Action {
 		case batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyActionFailIndex,
-			batchv1.PodFailurePolicyActionIgnore, batchv1.PodFailurePolicyActionCount:
+			batchv1.PodFailurePolicyActionIgnore, batchv1.PodFailurePolicyActionCount, ibjv1.PodFailurePolicyActionRestartJob:
 		default:
 			continue
 		}

@@ -50,6 +50,14 @@ type Pod struct {
 	// so that the record does not grow.
 	OOMKilled bool
 	Restarts  int32 // container restarts, init containers included
+	// InPlace is the restarts of the pod's containers, init containers
+	// not included. In a pod with restartPolicy Never only container
+	// restart rules restart a container: each such restart is a failure
+	// retried in place (podFailurePolicy retry InPlace).
+	InPlace int32
+	// Generation is the restart-attempt label: how many times the job's
+	// pods had been restarted together when this one was created.
+	Generation int32
 	// FinishedAt is when the pod finished, for backoff (see FinishTime).
 	FinishedAt time.Time
 	// Exits are the terminated containers with a non-zero exit code, init
@@ -77,7 +85,9 @@ func Read(pod *corev1.Pod) *Pod {
 		Failures: Count(pod.Annotations, ibjv1.IndexFailureCountAnnotation),
 		Ignored:  Count(pod.Annotations, ibjv1.IndexIgnoredFailureCountAnnotation),
 		OOMKills: Count(pod.Annotations, ibjv1.OOMKillsAnnotation),
-		Phase:    internPhase(pod.Status.Phase),
+		// Count reads a label as it reads an annotation.
+		Generation: Count(pod.Labels, ibjv1.RestartAttemptLabel),
+		Phase:      internPhase(pod.Status.Phase),
 	}
 	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {
 		c.Discarded = true
@@ -104,10 +114,12 @@ func Read(pod *corev1.Pod) *Pod {
 			break
 		}
 	}
-	for _, lists := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range lists {
-			c.Restarts += cs.RestartCount
-		}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		c.Restarts += cs.RestartCount
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		c.Restarts += cs.RestartCount
+		c.InPlace += cs.RestartCount - statusUnknownRestart(cs)
 	}
 	if c.Phase != corev1.PodSucceeded {
 		c.Exits = Exits(pod)
@@ -116,6 +128,22 @@ func Read(pod *corev1.Pod) *Pod {
 	}
 	c.FinishedAt = FinishTime(pod)
 	return c
+}
+
+// containerStatusUnknown is the reason the kubelet gives a container it
+// can no longer find once its pod is ended (an eviction, say).
+const containerStatusUnknown = "ContainerStatusUnknown"
+
+// statusUnknownRestart is 1 for a container the kubelet wrote terminated
+// as ContainerStatusUnknown after it had been running: the kubelet counts
+// that as a restart, though the container never ran again. A failure
+// retried in place would otherwise be counted for it, beside the pod's own
+// failure.
+func statusUnknownRestart(cs corev1.ContainerStatus) int32 {
+	if t := cs.State.Terminated; t != nil && t.Reason == containerStatusUnknown && cs.RestartCount > 0 {
+		return 1
+	}
+	return 0
 }
 
 // isJobRef: the controller reference names an IndexedBatchJob.

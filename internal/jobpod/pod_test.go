@@ -91,3 +91,29 @@ func TestMemoryCapOf(t *testing.T) {
 		t.Errorf("MemoryCapOf = %+v, want 1536Mi from narrow", got)
 	}
 }
+
+// A container the kubelet could not find once it ended the pod (an
+// eviction) is written terminated as ContainerStatusUnknown with its
+// restart count raised by one, though it never ran again: that is no
+// failure in place, while a restart before it is.
+func TestStatusUnknownIsNoRestartInPlace(t *testing.T) {
+	unknown := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "ContainerStatusUnknown", ExitCode: 137}}
+	for _, tc := range []struct {
+		name          string
+		restarts      int32
+		state         corev1.ContainerState
+		wantInPlace   int32
+		wantRestarted int32
+	}{
+		{"evicted, never restarted", 1, unknown, 0, 1},
+		{"restarted in place once, then evicted", 2, unknown, 1, 2},
+		{"restarted in place once, then failed", 1, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}, 1, 1},
+	} {
+		pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "main", RestartCount: tc.restarts, State: tc.state},
+		}}}
+		if got := Read(pod); got.InPlace != tc.wantInPlace || got.Restarts != tc.wantRestarted {
+			t.Errorf("%s: InPlace %d, Restarts %d; want %d and %d", tc.name, got.InPlace, got.Restarts, tc.wantInPlace, tc.wantRestarted)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -225,6 +226,9 @@ func (d *description) write(w io.Writer) {
 	fmt.Fprintf(w, "Pods:\t%d active (%d ready), %d terminating, %d succeeded, %d failed\n",
 		st.Active, ptr.Deref(st.Ready, 0), ptr.Deref(st.Terminating, 0), st.Succeeded, st.Failed)
 	fmt.Fprintf(w, "Retries:\t%s\n", d.retries())
+	if limit := job.Spec.MaxRestarts; limit != nil {
+		fmt.Fprintf(w, "Restarts:\t%d/%d (maxRestarts); %s\n", st.Restarts, *limit, d.liveGenerations())
+	}
 	fmt.Fprintf(w, "Started:\t%s\n", when(timeOf(st.StartTime), now))
 	if st.CompletionTime != nil {
 		fmt.Fprintf(w, "Completed:\t%s\n", when(st.CompletionTime.Time, now))
@@ -236,6 +240,37 @@ func (d *description) write(w io.Writer) {
 		}
 	}
 	d.writeEvents(w)
+}
+
+// liveGenerations says of which generations (restart-attempt labels) the
+// job's pods that have not finished are.
+func (d *description) liveGenerations() string {
+	counts := map[int32]int{}
+	for _, f := range d.view.scan.latest {
+		if !f.Finished() {
+			counts[f.Generation]++
+		}
+	}
+	if len(counts) == 0 {
+		return "no live pods"
+	}
+	parts := make([]string, 0, len(counts))
+	for _, g := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d of generation %d", counts[g], g))
+	}
+	return "live pods: " + strings.Join(parts, ", ")
+}
+
+// restarting is how many pods a restart of the job still waits for: the
+// pods of earlier generations that have not finished.
+func (d *description) restarting() int {
+	n := 0
+	for _, f := range d.view.scan.latest {
+		if !f.Finished() && jobpod.OldGeneration(d.view.job, f.Pod) {
+			n++
+		}
+	}
+	return n
 }
 
 // state is the job's state in words: what it does, or why it does not run.
@@ -287,6 +322,10 @@ func (d *description) state() string {
 	}
 	if e := d.failingCreate(); e != nil {
 		return fmt.Sprintf("Failing to create pods: %s (%s, %d times)", e.message, "last "+when(e.last, now), e.count)
+	}
+	if n := d.restarting(); n > 0 {
+		return fmt.Sprintf("Restarting (restart %d of at most %d): waiting for %s of an earlier generation to stop",
+			st.Restarts, ptr.Deref(job.Spec.MaxRestarts, 0), plural(n, "pod", "pods"))
 	}
 	if st.Active == 0 && d.retry != nil && d.retry.RetryAt.After(now) {
 		return fmt.Sprintf("Backing off until %s: the latest pod of index %d failed (%s)",
@@ -382,8 +421,9 @@ func (d *description) retries() string {
 }
 
 // ruleDelays says, for each Count or Ignore rule whose retry differs from
-// the backoff, how long its failures wait: its retryDelaySeconds, or none
-// for an Ignore rule without one.
+// the backoff, how long its failures wait: its retryDelaySeconds, none for
+// an Ignore rule without one, or the kubelet's restart backoff for a rule
+// that retries in place; and which indexes each RestartJob rule restarts.
 func ruleDelays(policy *ibjv1.PodFailurePolicy) []string {
 	if policy == nil {
 		return nil
@@ -395,7 +435,15 @@ func ruleDelays(policy *ibjv1.PodFailurePolicy) []string {
 			name += fmt.Sprintf(" %q", r.Name)
 		}
 		switch {
+		case r.Action == ibjv1.PodFailurePolicyActionRestartJob:
+			which := "the unfinished indexes"
+			if r.RestartIndexes == ibjv1.RestartAllIndexes {
+				which = "every index"
+			}
+			out = append(out, fmt.Sprintf("%s (%s) restarts %s together", name, r.Action, which))
 		case r.Action != batchv1.PodFailurePolicyActionCount && r.Action != batchv1.PodFailurePolicyActionIgnore:
+		case r.Retry == ibjv1.RetryInPlace:
+			out = append(out, fmt.Sprintf("%s (%s) retries in place, after the kubelet's restart backoff", name, r.Action))
 		case r.RetryDelaySeconds != nil:
 			out = append(out, fmt.Sprintf("%s (%s) retries after %s", name, r.Action,
 				duration.HumanDuration(time.Duration(*r.RetryDelaySeconds)*time.Second)))
@@ -442,6 +490,9 @@ func (d *description) next() []string {
 				when(e.last.Add(delay), now))}
 		}
 		return []string{"the operator tries again to create the pods; the FailedCreate event (State, Events) says what stops it"}
+	}
+	if d.restarting() > 0 {
+		return []string{fmt.Sprintf("once they have stopped, the indexes the restart runs again start as generation %d", st.Restarts)}
 	}
 	var lines []string
 	if r := d.retry; r != nil {

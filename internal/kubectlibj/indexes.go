@@ -62,6 +62,8 @@ the retries it has left under backoffLimitPerIndex, the exit code and
 container that ended its latest pod, why that pod failed (disruption,
 deletion, the job's end such as DeadlineExceeded, the container's reason)
 and which podFailurePolicy rule matched it, its node and how long it ran.
+A job with maxRestarts also shows its pods' generation (restart-attempt), a
+job with a rule that retries in place the restarts in place of its pods.
 Indexes whose pods are gone are reported from the job's status.
 
 Indexes without pods that are in the same state for the same reason share
@@ -150,7 +152,7 @@ func (o *indexesOptions) print(view *jobView, selection indexset.Set) error {
 			fmt.Fprintf(o.ErrOut, "No indexes of job %s match.\n", job.Name)
 			return nil
 		}
-		return printTable(o.Out, indexTable(report.Items, view.now), o.outputFormat == outputWide)
+		return printTable(o.Out, indexTable(job, report.Items, view.now), o.outputFormat == outputWide)
 	}
 	printer, err := o.printFlags.ToPrinter()
 	if err != nil {
@@ -231,7 +233,7 @@ func (o *indexesOptions) printSummary(view *jobView, selection indexset.Set) err
 	}
 	fmt.Fprintln(o.Out)
 	shown := s.rows[:min(len(s.rows), summaryRows)]
-	if err := printTable(o.Out, indexTable(shown, view.now), o.outputFormat == outputWide); err != nil {
+	if err := printTable(o.Out, indexTable(job, shown, view.now), o.outputFormat == outputWide); err != nil {
 		return err
 	}
 	if more := len(s.rows) - len(shown); more > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,5 +250,72 @@ func TestDescribeStatesTheMemoryRaise(t *testing.T) {
 	out := describeOutput(newJobView(job, newPodScan(job), now, jobpod.DefaultBackoff))
 	if want := "after an OOM kill, memory times 150% up to 2Gi (retryResources.onOOMKilled)"; !strings.Contains(out, want) {
 		t.Errorf("describe does not say %q:\n%s", want, out)
+	}
+}
+
+// TestRestartsAreShownOnlyForJobsThatRestart: the Generation and In-Place
+// columns and describe's Restarts line appear for a job with maxRestarts
+// or a rule that retries in place, and not for another job; describe
+// says how a restart goes and which rules restart or retry in place.
+func TestRestartsAreShownOnlyForJobsThatRestart(t *testing.T) {
+	restarting := testJob(func(j *ibjv1.IndexedBatchJob) {
+		j.Spec.Completions = 2
+		j.Spec.Parallelism = ptr.To[int32](2)
+		j.Spec.MaxRestarts = ptr.To[int32](2)
+		restartAll := exitRule(ibjv1.PodFailurePolicyActionRestartJob, batchv1.PodFailurePolicyOnExitCodesOpIn, 3)
+		restartAll.RestartIndexes = ibjv1.RestartAllIndexes
+		inPlace := named("flaky", exitRule(batchv1.PodFailurePolicyActionCount, batchv1.PodFailurePolicyOnExitCodesOpIn, 75))
+		inPlace.Retry = ibjv1.RetryInPlace
+		j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{restartAll, inPlace}}
+		j.Status.Restarts = 1
+		j.Status.Active = 1
+	})
+	plain := testJob(func(j *ibjv1.IndexedBatchJob) { j.Spec.Completions = 2 })
+	pods := func(job *ibjv1.IndexedBatchJob) *podScan {
+		scan := newPodScan(job)
+		scan.add(testPod(generation(0), exited(3, time.Second)))
+		scan.add(testPod(generation(0), phase(corev1.PodRunning), deleted(time.Second), func(p *corev1.Pod) {
+			p.Name = "j-1-0"
+			p.Labels[ibjv1.CompletionIndexLabel] = "1"
+		}))
+		return scan
+	}
+	for _, tc := range []struct {
+		name      string
+		job       *ibjv1.IndexedBatchJob
+		want      []string
+		wantNever []string
+	}{
+		{"a job that restarts", restarting, []string{
+			"INDEX   STATE         ATTEMPTS   GENERATION   IN-PLACE   RETRIES-LEFT",
+			"0       pending       1          0            0          -",
+			"State: Restarting (restart 1 of at most 2): waiting for 1 pod of an earlier generation to stop",
+			"Next: once they have stopped, the indexes the restart runs again start as generation 1",
+			"Restarts: 1/2 (maxRestarts); live pods: 1 of generation 0",
+			`rule 0 (RestartJob) restarts every index together; rule 1 "flaky" (Count) retries in place, after the kubelet's restart backoff`,
+		}, nil},
+		{"a job that does not", plain, []string{
+			"INDEX   STATE         ATTEMPTS   RETRIES-LEFT",
+		}, []string{"GENERATION", "IN-PLACE", "Restarts:", "Restarting"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			view := newJobView(tc.job, pods(tc.job), now, jobpod.DefaultBackoff)
+			// The columns' padding aside.
+			var lines []string
+			for _, l := range strings.Split(indexesOutput(t, view, false, "")+describeOutput(view), "\n") {
+				lines = append(lines, strings.Join(strings.Fields(l), " "))
+			}
+			out := strings.Join(lines, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(out, strings.Join(strings.Fields(w), " ")) {
+					t.Errorf("no %q in:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.wantNever {
+				if strings.Contains(out, w) {
+					t.Errorf("%q in the output of a job without restarts:\n%s", w, out)
+				}
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package kubectlibj
 
 import (
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
@@ -19,7 +21,8 @@ func printTable(out io.Writer, table *metav1.Table, wide bool) error {
 }
 
 // indexColumns are the columns of `kubectl ibj indexes`; those of priority
-// 1 show with -o wide.
+// 1 show with -o wide. The columns of restartColumns follow Attempts for the
+// jobs that have them.
 var indexColumns = []metav1.TableColumnDefinition{
 	{Name: "Index", Type: "string", Description: "The completion index, or first-last for a run of indexes without pods in the same state."},
 	{Name: "State", Type: "string", Description: "pending, running, retrying (in how long, when known), terminating, succeeded, failed or stopped."},
@@ -36,16 +39,42 @@ var indexColumns = []metav1.TableColumnDefinition{
 	{Name: "Message", Type: "string", Priority: 1, Description: "The podFailurePolicy match, or the pod's status message."},
 }
 
-// indexTable is the rows as a table.
-func indexTable(rows []IndexStatus, now time.Time) *metav1.Table {
-	t := &metav1.Table{ColumnDefinitions: indexColumns, Rows: make([]metav1.TableRow, 0, len(rows))}
+// restartColumns are the columns only a job with a RestartJob rule
+// (spec.maxRestarts) or a rule that retries in place shows, each after
+// Attempts.
+var restartColumns = struct{ generation, inPlace metav1.TableColumnDefinition }{
+	generation: metav1.TableColumnDefinition{Name: "Generation", Type: "integer",
+		Description: "The latest pod's restart-attempt label: the job's restarts (status.restarts) when it was created."},
+	inPlace: metav1.TableColumnDefinition{Name: "In-Place", Type: "integer",
+		Description: "Times the kubelet restarted the latest pod's containers in place (retry InPlace); each is a failure of the index."},
+}
+
+// indexTable is the rows as a table, with the columns of restartColumns the
+// job has.
+func indexTable(job *ibjv1.IndexedBatchJob, rows []IndexStatus, now time.Time) *metav1.Table {
+	generation, inPlace := job.Spec.MaxRestarts != nil, retriesInPlace(job.Spec.PodFailurePolicy)
+	cols := slices.Clone(indexColumns[:3]) // Index, State, Attempts
+	if generation {
+		cols = append(cols, restartColumns.generation)
+	}
+	if inPlace {
+		cols = append(cols, restartColumns.inPlace)
+	}
+	t := &metav1.Table{ColumnDefinitions: append(cols, indexColumns[3:]...), Rows: make([]metav1.TableRow, 0, len(rows))}
 	for i := range rows {
 		s := &rows[i]
-		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
-			indexText(s), stateText(s, now), orDash(s.Attempts), orDash(s.RetriesLeft), orDash(s.ExitCode),
+		cells := []any{indexText(s), stateText(s, now), orDash(s.Attempts)}
+		if generation {
+			cells = append(cells, orDash(s.Generation))
+		}
+		if inPlace {
+			cells = append(cells, orDash(s.InPlaceRestarts))
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: append(cells,
+			orDash(s.RetriesLeft), orDash(s.ExitCode),
 			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now),
 			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Memory), dashIfEmpty(s.Message),
-		}})
+		)})
 	}
 	return t
 }

@@ -80,6 +80,15 @@ type IndexStatus struct {
 	// RetriesLeft is backoffLimitPerIndex minus the index's counted
 	// failures; unset without backoffLimitPerIndex or without pods.
 	RetriesLeft *int32 `json:"retriesLeft,omitempty"`
+	// Generation is the latest pod's generation, its restart-attempt
+	// label: how many times a RestartJob rule had restarted the job's pods
+	// together when it was created. Set for a job with spec.maxRestarts
+	// and a pod.
+	Generation *int32 `json:"generation,omitempty"`
+	// InPlaceRestarts is how many times the kubelet restarted the latest
+	// pod's containers in place (a Count rule with retry InPlace); each is
+	// a failure of the index. Set for a job with such a rule and a pod.
+	InPlaceRestarts *int32 `json:"inPlaceRestarts,omitempty"`
 	// ExitCode and Container are the exit that ended the latest pod: the
 	// container a failure-policy rule matched, else the first that failed,
 	// else (for a pod that succeeded) its last container.

@@ -182,7 +182,7 @@ func (v *jobView) status(ix int32) IndexStatus {
 		v.fillPod(&s, f)
 	}
 	switch {
-	case v.completed.Has(ix) || (f != nil && f.Phase == corev1.PodSucceeded):
+	case v.completed.Has(ix) || (f != nil && f.Phase == corev1.PodSucceeded && !jobpod.OldGeneration(v.job, f.Pod)):
 		s.State = StateSucceeded
 		if f == nil {
 			s.Reason = "pods gone; from status.completedIndexes"
@@ -202,6 +202,8 @@ func (v *jobView) status(ix int32) IndexStatus {
 			s.State = StateFailed
 		}
 		s.Reason = v.failureReason(f)
+	case jobpod.OldGeneration(v.job, f.Pod):
+		v.restarted(&s, f)
 	case !f.Finished() && f.deleting():
 		s.State = StateTerminating
 		s.Reason = v.failureReason(f)
@@ -233,6 +235,27 @@ func (v *jobView) noPod(s *IndexStatus) {
 		s.State = StatePending
 		s.Reason = "not started"
 	}
+}
+
+// restarted is an index whose latest pod a restart of the job ends or
+// ended: the index starts again as the job's generation once every pod of
+// an earlier one has finished or gone.
+func (v *jobView) restarted(s *IndexStatus, f *podFacts) {
+	s.State = StatePending
+	if !f.Finished() {
+		s.State = StateTerminating
+	}
+	parts := []string{v.failureReason(f)}
+	if f.failure.Match == nil && f.Phase == corev1.PodFailed {
+		// The restart made this pod's failure count for nothing, and
+		// Classify no longer names the rule; it may be the failure that
+		// restarted the job.
+		if m := jobpod.MatchPolicy(v.job.Spec.PodFailurePolicy, f.Pod); m != nil && m.Action == ibjv1.PodFailurePolicyActionRestartJob {
+			parts = append(parts, ruleMatch(m))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("restart %d: runs again once every earlier pod has stopped", v.job.Status.Restarts))
+	s.Reason = strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "; ")
 }
 
 // stoppedByEnd: the pod was still running when the job's end was decided,
@@ -291,8 +314,16 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 			s.FailureReason = m.Reason()
 		}
 	}
+	if v.job.Spec.MaxRestarts != nil {
+		s.Generation = ptr.To(f.Generation)
+	}
+	if retriesInPlace(v.job.Spec.PodFailurePolicy) {
+		s.InPlaceRestarts = ptr.To(f.InPlace)
+	}
 	if limit := v.job.Spec.BackoffLimitPerIndex; limit != nil {
-		used := f.Failures
+		// Each restart in place the operator counts is a failure of the
+		// index.
+		used := f.Failures + f.failure.InPlace
 		if f.failure.Counted {
 			used++
 		}
@@ -340,6 +371,13 @@ func ruleMatch(m *jobpod.Match) string {
 // that give a reason.
 func failsIndexOrJob(m *jobpod.Match) bool {
 	return m.Action == batchv1.PodFailurePolicyActionFailIndex || m.Action == batchv1.PodFailurePolicyActionFailJob
+}
+
+// retriesInPlace: a rule of the policy retries in place.
+func retriesInPlace(policy *ibjv1.PodFailurePolicy) bool {
+	return policy != nil && slices.ContainsFunc(policy.Rules, func(r ibjv1.PodFailurePolicyRule) bool {
+		return r.Retry == ibjv1.RetryInPlace
+	})
 }
 
 // exitReason is the container's termination reason (Error, OOMKilled), or

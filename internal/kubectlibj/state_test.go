@@ -58,6 +58,14 @@ func exited(code int32, d time.Duration) func(*corev1.Pod) {
 	}
 }
 
+// generation sets the pod's restart-attempt label.
+func generation(n int) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Labels[ibjv1.RestartAttemptLabel] = strconv.Itoa(n) }
+}
+
+// tracked gives the pod the operator's tracking finalizer.
+func tracked(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, ibjv1.TrackingFinalizer) }
+
 func phase(ph corev1.PodPhase) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.Status.Phase = ph }
 }
@@ -98,6 +106,19 @@ func delayed(seconds int32, r ibjv1.PodFailurePolicyRule) ibjv1.PodFailurePolicy
 func named(name string, r ibjv1.PodFailurePolicyRule) ibjv1.PodFailurePolicyRule {
 	r.Name = name
 	return r
+}
+
+// restartable gives the job a RestartJob rule on exit code 3 (restarting
+// the indexes scope names, "" for the default), maxRestarts 2, and the
+// restarts made so far.
+func restartable(scope ibjv1.RestartIndexes, restarts int32) func(*ibjv1.IndexedBatchJob) {
+	return func(j *ibjv1.IndexedBatchJob) {
+		r := exitRule(ibjv1.PodFailurePolicyActionRestartJob, batchv1.PodFailurePolicyOnExitCodesOpIn, 3)
+		r.RestartIndexes = scope
+		j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{r}}
+		j.Spec.MaxRestarts = ptr.To[int32](2)
+		j.Status.Restarts = restarts
+	}
 }
 
 func ended(typ, reason string, d time.Duration) func(*ibjv1.IndexedBatchJob) {
@@ -210,6 +231,36 @@ func TestIndexState(t *testing.T) {
 		job:  testJob(func(j *ibjv1.IndexedBatchJob) { j.Spec.Suspend = ptr.To(true) }),
 		pods: []*corev1.Pod{testPod(exited(137, 0), func(p *corev1.Pod) { p.Annotations[ibjv1.DiscardedAnnotation] = "true" })},
 		want: indexState{State: StatePending, Reason: "stopped without counting (suspend); runs again when the job does"},
+	}, {
+		name: "the failure a RestartJob rule matched waits for the restart, and names the rule",
+		job:  testJob(restartable("", 1)),
+		pods: []*corev1.Pod{testPod(generation(0), exited(3, time.Second), tracked)},
+		want: indexState{State: StatePending, Reason: "exit code 3; rule 0: RestartJob; restart 1: runs again once every earlier pod has stopped"},
+	}, {
+		name: "a pod of an earlier generation that the restart deletes is terminating for it",
+		job:  testJob(restartable("", 1)),
+		pods: []*corev1.Pod{testPod(generation(0), phase(corev1.PodRunning), deleted(time.Second))},
+		want: indexState{State: StateTerminating, Reason: "deletion; restart 1: runs again once every earlier pod has stopped"},
+	}, {
+		name: "a pod of the job's generation runs as any other",
+		job:  testJob(restartable("", 1)),
+		pods: []*corev1.Pod{testPod(attempt(1, 0, 0), generation(1), phase(corev1.PodRunning))},
+		want: indexState{State: StateRunning},
+	}, {
+		name: "restartIndexes Unfinished keeps a completed index of an earlier generation",
+		job:  testJob(restartable(ibjv1.RestartUnfinishedIndexes, 1), func(j *ibjv1.IndexedBatchJob) { j.Status.CompletedIndexes = "0" }),
+		pods: []*corev1.Pod{testPod(generation(0), exited(0, time.Minute))},
+		want: indexState{State: StateSucceeded},
+	}, {
+		name: "restartIndexes All runs a succeeded index again",
+		job:  testJob(restartable(ibjv1.RestartAllIndexes, 1)),
+		pods: []*corev1.Pod{testPod(generation(0), exited(0, time.Minute))},
+		want: indexState{State: StatePending, Reason: "restart 1: runs again once every earlier pod has stopped"},
+	}, {
+		name: "past maxRestarts the RestartJob match fails the job",
+		job:  testJob(restartable("", 2), ended(ibjv1.ConditionFailureTarget, ibjv1.ReasonMaxRestartsExceeded, 0)),
+		pods: []*corev1.Pod{testPod(generation(2), exited(3, time.Second))},
+		want: indexState{State: StateFailed, Reason: "exit code 3; rule 0: RestartJob"},
 	}, {
 		name: "the job's own retryBackoff",
 		job: testJob(perIndex(1), func(j *ibjv1.IndexedBatchJob) {
@@ -351,6 +402,44 @@ func TestIndexRowShowsTheMemoryRaisedAfterOOMKills(t *testing.T) {
 			scan.add(tc.pod)
 			s := newJobView(tc.job, scan, now, jobpod.DefaultBackoff).status(0)
 			if diff := cmp.Diff(tc.want, row{Memory: s.Memory, OOMKills: s.OOMKills, Reason: s.Reason}); diff != "" {
+				t.Errorf("index 0 (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestIndexRowShowsGenerationAndInPlaceRestarts: a job with maxRestarts
+// shows its pods' generation, a job with a rule that retries in place the
+// restarts of its pods' containers, each a retry used; a job without them
+// shows neither.
+func TestIndexRowShowsGenerationAndInPlaceRestarts(t *testing.T) {
+	inPlace := func(j *ibjv1.IndexedBatchJob) {
+		r := exitRule(batchv1.PodFailurePolicyActionCount, batchv1.PodFailurePolicyOnExitCodesOpIn, 75)
+		r.Retry = ibjv1.RetryInPlace
+		j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{r}}
+		j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	restartedTwice := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: 5}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: 2}}
+	}
+	type row struct{ Generation, InPlaceRestarts, RetriesLeft *int32 }
+	cases := []struct {
+		name string
+		job  *ibjv1.IndexedBatchJob
+		want row
+	}{
+		{"maxRestarts: the generation", testJob(restartable("", 1)), row{Generation: ptr.To[int32](1)}},
+		{"retry InPlace: the containers' restarts, not the init containers'", testJob(perIndex(3), inPlace), row{InPlaceRestarts: ptr.To[int32](2), RetriesLeft: ptr.To[int32](1)}},
+		{"neither", testJob(perIndex(3)), row{RetriesLeft: ptr.To[int32](3)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			scan := newPodScan(tc.job)
+			scan.add(testPod(generation(1), restartedTwice))
+			s := newJobView(tc.job, scan, now, jobpod.DefaultBackoff).status(0)
+			if diff := cmp.Diff(tc.want, row{Generation: s.Generation, InPlaceRestarts: s.InPlaceRestarts, RetriesLeft: s.RetriesLeft}); diff != "" {
 				t.Errorf("index 0 (-want +got):\n%s", diff)
 			}
 		})

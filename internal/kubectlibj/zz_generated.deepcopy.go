@@ -86,6 +86,16 @@ func (in *IndexStatus) DeepCopyInto(out *IndexStatus) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.Generation != nil {
+		in, out := &in.Generation, &out.Generation
+		*out = new(int32)
+		**out = **in
+	}
+	if in.InPlaceRestarts != nil {
+		in, out := &in.InPlaceRestarts, &out.InPlaceRestarts
+		*out = new(int32)
+		**out = **in
+	}
 	if in.ExitCode != nil {
 		in, out := &in.ExitCode, &out.ExitCode
 		*out = new(int32)

@@ -220,8 +220,14 @@ func (j *Job) Stop(ctx context.Context, c client.Client, infos []podset.PodSetIn
 
 // ReclaimablePods gives back, as indexes finish, the quota of the pods the
 // job will no longer run: once fewer indexes remain than its parallelism,
-// the difference.
+// the difference. A job that a RestartJob rule may restart with every index
+// (restartIndexes All) gives back nothing: any finished index may run
+// again, and the quota another workload took meanwhile would be
+// overcommitted.
 func (j *Job) ReclaimablePods(context.Context, client.Client) ([]kueuev1beta2.ReclaimablePod, error) {
+	if j.mayRerunEveryIndex() {
+		return nil, nil
+	}
 	parallelism := ptr.Deref(j.Spec.Parallelism, 1)
 	done := j.finishedIndexes()
 	remaining := int32(j.wantedIndexes().Len() - done)
@@ -232,6 +238,20 @@ func (j *Job) ReclaimablePods(context.Context, client.Client) ([]kueuev1beta2.Re
 		Name:  kueuev1beta2.DefaultPodSetName,
 		Count: parallelism - max(remaining, 0),
 	}}, nil
+}
+
+// mayRerunEveryIndex: a RestartJob rule of the job restarts every index,
+// completed and failed ones included.
+func (j *Job) mayRerunEveryIndex() bool {
+	if j.Spec.PodFailurePolicy == nil {
+		return false
+	}
+	for _, r := range j.Spec.PodFailurePolicy.Rules {
+		if r.Action == ibjv1.PodFailurePolicyActionRestartJob && r.RestartIndexes == ibjv1.RestartAllIndexes {
+			return true
+		}
+	}
+	return false
 }
 
 // CanDefaultManagedBy is true when the job is this operator's to run, so

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,6 +149,24 @@ func TestReclaimablePodsFollowFinishedIndexes(t *testing.T) {
 			return j
 		}(), nil},
 		{"an unreadable completedIndexes counts as none", job(4, 2, "garbage", ""), nil},
+		{"a job that may restart every index gives back nothing", func() *ibjv1.IndexedBatchJob {
+			j := job(3, 3, "0-2", "")
+			j.Spec.MaxRestarts = ptr.To[int32](1)
+			j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{{
+				Action: ibjv1.PodFailurePolicyActionRestartJob, RestartIndexes: ibjv1.RestartAllIndexes,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{3}},
+			}}}
+			return j
+		}(), nil},
+		{"a job that restarts only unfinished indexes gives back the finished ones", func() *ibjv1.IndexedBatchJob {
+			j := job(3, 3, "0-2", "")
+			j.Spec.MaxRestarts = ptr.To[int32](1)
+			j.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{{
+				Action:      ibjv1.PodFailurePolicyActionRestartJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{3}},
+			}}}
+			return j
+		}(), []kueuev1beta2.ReclaimablePod{{Name: kueuev1beta2.DefaultPodSetName, Count: 3}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,7 +2,8 @@
 // as the controller creates them and the admission webhook dry-runs them:
 // the fixed labels and annotations, JOB_COMPLETION_INDEX, the hostname and
 // subdomain, the gang's scheduling group, the owner reference, the
-// finalizers, and the memory raised after OOM kills. It decides nothing
+// finalizers, the memory raised after OOM kills, and the container restart
+// rules of podFailurePolicy retry InPlace. It decides nothing
 // about when a pod is made; the controller does (internal/controller).
 package podbuild
 
@@ -27,6 +28,9 @@ type Spec struct {
 	Failures int32 // earlier failures of the index that counted
 	Ignored  int32 // earlier failures of the index an Ignore rule matched
 	OOMKills int32 // earlier pods of the index OOM-killed (retryResources.onOOMKilled)
+	// Generation is the restarts of the job's pods made before this one
+	// (status.restarts); it is written for a job with spec.maxRestarts.
+	Generation int32
 	// MemoryCap is what the namespace's LimitRanges let a raise reach,
 	// nil when they set no maximum.
 	MemoryCap *jobpod.MemoryCap
@@ -44,7 +48,9 @@ func Name(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 // labels and annotations of the API (api/v1alpha1), JOB_COMPLETION_INDEX in every container,
 // hostname <job>-<index> (in the job's headless Service's subdomain with peer
 // DNS), the job's PodGroup with gang scheduling, the owner reference and
-// the tracking finalizer; for a job with
+// the tracking finalizer; for a job with spec.maxRestarts, the pod's
+// generation; the container restart rules of retry InPlace rules
+// (setRestartRules); for a job with
 // retryResources.onOOMKilled, the memory raised for the index's OOM kills
 // and the annotations that record them.
 func New(job *ibjv1.IndexedBatchJob, p Spec) *corev1.Pod {
@@ -82,6 +88,9 @@ func New(job *ibjv1.IndexedBatchJob, p Spec) *corev1.Pod {
 	pod.Labels[ibjv1.CompletionIndexLabel] = index
 	pod.Annotations[ibjv1.CompletionIndexLabel] = index
 	pod.Annotations[ibjv1.AttemptAnnotation] = strconv.Itoa(int(p.Attempt))
+	if job.Spec.MaxRestarts != nil {
+		pod.Labels[ibjv1.RestartAttemptLabel] = strconv.Itoa(int(p.Generation))
+	}
 	if job.Spec.BackoffLimitPerIndex != nil {
 		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(int(p.Failures))
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(p.Ignored))
@@ -91,6 +100,7 @@ func New(job *ibjv1.IndexedBatchJob, p Spec) *corev1.Pod {
 		pod.Annotations[ibjv1.OOMKillsAnnotation] = strconv.Itoa(int(p.OOMKills))
 		pod.Annotations[ibjv1.MemoryAnnotation] = MemoryRecord(&pod.Spec)
 	}
+	setRestartRules(job, &pod.Spec)
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.Index)
 	pod.Spec.Subdomain = Subdomain(job)
 	pod.Spec.SchedulingGroup = SchedulingGroup(job)

@@ -2,6 +2,7 @@ package podcache
 
 import (
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -11,11 +12,20 @@ import (
 // failingPods counts, by job (namespace/job-name), the cached pods that
 // failed or are terminating and still carry the tracking finalizer:
 // failures that no sync has counted yet (a terminating pod is one under
-// podReplacementPolicy TerminatingOrFailed, and soon one under Failed). A
-// job has an entry only while its count is above zero.
+// podReplacementPolicy TerminatingOrFailed, and soon one under Failed),
+// and when the cache saw the latest of them. A job has an entry only while
+// its count is above zero.
 type failingPods struct {
 	mu    sync.Mutex
-	byJob map[string]int
+	byJob map[string]*failures
+	// now is the clock (time.Now unless a test sets it).
+	now func() time.Time
+}
+
+type failures struct {
+	count int
+	// seen is when the cache saw the latest failure.
+	seen time.Time
 }
 
 // uncountedFailure: the pod failed, or is terminating, and its end is not
@@ -35,18 +45,41 @@ func (f *failingPods) update(old, pod *jobpod.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.byJob == nil {
-		f.byJob = map[string]int{}
+		f.byJob = map[string]*failures{}
 	}
 	if was {
-		if k := jobKey(old); f.byJob[k] <= 1 {
+		k := jobKey(old)
+		if e := f.byJob[k]; e == nil || e.count <= 1 {
 			delete(f.byJob, k)
 		} else {
-			f.byJob[k]--
+			e.count--
 		}
 	}
 	if is {
-		f.byJob[jobKey(pod)]++
+		k := jobKey(pod)
+		e := f.byJob[k]
+		if e == nil {
+			e = &failures{}
+			f.byJob[k] = e
+		}
+		e.count++
+		if f.now == nil {
+			e.seen = time.Now()
+		} else {
+			e.seen = f.now()
+		}
 	}
+}
+
+// seen is when the cache saw the latest failure of the job that no sync
+// has counted yet; zero without one.
+func (f *failingPods) seen(namespace, job string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e := f.byJob[namespace+"/"+job]; e != nil {
+		return e.seen
+	}
+	return time.Time{}
 }
 
 // has reports whether the pod's job has a failure no sync counted yet.
@@ -56,7 +89,7 @@ func (f *failingPods) has(pod *jobpod.Pod) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.byJob[jobKey(pod)] > 0
+	return f.byJob[jobKey(pod)] != nil
 }
 
 func (f *failingPods) len() int {

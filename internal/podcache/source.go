@@ -36,26 +36,19 @@ func compactPod(obj any) (any, error) {
 	return obj, nil
 }
 
-// jobNameIndex indexes the cached pods by their job-name label, so that a
-// sync lists its job's pods without a scan of every cached pod.
-const jobNameIndex = "batch.indexedjob.dev/job-name"
-
-// podJobKey is the key of jobNameIndex: namespace/job-name.
-func podJobKey(obj any) ([]string, error) {
-	if pod, ok := obj.(*jobpod.Pod); ok && pod.JobName != "" {
-		return []string{pod.Namespace + "/" + pod.JobName}, nil
-	}
-	return nil, nil
-}
-
 // Source watches the operator's pods (those with the controller-uid
 // label) with informers of its own: one for all namespaces, or one per
-// namespace under --namespaces. It keeps jobpod.Pods, indexed by job, and
+// namespace under --namespaces. It keeps jobpod.Pods, listed by job, and
 // queues the job named in a pod's job-name label on every event, so that
 // pods left by a deleted job still reach a sync that releases them. The
 // informers start with the controller, so a standby replica caches no pods.
 type Source struct {
 	informers map[string]toolscache.SharedIndexInformer // by namespace; "" is all
+	// handled tell when the event handler has taken in every pod of its
+	// informer's first list.
+	handled []toolscache.InformerSynced
+	// jobs are the pods by job, as the event handler has seen them.
+	jobs jobPods
 	// finalizerGone, if not nil, hears of every pod the cache shows losing its
 	// tracking finalizer or gone.
 	finalizerGone func(*jobpod.Pod)
@@ -91,6 +84,8 @@ type Options struct {
 	// join the same sync; zero syncs at once. Other updates (a pod that
 	// succeeded, started or became ready) sync at once, as upstream's do.
 	BatchPeriod time.Duration
+	// Now is the clock of FailureSeen, time.Now when nil.
+	Now func() time.Time
 }
 
 // New makes the Source of the pods in namespaces (all when empty) on cfg,
@@ -107,12 +102,12 @@ func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	s := &Source{informers: map[string]toolscache.SharedIndexInformer{}, finalizerGone: opts.FinalizerGone, strayed: opts.Strayed, batchPeriod: opts.BatchPeriod}
+	s.failing.now = opts.Now
 	for _, ns := range namespaces {
 		lw := toolscache.NewFilteredListWatchFromClient(pods, "pods", ns, func(o *metav1.ListOptions) {
 			o.LabelSelector = ibjv1.ControllerUIDLabel
 		})
 		inf := toolscache.NewSharedIndexInformerWithOptions(lw, &wirePod{}, toolscache.SharedIndexInformerOptions{
-			Indexers:          toolscache.Indexers{jobNameIndex: podJobKey},
 			ObjectDescription: "pods of IndexedBatchJobs",
 		})
 		if err := inf.SetTransform(compactPod); err != nil {
@@ -127,9 +122,11 @@ func New(cfg *rest.Config, namespaces []string, opts Options) (*Source, error) {
 func (s *Source) Start(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	handler := s.handler(queue.Add, podEventAdder(queue, s.batchPeriod))
 	for _, inf := range s.informers {
-		if _, err := inf.AddEventHandler(handler); err != nil {
+		reg, err := inf.AddEventHandler(handler)
+		if err != nil {
 			return err
 		}
+		s.handled = append(s.handled, reg.HasSynced)
 		go inf.RunWithContext(ctx)
 	}
 	return nil
@@ -168,6 +165,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(1)
+				s.jobs.update(nil, pod)
 				s.failing.update(nil, pod)
 				stray(pod, false)
 				enqueue(batched, pod)
@@ -179,6 +177,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			if !ok1 || !ok2 {
 				return
 			}
+			s.jobs.update(old, pod)
 			if old.Tracked && !pod.Tracked {
 				letGo(pod)
 			}
@@ -202,6 +201,7 @@ func (s *Source) handler(now, batched func(reconcile.Request)) toolscache.Resour
 			}
 			if pod, ok := obj.(*jobpod.Pod); ok {
 				s.cached.Add(-1)
+				s.jobs.update(pod, nil)
 				s.failing.update(pod, nil)
 				// A pod deleted for good has no finalizer left: one that
 				// still holds one left the watch (its controller-uid label
@@ -231,30 +231,28 @@ func newlyFailed(old, pod *jobpod.Pod) bool {
 // finalizer off a pod that had succeeded already. Such a pod is counted by
 // its index, which the written status holds before its finalizer goes, so
 // its release changes nothing a sync decides: it queues no sync, and the
-// thousands of releases that end a large job do not each cost one.
+// thousands of releases that end a large job do not each cost one. A pod
+// with container restarts may have failed in place: the status records it
+// by its UID too, which the sync after its release drops, so it syncs.
 func releasedAfterSuccess(old, pod *jobpod.Pod) bool {
-	return old.Phase == corev1.PodSucceeded && pod.Phase == corev1.PodSucceeded &&
+	return old.Phase == corev1.PodSucceeded && pod.Phase == corev1.PodSucceeded && pod.InPlace == 0 &&
 		old.Tracked && !pod.Tracked && (old.DeletionTimestamp == nil) == (pod.DeletionTimestamp == nil)
 }
 
 // podEventAdder queues a sync batch after a pod event (a pod created,
-// deleted or newly failed). A job already
-// waiting keeps its earlier time, so a stream of events is synced once per
-// batch, not postponed by each. The sync keeps the queue's default
-// priority, a new job's: a job whose pods keep changing (a large one, a
-// fleet's) never goes ahead of a job that arrived before its event, so no
-// stream of pod events can keep a new job from its first sync.
+// deleted or newly failed). A job already waiting keeps its earlier time,
+// so a stream of events is synced once per batch, not postponed by each.
+// Where the sync goes among the jobs that wait is the queue's to decide
+// (the controller ranks every add by the job's place).
 func podEventAdder(queue workqueue.TypedRateLimitingInterface[reconcile.Request], batch time.Duration) func(reconcile.Request) {
 	return func(req reconcile.Request) { queue.AddAfter(req, batch) }
 }
 
-// WaitForSync returns once every informer has listed its pods.
+// WaitForSync returns once every informer has listed its pods and the
+// event handler has taken them in: a sync lists its job's pods from what
+// the handler has seen, so none may start before it has seen them all.
 func (s *Source) WaitForSync(ctx context.Context) error {
-	synced := make([]toolscache.InformerSynced, 0, len(s.informers))
-	for _, inf := range s.informers {
-		synced = append(synced, inf.HasSynced)
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), s.handled...) {
 		return errors.New("timed out waiting for the pod informers to sync")
 	}
 	return nil
@@ -264,29 +262,29 @@ func (s *Source) WaitForSync(ctx context.Context) error {
 // counted yet (the entries of the store behind the batching of failures).
 func (s *Source) FailingJobs() int { return s.failing.len() }
 
+// FailureSeen is when the cache saw the latest failed (or terminating)
+// pod of the job whose failure no sync has counted yet; zero without one.
+// A failure's batch is held from then: a sync that comes late does not see
+// the failure's finishedAt as long past and start a pod before the next
+// failure of the batch reaches the cache.
+func (s *Source) FailureSeen(namespace, job string) time.Time {
+	return s.failing.seen(namespace, job)
+}
+
 // Len is how many pods the informers cache.
 func (s *Source) Len() int { return int(s.cached.Load()) }
 
 func (s *Source) String() string { return "pods of IndexedBatchJobs" }
 
-// List returns the cached pods labelled with the job's name. They are the
-// cache's own objects: read them, never write to them.
+// Get returns the job's cached pod of that name, nil if it has none. It is
+// the cache's own object: read it, never write to it.
+func (s *Source) Get(namespace, job, name string) *jobpod.Pod {
+	return s.jobs.get(namespace, job, name)
+}
+
+// List returns the cached pods labelled with the job's name, in no order,
+// in a slice of the caller's. They are the cache's own objects: read them,
+// never write to them.
 func (s *Source) List(namespace, name string) ([]*jobpod.Pod, error) {
-	inf := s.informers[metav1.NamespaceAll]
-	if inf == nil {
-		if inf = s.informers[namespace]; inf == nil {
-			return nil, nil
-		}
-	}
-	objs, err := inf.GetIndexer().ByIndex(jobNameIndex, namespace+"/"+name)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]*jobpod.Pod, 0, len(objs))
-	for _, o := range objs {
-		if pod, ok := o.(*jobpod.Pod); ok {
-			pods = append(pods, pod)
-		}
-	}
-	return pods, nil
+	return s.jobs.list(namespace, name), nil
 }

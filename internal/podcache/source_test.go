@@ -31,13 +31,70 @@ func TestCompactPodPassesOtherObjectsThrough(t *testing.T) {
 	}
 }
 
-func TestPodJobKey(t *testing.T) {
-	keys, _ := podJobKey(&jobpod.Pod{Meta: jobpod.Meta{Namespace: "ns"}, JobName: "train"})
-	if len(keys) != 1 || keys[0] != "ns/train" {
-		t.Errorf("keys = %v, want [ns/train]", keys)
+// The handler keeps each job's pods: added, updated in place, moved to
+// the job its job-name label names now, deleted. Get finds a job's pod by
+// its name, List lists them.
+func TestHandlerListsPodsByJob(t *testing.T) {
+	s := &Source{}
+	h := s.handler(func(reconcile.Request) {}, func(reconcile.Request) {})
+	pod := func(name, job string, uid types.UID) *jobpod.Pod {
+		return &jobpod.Pod{Meta: jobpod.Meta{Namespace: "ns", Name: name, UID: uid}, JobName: job}
 	}
-	if keys, _ := podJobKey(&jobpod.Pod{Meta: jobpod.Meta{Namespace: "ns"}}); keys != nil {
-		t.Errorf("pod without a job-name label indexed as %v", keys)
+	list := func(job string) []string {
+		pods, err := s.List("ns", job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{}
+		for _, p := range pods {
+			out = append(out, p.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	a0, a1, b0, loose := pod("a-0", "a", "1"), pod("a-1", "a", "2"), pod("b-0", "b", "3"), pod("x", "", "4")
+	for _, p := range []*jobpod.Pod{a0, a1, b0, loose} {
+		h.OnAdd(p, false)
+	}
+	if got := list("a"); !slices.Equal(got, []string{"a-0", "a-1"}) {
+		t.Errorf("List(a) = %v, want a-0 a-1", got)
+	}
+	if got := s.Get("ns", "a", "a-1"); got != a1 {
+		t.Errorf("Get(a, a-1) = %v, want the cached pod", got)
+	}
+	if s.Get("ns", "b", "a-1") != nil || s.Get("other", "a", "a-1") != nil || s.Get("ns", "", "x") != nil {
+		t.Errorf("Get found a pod under another job or namespace, or one without a job")
+	}
+
+	// Updated in place: the list holds the new record.
+	a1Failed := pod("a-1", "a", "2")
+	a1Failed.Phase = corev1.PodFailed
+	h.OnUpdate(a1, a1Failed)
+	if got := s.Get("ns", "a", "a-1"); got != a1Failed {
+		t.Errorf("after an update Get = %v, want the new record", got)
+	}
+	// Its job-name label edited: it moves to job b.
+	a0Moved := pod("a-0", "b", "1")
+	h.OnUpdate(a0, a0Moved)
+	if got, gotB := list("a"), list("b"); !slices.Equal(got, []string{"a-1"}) || !slices.Equal(gotB, []string{"a-0", "b-0"}) {
+		t.Errorf("after a move: a %v, b %v; want a-1, then a-0 b-0", got, gotB)
+	}
+	// A pod of the same name under a new UID (deleted and made again while
+	// the watch was away) replaces the old.
+	b0New := pod("b-0", "b", "5")
+	h.OnUpdate(b0, b0New)
+	if got := s.Get("ns", "b", "b-0"); got != b0New || len(list("b")) != 2 {
+		t.Errorf("after a new UID: Get = %v, list %v", got, list("b"))
+	}
+	// Deleted, as a tombstone too.
+	h.OnDelete(a1Failed)
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/a-0", Obj: a0Moved})
+	h.OnDelete(b0New)
+	if got, gotB := list("a"), list("b"); len(got) != 0 || len(gotB) != 0 {
+		t.Errorf("after the deletes: a %v, b %v; want none", got, gotB)
+	}
+	if len(s.jobs.byJob) != 0 {
+		t.Errorf("%d jobs still listed, want none: an empty list goes", len(s.jobs.byJob))
 	}
 }
 
@@ -135,6 +192,11 @@ func TestPodHandler(t *testing.T) {
 		{"a succeeded pod let go", func(h toolscache.ResourceEventHandlerFuncs) {
 			h.OnUpdate(succeeded, pod(corev1.PodSucceeded, false, false))
 		}, false, true, false},
+		{"a succeeded pod that failed in place let go: its UID waits for the sync", func(h toolscache.ResourceEventHandlerFuncs) {
+			before, after := pod(corev1.PodSucceeded, true, false), pod(corev1.PodSucceeded, false, false)
+			before.InPlace, after.InPlace = 1, 1
+			h.OnUpdate(before, after)
+		}, true, true, false},
 		{"a succeeded pod being deleted let go", func(h toolscache.ResourceEventHandlerFuncs) {
 			h.OnUpdate(pod(corev1.PodSucceeded, true, true), pod(corev1.PodSucceeded, false, true))
 		}, false, true, false},
@@ -306,5 +368,37 @@ func TestDeletionsAreBatchedLikeFailures(t *testing.T) {
 	h.OnUpdate(mk("a-1", false), mk("a-1", false)) // another pod's update, say it became ready
 	if now != 0 || batched != 2 {
 		t.Errorf("synced at once %d, batched %d; want 0 and 2", now, batched)
+	}
+}
+
+// The cache keeps when it saw a job's latest uncounted failure, until no
+// failure of the job is left uncounted.
+func TestFailureSeenIsTheLatestUncountedFailure(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := failingPods{now: func() time.Time { return now }}
+	failed := func(name string, tracked bool) *jobpod.Pod {
+		p := &jobpod.Pod{Tracked: tracked, JobName: "a"}
+		p.Name, p.Namespace, p.Phase = name, "ns", corev1.PodFailed
+		return p
+	}
+	if got := f.seen("ns", "a"); !got.IsZero() {
+		t.Fatalf("seen %v without a failure", got)
+	}
+	f.update(nil, failed("p0", true))
+	now = now.Add(400 * time.Millisecond)
+	second := now
+	f.update(nil, failed("p1", true))
+	if got := f.seen("ns", "a"); !got.Equal(second) {
+		t.Fatalf("seen %v, want the second failure's %v", got, second)
+	}
+	now = now.Add(time.Second)
+	f.update(failed("p1", true), failed("p1", true)) // an update of a failure seen already
+	if got := f.seen("ns", "a"); !got.Equal(second) {
+		t.Fatalf("seen %v after an update of a failure seen already; want the second failure's %v kept", got, second)
+	}
+	f.update(failed("p0", true), failed("p0", false))
+	f.update(failed("p1", true), failed("p1", false))
+	if got := f.seen("ns", "a"); !got.IsZero() {
+		t.Fatalf("seen %v once every failure was counted, want zero", got)
 	}
 }

@@ -33,6 +33,10 @@ func wirePodCases() map[string]*corev1.Pod {
 		"bad index":        harness.MakePod(job, 7, 0, created).Label(ibjv1.CompletionIndexLabel, "x").Obj(),
 		"no status":        harness.MakePod(job, 8, 0, created).FailedWithoutStatus().Obj(),
 	}
+	inPlace := harness.MakePod(job, 10, 0, created).Running().Obj()
+	inPlace.Status.ContainerStatuses[0].RestartCount = 2
+	inPlace.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: 1}}
+	cases["restarted in place"] = inPlace
 	foreign := harness.MakePod(job, 9, 0, created).Obj()
 	foreign.OwnerReferences = nil
 	cases["no owner"] = foreign
@@ -66,6 +70,11 @@ func TestWirePodIsCachedAsThePod(t *testing.T) {
 			}
 			if diff := cmp.Diff(jobpod.Read(pod), jobpod.Read(&wp.Pod), cachedPodCmp); diff != "" {
 				t.Errorf("cached pod (-whole pod +wirePod):\n%s", diff)
+			}
+			if name == "restarted in place" {
+				if got := jobpod.Read(&wp.Pod); got.InPlace != 2 || got.Restarts != 3 {
+					t.Errorf("decoded restarts: in place %d, all %d; want 2 (the containers'), 3 (init containers' too)", got.InPlace, got.Restarts)
+				}
 			}
 			if wp.ManagedFields != nil || wp.Generation != 0 || wp.GenerateName != "" || len(wp.Spec.Containers) != 0 || wp.Spec.NodeName != "" {
 				t.Errorf("wirePod decoded what no sync reads: managedFields %v, generation %d, generateName %q, spec %+v",

@@ -12,11 +12,12 @@ import (
 
 // specErrors are the rules of a job's spec that the CRD's schema cannot
 // state (or cannot afford to): the keys the operator reserves on its pods,
-// the success policy's counts against its index sets, and the template's
-// memory against retryResources.onOOMKilled.maxMemory.
+// the success policy's counts against its index sets, the template's
+// memory against retryResources.onOOMKilled.maxMemory, and what retry
+// InPlace cannot work with (inPlaceErrors).
 func specErrors(job *ibjv1.IndexedBatchJob) field.ErrorList {
 	errs := append(reservedKeyErrors(job), successPolicyErrors(job)...)
-	return append(errs, oomMemoryErrors(job)...)
+	return append(append(errs, oomMemoryErrors(job)...), inPlaceErrors(job)...)
 }
 
 // oomMemoryErrors refuses a template whose memory request or limit is above

@@ -29,6 +29,7 @@ func TestReservedKeysAreRefusedInThePodTemplate(t *testing.T) {
 		{ibjv1.CompletionIndexLabel, false, field.Forbidden(labels.Key(ibjv1.CompletionIndexLabel), labelReason)},
 		{ibjv1.JobNameLabel, false, field.Forbidden(labels.Key(ibjv1.JobNameLabel), labelReason)},
 		{ibjv1.ControllerUIDLabel, false, field.Forbidden(labels.Key(ibjv1.ControllerUIDLabel), labelReason)},
+		{ibjv1.RestartAttemptLabel, false, field.Forbidden(labels.Key(ibjv1.RestartAttemptLabel), labelReason)},
 		{ibjv1.CompletionIndexLabel, true, field.Forbidden(annotations.Key(ibjv1.CompletionIndexLabel), annotationReason)},
 		{ibjv1.AttemptAnnotation, true, field.Forbidden(annotations.Key(ibjv1.AttemptAnnotation), annotationReason)},
 		{ibjv1.IndexFailureCountAnnotation, true, field.Forbidden(annotations.Key(ibjv1.IndexFailureCountAnnotation), annotationReason)},

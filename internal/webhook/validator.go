@@ -51,7 +51,14 @@ type Validator struct {
 	// Kueue integration's: Kueue's own rules for its labels and
 	// annotations on a job), applied before the job's pods are judged.
 	Queue QueueValidation
+	// kubelets is what the nodes' kubelet versions said when last read,
+	// for jobs that retry in place.
+	kubelets kubelets
 }
+
+// SetKubeletsRecheck sets how long a read of the nodes' kubelet versions
+// is taken as current (DefaultKubeletsRecheck when not set).
+func (v *Validator) SetKubeletsRecheck(d time.Duration) { v.kubelets.recheck = d }
 
 // QueueValidation is a queueing system's judgement of a job: the errors of
 // a new job, and of an update. An error is a failure to judge (a read that
@@ -185,20 +192,31 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 //
 // A raise stops at the namespace's LimitRange maximum, as the controller
 // stops it; a warning says so when that is below maxMemory.
+//
+// For a job with a retry InPlace rule, a first pod that comes back without
+// the container restart rules it was sent with refuses the job
+// (droppedRestartRulesError), and nodes whose kubelet is older than 1.35
+// are warned of (oldKubeletWarnings).
 func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
-	warnings, err := v.judgePod(ctx, job, podbuild.First(job, 0), "")
+	first := podbuild.First(job, 0)
+	sentRules := hasRestartRules(first)
+	warnings, err := v.judgePod(ctx, job, first, "")
 	if err != nil || len(warnings) > 0 {
 		return warnings, err
 	}
+	if sentRules && !hasRestartRules(first) {
+		return nil, droppedRestartRulesError(job)
+	}
+	warnings = v.oldKubeletWarnings(ctx, job)
 	rr := job.Spec.RetryResources
 	if rr == nil || rr.OnOOMKilled == nil {
-		return nil, nil
+		return warnings, nil
 	}
 	memoryCap := v.memoryCap(ctx, job.Namespace)
 	if memoryCap != nil && memoryCap.Max.Cmp(rr.OnOOMKilled.MaxMemory) < 0 {
-		warnings = admission.Warnings{fmt.Sprintf("a raise after an OOM kill stops at %s, the container maximum of LimitRange %s "+
+		warnings = append(warnings, fmt.Sprintf("a raise after an OOM kill stops at %s, the container maximum of LimitRange %s "+
 			"in namespace %s, below spec.retryResources.onOOMKilled.maxMemory (%s)",
-			memoryCap.Max.String(), memoryCap.LimitRange, job.Namespace, rr.OnOOMKilled.MaxMemory.String())}
+			memoryCap.Max.String(), memoryCap.LimitRange, job.Namespace, rr.OnOOMKilled.MaxMemory.String()))
 	}
 	more, err := v.judgePod(ctx, job, podbuild.MostMemory(job, 0, memoryCap), raisedPodWords)
 	return append(warnings, more...), err
@@ -224,6 +242,7 @@ const raisedPodWords = "with its memory raised as far as retryResources.onOOMKil
 
 // judgePod dry-runs one pod of the job and turns the API server's answer
 // into the job's (see judgePods); about, when set, begins each message.
+// The pod becomes what the API server made of it.
 func (v *Validator) judgePod(ctx context.Context, job *ibjv1.IndexedBatchJob, pod *corev1.Pod, about string) (admission.Warnings, error) {
 	// A generated name: the pod the controller made for index 0 may exist.
 	pod.GenerateName, pod.Name = pod.Name+"-", ""

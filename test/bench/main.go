@@ -65,26 +65,120 @@ type workload struct {
 	LateAfter time.Duration
 	// Timeout replaces -timeout for this workload's runs when longer.
 	Timeout time.Duration
+	// Sizes, if set, are the completions of each job (the mixed-size
+	// fleet: Jobs is len(Sizes), each job's parallelism its size).
+	Sizes []int32
+	// Key names the workload for the report's tables of issue #42 (its
+	// targets and the operator's cost per pod by size), whatever its flags
+	// make its name.
+	Key string
 }
+
+// The keys of the workloads the report's tables look up.
+const (
+	key1k         = "1k"
+	key10k        = "10k"
+	keyFleet      = "fleet"
+	keyFailing    = "fleet with failures"
+	keyMixedSizes = "mixed sizes"
+	keyBig        = "big"
+)
 
 // targets are the most the operator may take of the built-in controller's
 // figure (0: no target).
 type targets struct {
 	Time, CPU, RSS, Requests, Finalizers, JobP50 float64
-	// JobP99 and First apply to workloads with late jobs: the late jobs'
-	// p99 and the first job's own time to terminal.
+	// JobP99 is the jobs' p99 (of the late jobs, where the workload has
+	// some); First applies to workloads with late jobs: the first job's own
+	// time to terminal.
 	JobP99, First float64
+	// SmallP50 and SmallP99 apply to the mixed-size fleet: the p50 and p99
+	// of its jobs of at most smallJob indexes.
+	SmallP50, SmallP99 float64
 }
 
-// usual holds on every workload: CPU ≤ 0.5x, peak RSS ≤ 0.35x, no more
-// requests, and the last finalizer gone no later than 1.05x.
+// usual holds on every workload unless it sets its own: CPU ≤ 0.5x, peak
+// RSS ≤ 0.35x, no more requests, and the last finalizer gone no later than
+// 1.05x.
 func usual(t targets) targets {
-	t.CPU = cmp.Or(t.CPU, 0.5)
-	t.RSS, t.Requests, t.Finalizers = 0.35, 1.0, 1.05
+	t.CPU, t.RSS = cmp.Or(t.CPU, 0.5), cmp.Or(t.RSS, 0.35)
+	t.Requests, t.Finalizers = 1.0, 1.05
 	return t
 }
 
-func (w workload) jobs() int { return max(w.Jobs, 1) }
+// tighter is t with each target that o sets replaced by o's.
+func (t targets) tighter(o targets) targets {
+	t.Time, t.CPU, t.RSS = cmp.Or(o.Time, t.Time), cmp.Or(o.CPU, t.CPU), cmp.Or(o.RSS, t.RSS)
+	t.Requests, t.Finalizers = cmp.Or(o.Requests, t.Requests), cmp.Or(o.Finalizers, t.Finalizers)
+	t.JobP50, t.JobP99, t.First = cmp.Or(o.JobP50, t.JobP50), cmp.Or(o.JobP99, t.JobP99), cmp.Or(o.First, t.First)
+	t.SmallP50, t.SmallP99 = cmp.Or(o.SmallP50, t.SmallP50), cmp.Or(o.SmallP99, t.SmallP99)
+	return t
+}
+
+// issueRow is one row of issue #42's table of targets: the operator's
+// figure over the built-in controller's, same run, equal QPS. Key names the
+// workload that measures it (none: the benchmark has no such workload),
+// whose targets these become.
+type issueRow struct {
+	Row, Key string
+	Targets  targets
+}
+
+var issueTargets = []issueRow{
+	{"fleet 1,000 jobs × 10", keyFleet, targets{Time: 0.5, JobP50: 0.35, JobP99: 0.5}},
+	{"fleet with failures", keyFailing, targets{JobP50: 0.4}},
+	{"mixed workload's small jobs", keyMixedSizes, targets{SmallP50: 0.3, SmallP99: 0.5, CPU: 0.7}},
+	{"10,000 indexes", key10k, targets{CPU: 0.4}},
+	{"100,000 indexes", keyBig, targets{Time: 0.55, CPU: 0.35, RSS: 0.25}},
+}
+
+// withIssueTargets tightens each workload's targets to its row of
+// issueTargets.
+func withIssueTargets(ws []workload) {
+	for i := range ws {
+		for _, row := range issueTargets {
+			if row.Key != "" && row.Key == ws[i].Key {
+				ws[i].Targets = ws[i].Targets.tighter(row.Targets)
+			}
+		}
+	}
+}
+
+func (w workload) jobs() int {
+	if w.Sizes != nil {
+		return len(w.Sizes)
+	}
+	return max(w.Jobs, 1)
+}
+
+// job is the workload of its i-th job: the workload itself, or for the
+// mixed-size fleet, its i-th size with every index at once.
+func (w workload) job(i int) workload {
+	if w.Sizes != nil {
+		w.Completions, w.Parallelism = w.Sizes[i], w.Sizes[i]
+	}
+	return w
+}
+
+// mixedSizes is the mixed-size fleet: -mixed-sizes-jobs jobs of 1 to
+// -mixed-sizes-max indexes (jobSizes, seeded with -mixed-sizes-seed),
+// created together as the fleet is.
+func mixedSizes() workload {
+	sizes := jobSizes(*sizesJobs, *sizesMax, *sizesSeed)
+	return workload{
+		Name:  fmt.Sprintf("mixed sizes %d jobs x 1-%d", *sizesJobs, *sizesMax),
+		Sizes: sizes, Repeats: *repeats, Key: keyMixedSizes, Targets: usual(targets{}),
+	}
+}
+
+// big is the one job of -big-indexes indexes (100,000), at parallelism
+// 1,000, under both controllers unless -big-upstream=false.
+func big() workload {
+	return workload{
+		Name: thousands(*bigIndexes) + "/p1000", Completions: int32(*bigIndexes), Parallelism: 1000,
+		Repeats: *bigRepeats, SkipUpstream: !*bigUp, Key: keyBig, Targets: usual(targets{}), Timeout: time.Hour,
+	}
+}
 
 // mixed is one big job, then small jobs created 10 s later, at QPS 20 /
 // burst 30 (kube-controller-manager's own client defaults): how long a
@@ -136,8 +230,19 @@ type result struct {
 	// FirstSeconds is the first job's create to its terminal condition
 	// (set where the workload has late jobs).
 	FirstSeconds float64 `json:",omitempty"`
-	CPU          float64
-	RSSMiB       float64
+	// SmallJobs, SmallP50 and SmallP99 are the mixed-size fleet's jobs of
+	// at most smallJob indexes: how many, and their latencies.
+	SmallJobs int     `json:",omitempty"`
+	SmallP50  float64 `json:",omitempty"`
+	SmallP99  float64 `json:",omitempty"`
+	// OrderTau and InOrder compare the order a fleet's jobs were created
+	// in with the order they finished in (finishOrder); Ordered says they
+	// were measured (a run of more than one job).
+	OrderTau float64 `json:",omitempty"`
+	InOrder  float64 `json:",omitempty"`
+	Ordered  bool    `json:",omitempty"`
+	CPU      float64
+	RSSMiB   float64
 	// StartMiB is VmRSS just before the first create: the controller
 	// started, its caches synced, no job yet (the floor under RSSMiB).
 	StartMiB float64
@@ -155,14 +260,15 @@ var (
 	repeats    = flag.Int("repeats", 3, "repetitions of each run (median reported)")
 	bigRepeats = flag.Int("big-repeats", 1, "repetitions of the 100,000-index run")
 	skipBig    = flag.Bool("skip-big", false, "skip the 100,000-index workload")
-	bigUp      = flag.Bool("big-upstream", false, "run the built-in controller on the 100,000-index workload too")
+	bigUp      = flag.Bool("big-upstream", true, "run the built-in controller on the 100,000-index workload too (=false: the operator alone)")
+	bigIndexes = flag.Int("big-indexes", 100000, "indexes of the big workload (100,000)")
 	outDir     = flag.String("out", "docs/bench", "where results.md, results.json, results.png and profile-top.txt go")
 	manager    = flag.String("manager", "bin/manager", "the operator binary")
 	assets     = flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "etcd, kube-apiserver and kube-controller-manager")
 	qps        = flag.Int("qps", 200, "client QPS of both controllers")
 	burst      = flag.Int("burst", 400, "client burst of both controllers")
 	syncs      = flag.Int("syncs", 5, "--max-concurrent-reconciles / --concurrent-job-syncs")
-	only       = flag.String("only", "", "run only workloads whose name contains this (=name: exactly this)")
+	only       = flag.String("only", "", "run only workloads whose name contains this (=name: exactly this; a|b: either)")
 	which      = flag.String("controllers", "both", "both, ours or upstream")
 	reportOnly = flag.Bool("report-only", false, "rewrite results.md and results.png from results.json")
 	profSecs   = flag.Int("profile-seconds", 60, "length of the operator's CPU profile, from the create of the profiled job")
@@ -173,8 +279,12 @@ var (
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
 	fleetJobs  = flag.Int("fleet-jobs", 1000, "jobs in the fleet workload")
+	failJobs   = flag.Int("failing-fleet-jobs", 200, "jobs in the fleet with failures (each with index 0 failing twice)")
 	mixedBig   = flag.Int("mixed-big", 20000, "indexes of the mixed workload's big job")
 	mixedSmall = flag.Int("mixed-small", 200, "small jobs (10 indexes each) of the mixed workload")
+	sizesJobs  = flag.Int("mixed-sizes-jobs", 500, "jobs of the mixed-size fleet")
+	sizesMax   = flag.Int("mixed-sizes-max", 200, "the most indexes of a job of the mixed-size fleet")
+	sizesSeed  = flag.Uint64("mixed-sizes-seed", 1, "seed of the mixed-size fleet's sizes")
 )
 
 func main() {
@@ -210,25 +320,39 @@ func main() {
 	log.Printf("wrote %s", *outDir)
 }
 
+// failingFleet is the fleet with failures: -failing-fleet-jobs jobs of 10
+// indexes created together, each with backoffLimitPerIndex 1 and index 0
+// failing every time, so that it fails twice and fails its job
+// (FailedIndexes) once the other indexes are done.
+func failingFleet() workload {
+	return workload{Name: fmt.Sprintf("fleet with failures %d jobs x 10/p10, index 0 failing twice", *failJobs), Jobs: *failJobs,
+		Completions: 10, Parallelism: 10, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats, Key: keyFailing,
+		Targets: usual(targets{})}
+}
+
 // quickWorkload is the first workload, the only one -quick runs.
 const quickWorkload = "1k/p100"
 
 // selectWorkloads returns every workload (the report lists them in this
 // order) and those this run measures, as the flags pick them.
 func selectWorkloads() (all, workloads []workload) {
+	fleet := workload{Name: "fleet 1,000 jobs x 10/p10", Jobs: *fleetJobs, Completions: 10, Parallelism: 10, Repeats: *repeats, Key: keyFleet, Targets: usual(targets{})}
+	if *fleetJobs != 1000 {
+		fleet.Name = fmt.Sprintf("fleet %d jobs x 10/p10", *fleetJobs)
+	}
 	workloads = []workload{
-		{Name: quickWorkload, Completions: 1000, Parallelism: 100, Repeats: *repeats, Targets: usual(targets{})},
-		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
+		{Name: quickWorkload, Completions: 1000, Parallelism: 100, Repeats: *repeats, Key: key1k, Targets: usual(targets{})},
+		{Name: "10k/p500", Completions: 10000, Parallelism: 500, Repeats: *repeats, Key: key10k, Targets: usual(targets{Time: 0.6})},
 		{Name: "10k/p500 10% failing, backoffLimitPerIndex=1", Completions: 10000, Parallelism: 500, FailMod: 10, PerIndexLimit: ptr.To[int32](1), Repeats: *repeats, Targets: usual(targets{Time: 0.75})},
 		{Name: "10k/p500 unthrottled (QPS 1000/burst 2000)", Completions: 10000, Parallelism: 500, QPS: 1000, Burst: 2000, Repeats: *repeats, Targets: usual(targets{Time: 1.0, CPU: 0.7})},
-		{Name: "fleet 1,000 jobs x 10/p10", Jobs: *fleetJobs, Completions: 10, Parallelism: 10, Repeats: *repeats, Targets: usual(targets{Time: 0.8, JobP50: 0.8})},
+		fleet,
+		failingFleet(),
+		mixedSizes(),
 		{Name: "2k/p500 at QPS 20/burst 30", Completions: 2000, Parallelism: 500, QPS: 20, Burst: 30, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
 		mixed(),
-		{Name: "100k/p1000", Completions: 100000, Parallelism: 1000, Repeats: *bigRepeats, SkipUpstream: !*bigUp, Targets: usual(targets{})},
+		big(),
 	}
-	if *fleetJobs != 1000 {
-		workloads[4].Name = fmt.Sprintf("fleet %d jobs x 10/p10", *fleetJobs)
-	}
+	withIssueTargets(workloads)
 	all = slices.Clone(workloads)
 	if *quick {
 		all = all[:1]
@@ -236,18 +360,24 @@ func selectWorkloads() (all, workloads []workload) {
 		workloads[0].Repeats = 1
 	}
 	if *skipBig && !*quick {
-		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return w.Completions == 100000 })
+		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return w.Key == keyBig })
 	}
 	if *only != "" {
-		// "=name" selects exactly that workload, otherwise a substring.
-		workloads = slices.DeleteFunc(workloads, func(w workload) bool {
-			if exact, ok := strings.CutPrefix(*only, "="); ok {
-				return w.Name != exact
-			}
-			return !strings.Contains(w.Name, *only)
-		})
+		workloads = slices.DeleteFunc(workloads, func(w workload) bool { return !picked(w.Name, *only) })
 	}
 	return all, workloads
+}
+
+// picked reports whether -only picks the workload name: one of its
+// '|'-separated alternatives is the name ("=name") or part of it.
+func picked(name, only string) bool {
+	for alt := range strings.SplitSeq(only, "|") {
+		exact, ok := strings.CutPrefix(alt, "=")
+		if ok && name == exact || !ok && strings.Contains(name, alt) {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteReport rewrites results.md and the chart from results.json.
@@ -286,8 +416,9 @@ func (b *bench) runAll(ctx context.Context, workloads []workload) (results []res
 					profiled = true
 				}
 				r := b.run(ctx, w, ctrl, rep, n, profile)
-				log.Printf("RESULT %-45s %-20s rep %d: %.1fs (finalizers %.1fs, job p50 %.1fs p99 %.1fs, first %.1fs) %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
-					r.Workload, r.Controller, rep, r.Seconds, r.FinalizerSeconds, r.JobP50, r.JobP99, r.FirstSeconds, r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
+				log.Printf("RESULT %-45s %-20s rep %d: %.1fs (finalizers %.1fs, job p50 %.1fs p99 %.1fs, first %.1fs, small p50 %.1fs p99 %.1fs, order tau %.2f in order %.2f) %.0f pods/s cpu %.1fs rss %.0fMiB req %.0f (client %.0f) ok=%v %s [%s]",
+					r.Workload, r.Controller, rep, r.Seconds, r.FinalizerSeconds, r.JobP50, r.JobP99, r.FirstSeconds, r.SmallP50, r.SmallP99, r.OrderTau, r.InOrder,
+					r.PodsPerSec, r.CPU, r.RSSMiB, r.Requests, r.ClientReqs, r.OK, r.Detail, verbSummary(r.Verbs))
 				results = append(results, r)
 				writeJSON(filepath.Join(*outDir, "results.json"), results)
 				if !last(workloads, w, rep, ctrl) {
@@ -528,7 +659,7 @@ func (b *bench) createJobs(ctx context.Context, w workload, ctrl, ns, prefix str
 		wg.Go(func() {
 			for i := range next {
 				sent[i] = time.Now()
-				if err := b.cl.Create(ctx, b.newJob(w, ctrl, ns, names[i])); err != nil {
+				if err := b.cl.Create(ctx, b.newJob(w.job(i), ctrl, ns, names[i])); err != nil {
 					errs <- fmt.Errorf("create %s: %w", names[i], err)
 				}
 			}
@@ -717,21 +848,23 @@ func (st *runState) check(r *result, names []string, sent []time.Time, l lateJob
 	last, terminalAt := st.jobs.snapshot()
 	var lastTerminal time.Time
 	var latencies, lateLatencies []float64
+	var finished []jobTimes
 	var pods int32
 	var bad []string
 	badJobs := 0
 	checkJobs := func(w workload, names []string, sent []time.Time, lat *[]float64) {
-		e := expect(w)
 		for i, name := range names {
 			o := last[name]
 			pods += o.succeeded + o.failed
 			if at, ok := terminalAt[name]; ok {
 				*lat = append(*lat, at.Sub(sent[i]).Seconds())
+				finished = append(finished, jobTimes{size: w.job(i).Completions,
+					created: sent[i].Sub(st.start).Seconds(), finished: at.Sub(st.start).Seconds()})
 				if at.After(lastTerminal) {
 					lastTerminal = at
 				}
 			}
-			if wrong := e.check(o); len(wrong) > 0 {
+			if wrong := expect(w.job(i)).check(o); len(wrong) > 0 {
 				badJobs++
 				if badJobs <= 3 {
 					bad = append(bad, name+": "+strings.Join(wrong, "; "))
@@ -752,6 +885,11 @@ func (st *runState) check(r *result, names []string, sent []time.Time, l lateJob
 		bad = append(bad, fmt.Sprintf("and %d more jobs", badJobs-3))
 	}
 	st.times(r, cmp.Or(lastTerminal, end), cmp.Or(finalizersAt, end), float64(pods), len(names), latencies)
+	r.OrderTau, r.InOrder, r.Ordered = finishOrder(finished)
+	if st.w.Sizes != nil {
+		small := smallLatencies(finished)
+		r.SmallJobs, r.SmallP50, r.SmallP99 = len(small), percentile(small, 0.5), percentile(small, 0.99)
+	}
 	r.OK = r.Detail == "" && badJobs == 0
 	if len(bad) > 0 {
 		r.Detail = strings.TrimSpace(r.Detail + " " + strings.Join(bad, "; "))

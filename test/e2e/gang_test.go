@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -126,6 +127,50 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 		Eventually(func() []int { n, all := bound(ctx, ns); return []int{n, all} }, 60*time.Second, 100*time.Millisecond).
 			Should(Equal([]int{4, 4}), "all 4 pods bound")
 		testutil.WaitForJobCondition(ctx, c, ns, "train", ibjv1.ConditionComplete, 60*time.Second)
+	})
+
+	It("with gangScheduling and a RestartJob rule: each generation is one gang, bound once the last one ended", func(ctx SpecContext) {
+		ns := namespace(ctx)
+		// 4 CPUs on the two nodes, a gang of 4. Index 1 exits 3 after 3 s
+		// in every generation; a stopped pod takes 2 s to shut down.
+		gang := job(ns).GangScheduling(0).MaxRestarts(1).
+			PodAnnotation(kwokcluster.DurationAnnotation, "forever").
+			PodAnnotation(kwokcluster.FailIndexesAnnotation, "1").
+			PodAnnotation(kwokcluster.ExitCodeAnnotation, "3").
+			PodAnnotation(kwokcluster.FailDurationAnnotation, "3s").
+			PodAnnotation(kwokcluster.ShutdownDurationAnnotation, "2s").
+			PodFailurePolicy(harness.OnExitCodes(ibjv1.PodFailurePolicyActionRestartJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3)).Obj()
+		w := harness.WatchPods(c, ns, "train", 50*time.Millisecond)
+		DeferCleanup(w.Stop)
+		Expect(c.Create(ctx, gang)).To(Succeed())
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), gang)).To(Succeed())
+		podGroup := gang.Name + "-" + string(gang.UID)[:8]
+
+		boundOf := func(g Gomega, generation string) int {
+			var pods corev1.PodList
+			g.Expect(c.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
+			n := 0
+			for _, p := range pods.Items {
+				g.Expect(p.Spec.SchedulingGroup).NotTo(BeNil(), p.Name)
+				g.Expect(p.Spec.SchedulingGroup.PodGroupName).To(Equal(ptr.To(podGroup)), p.Name)
+				if p.Labels[ibjv1.RestartAttemptLabel] == generation && p.Spec.NodeName != "" {
+					n++
+				}
+			}
+			return n
+		}
+		By("generation 0: the gang of 4 bound")
+		Eventually(func(g Gomega) int { return boundOf(g, "0") }, 30*time.Second, 50*time.Millisecond).Should(Equal(4))
+		By("generation 1: after the restart, a gang of 4 bound again")
+		Eventually(func(g Gomega) int { return boundOf(g, "1") }, 60*time.Second, 50*time.Millisecond).Should(Equal(4))
+		testutil.WaitForJobCondition(ctx, c, ns, "train", ibjv1.ConditionFailed, 60*time.Second)
+		var j ibjv1.IndexedBatchJob
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), &j)).To(Succeed())
+		Expect(harness.ConditionReason(&j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxRestartsExceeded))
+		Expect(j.Status.Restarts).To(Equal(int32(1)))
+		w.Stop()
+		Expect(w.MixedGenerations()).To(BeEmpty())
+		Expect(w.Doubles()).To(BeEmpty())
 	})
 })
 

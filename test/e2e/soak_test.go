@@ -41,7 +41,7 @@ func soakWarmUp(jobs int) int64 { return int64(jobs) / 4 }
 
 // soakStores are the operator's per-job and per-pod stores
 // (indexedbatchjob_controller_tracked_entries).
-var soakStores = []string{"expectations", "expected_creates", "expected_finalizers", "job_uids", "finalizer_releases", "taken_services", "paced_events", "taken_pod_names", "cached_pods"}
+var soakStores = []string{"job_states", "expected_creates", "expected_finalizers", "job_uids", "finalizer_releases", "taken_services", "paced_events", "taken_pod_names", "gone_pods", "gangs", "job_order", "cached_pods"}
 
 // soakSample is one reading of the operator during the soak.
 type soakSample struct {

@@ -172,6 +172,28 @@ func (w *JobWrapper) TerminatingTimeoutSeconds(s int32) *JobWrapper {
 	return w
 }
 
+// MaxRestarts sets spec.maxRestarts.
+func (w *JobWrapper) MaxRestarts(n int32) *JobWrapper {
+	w.job.Spec.MaxRestarts = &n
+	return w
+}
+
+// EditRules changes the podFailurePolicy rules set so far (to give them a
+// field batch/v1 has not, such as retry or restartIndexes).
+func (w *JobWrapper) EditRules(edit func(rules []v1alpha1.PodFailurePolicyRule)) *JobWrapper {
+	edit(w.job.Spec.PodFailurePolicy.Rules)
+	return w
+}
+
+// RetryInPlace sets retry InPlace on the podFailurePolicy rules at the
+// given positions (Count rules with onExitCodes).
+func (w *JobWrapper) RetryInPlace(rules ...int) *JobWrapper {
+	for _, i := range rules {
+		w.job.Spec.PodFailurePolicy.Rules[i].Retry = v1alpha1.RetryInPlace
+	}
+	return w
+}
+
 // PodFailurePolicy sets spec.podFailurePolicy to the given batch/v1 rules,
 // in order (unnamed, without retry delays). Called with no rules it sets a
 // policy with an empty rule list.

@@ -48,6 +48,11 @@ type EnvtestOptions struct {
 	// WorkloadAPI starts kube-apiserver serving the Workload API
 	// (controlplane.WorkloadAPIServerFlags; Kubernetes 1.37 or later).
 	WorkloadAPI bool
+	// FeatureGates is kube-apiserver's --feature-gates, such as
+	// "ContainerRestartRules=false,RestartAllContainersOnContainerExits=false"
+	// (a gate that another depends on must go with it); empty leaves the
+	// defaults.
+	FeatureGates string
 }
 
 // Envtest is an integration suite's control plane, started by
@@ -89,6 +94,9 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 			args.Set(name, value)
 		}
 	}
+	if o.FeatureGates != "" {
+		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", o.FeatureGates)
+	}
 	if o.Webhooks {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths:              []string{filepath.Join(root, "config", "webhook")},
@@ -98,7 +106,9 @@ func StartEnvtest(o EnvtestOptions) (*Envtest, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("starting the control plane (a CRD whose CEL rules do not compile or cost too much fails here): %w", err)
+		// Start leaves etcd and kube-apiserver running when what fails is
+		// the CRDs' or the webhooks' install.
+		return nil, errors.Join(fmt.Errorf("starting the control plane (a CRD whose CEL rules do not compile or cost too much fails here): %w", err), env.Stop())
 	}
 	c, err := client.New(cfg, client.Options{Scheme: o.Scheme})
 	if err != nil {
@@ -124,7 +134,7 @@ func RunWithAPIServer(m *testing.M, env *envtest.Environment, setup func(*rest.C
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		fmt.Fprintln(os.Stderr, "starting envtest:", errors.Join(err, env.Stop()))
 		return 1
 	}
 	defer func() { _ = env.Stop() }()

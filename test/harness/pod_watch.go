@@ -16,12 +16,15 @@ import (
 
 // PodLedger is what a test saw of one job's pods over time: every pod of
 // each index (told apart by UID, since a name may come back once the pod
-// it named is gone), and the first moment an index had two unfinished
-// pods. Safe for concurrent use.
+// it named is gone), the first moment an index had two unfinished pods,
+// and the first moment unfinished pods of two generations (the
+// restart-attempt label of a job that restarts its pods together) met.
+// Safe for concurrent use.
 type PodLedger struct {
 	mu          sync.Mutex
 	seen        map[int]map[types.UID]bool
 	firstDouble string
+	firstMixed  string
 }
 
 // Observe records one listing of the job's pods.
@@ -32,6 +35,7 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 		l.seen = map[int]map[types.UID]bool{}
 	}
 	unfinished := map[int][]string{}
+	generations := map[string][]string{}
 	for _, p := range pods {
 		ix, _ := strconv.Atoi(p.Labels[v1alpha1.CompletionIndexLabel])
 		if l.seen[ix] == nil {
@@ -40,7 +44,13 @@ func (l *PodLedger) Observe(pods []corev1.Pod) {
 		l.seen[ix][p.UID] = true
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			unfinished[ix] = append(unfinished[ix], p.Name)
+			if g, ok := p.Labels[v1alpha1.RestartAttemptLabel]; ok {
+				generations[g] = append(generations[g], p.Name)
+			}
 		}
+	}
+	if len(generations) > 1 && l.firstMixed == "" {
+		l.firstMixed = fmt.Sprintf("unfinished pods by generation %v at %s", generations, time.Now().Format(time.RFC3339Nano))
 	}
 	for ix, names := range unfinished {
 		if len(names) > 1 && l.firstDouble == "" {
@@ -62,6 +72,14 @@ func (l *PodLedger) Doubles() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.firstDouble
+}
+
+// MixedGenerations names the first moment unfinished pods of two
+// generations were seen at once, and the pods, or is "".
+func (l *PodLedger) MixedGenerations() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.firstMixed
 }
 
 // PodWatch lists the pods of one job on a steady tick, as `kubectl get pods

@@ -37,3 +37,22 @@ func TestPodLedgerCountsRunsByUIDAndFlagsTwoUnfinishedPodsOfAnIndex(t *testing.T
 		t.Errorf("Doubles() = %q, want index 0 and its pods c and d", d)
 	}
 }
+
+func TestPodLedgerFlagsUnfinishedPodsOfTwoGenerations(t *testing.T) {
+	pod := func(index, name, generation string, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name),
+				Labels: map[string]string{v1alpha1.JobNameLabel: "j", v1alpha1.CompletionIndexLabel: index, v1alpha1.RestartAttemptLabel: generation}},
+			Status: corev1.PodStatus{Phase: phase},
+		}
+	}
+	var l PodLedger
+	l.Observe([]corev1.Pod{pod("0", "a", "0", corev1.PodFailed), pod("0", "c", "1", corev1.PodPending), pod("1", "b", "0", corev1.PodSucceeded)})
+	if l.MixedGenerations() != "" {
+		t.Errorf("MixedGenerations() = %q when only generation 1 had an unfinished pod", l.MixedGenerations())
+	}
+	l.Observe([]corev1.Pod{pod("0", "c", "1", corev1.PodRunning), pod("1", "d", "0", corev1.PodRunning)})
+	if m := l.MixedGenerations(); !strings.Contains(m, "0:[d]") || !strings.Contains(m, "1:[c]") {
+		t.Errorf("MixedGenerations() = %q, want pods d of generation 0 and c of generation 1", m)
+	}
+}

@@ -144,6 +144,12 @@ func failedConditions(reason string) []string {
 	return []string{"Failed/" + reason, "FailureTarget/" + reason}
 }
 
+// completedConditions are the conditions of a job that completed every
+// index.
+func completedConditions() []string {
+	return []string{"Complete/CompletionsReached", "SuccessCriteriaMet/CompletionsReached"}
+}
+
 // waitBoth waits until both jobs have ended and no pod of either is left
 // running, and returns their outcomes.
 func waitBoth(ctx context.Context, namespace, name string, timeout time.Duration) (ibj, job outcome) {

@@ -376,7 +376,7 @@ func checkLost(ctx context.Context, lost lostNode, v lostVariant, failed int64) 
 	ibj, job := waitBoth(ctx, lost.ns, v.name, time.Minute)
 	report(lost.ns, v.name, ibj, job)
 	Expect(ibj).To(Equal(outcome{Succeeded: int64(2 * nodes), Failed: failed, CompletedIndexes: fmt.Sprintf("0-%d", 2*nodes-1),
-		Conditions: []string{"Complete/CompletionsReached", "SuccessCriteriaMet/CompletionsReached"}}))
+		Conditions: completedConditions()}))
 	Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same nodes")
 	lives := map[string][]podLife{}
 	for _, kind := range []string{ibjKind, jobKind} {

@@ -107,25 +107,52 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }, NodeTimeout(6*time.Minute))
 
-var suiteFailed bool
+// failures are the failed specs, one line each, repeated at the end of the
+// suite's output, where a CI excerpt of its last lines shows them.
+var failures []string
 
+// ReportAfterEach keeps, for a failed spec, its failure and report entries
+// and the operator's log in the cluster's kept directory (failures.txt,
+// operator-<spec>.log): a failure seen once in CI is read there afterwards.
 var _ = ReportAfterEach(func(report SpecReport) {
-	if report.Failed() {
-		suiteFailed = true
+	if !report.Failed() {
+		return
 	}
+	msg := report.FailureMessage()
+	first, _, _ := strings.Cut(msg, "\n")
+	failures = append(failures, fmt.Sprintf("%s: %.400s", report.FullText(), first))
+	if cluster == nil {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "=== %s\n%s\n%s\n", report.FullText(), report.FailureLocation(), msg)
+	for _, e := range report.ReportEntries {
+		fmt.Fprintf(&b, "--- %s\n%s\n", e.Name, e.StringRepresentation())
+	}
+	f, err := os.OpenFile(filepath.Join(cluster.Dir, "failures.txt"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, _ = f.WriteString(b.String())
+		_ = f.Close()
+	}
+	out, _ := kc.Run("-n", operatorNamespace, "logs", "deployment/"+operatorDeployment, "--all-containers")
+	_ = os.WriteFile(filepath.Join(cluster.Dir, fmt.Sprintf("operator-%d.log", report.LeafNodeLocation.LineNumber)), []byte(out), 0o644)
 })
 
 var _ = AfterSuite(func() {
 	if cluster == nil {
 		return
 	}
+	suiteFailed := len(failures) > 0
 	if suiteFailed {
 		out, _ := kc.Run("-n", operatorNamespace, "logs", "deployment/"+operatorDeployment, "--tail=200")
 		fmt.Fprintf(GinkgoWriter, "operator log:\n%s\n", out)
 	}
 	Expect(cluster.Stop()).To(Succeed())
+	for _, f := range failures {
+		fmt.Printf("node: failed: %s\n", f)
+	}
 	if suiteFailed || os.Getenv("IBJ_NODE_KEEP_LOGS") != "" {
-		fmt.Printf("node: cluster logs kept in %s\n", cluster.Dir)
+		fmt.Printf("node: cluster logs kept in %s (failures.txt: each failure in full)\n", cluster.Dir)
 	} else {
 		_ = os.RemoveAll(cluster.Dir)
 	}

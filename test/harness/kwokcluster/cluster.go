@@ -58,6 +58,13 @@ const (
 	// FailDurationAnnotation is how long failing pods run before they exit
 	// (Go duration; default the DurationAnnotation).
 	FailDurationAnnotation = "kwok.indexedjob.dev/fail-duration"
+	// FailRestartAttemptsAnnotation narrows FailIndexesAnnotation to the
+	// pods of these generations (their batch.indexedjob.dev/restart-attempt
+	// label, 0 without one), as an interval string such as "0": a failing
+	// index fails in them and succeeds in the others, after a RestartJob
+	// rule restarted the job. Unset, it fails in every generation. Only the
+	// pod simulator reads it; kwok's stages fail every generation.
+	FailRestartAttemptsAnnotation = "kwok.indexedjob.dev/fail-restart-attempts"
 	// ShutdownDurationAnnotation is how long a deleted pod keeps running
 	// before its containers are killed (Go duration, default 0s).
 	ShutdownDurationAnnotation = "kwok.indexedjob.dev/shutdown-duration"

@@ -27,7 +27,8 @@ const (
 	KwokKubelets Kubelets = iota
 	// SimulatedKubelets are the test harness's pod simulator (podsim) in
 	// this process, which reads the same annotations (but for
-	// ShutdownDurationAnnotation: a deleted pod stops at once). No kwok
+	// ShutdownDurationAnnotation: a deleted pod stops at once) and
+	// FailRestartAttemptsAnnotation. No kwok
 	// binary is needed: `make demo` runs on these.
 	SimulatedKubelets
 )
@@ -88,17 +89,17 @@ func nodeCapacity() corev1.ResourceList {
 // annotatedPlan is how a pod ends by its kwok.indexedjob.dev/* annotations,
 // as the kwok stages of hack/kwok/stages/pods.yaml end it: it runs
 // DurationAnnotation (default 1s; Forever: until deleted) and succeeds,
-// unless its index is in FailIndexesAnnotation, when it runs
-// FailDurationAnnotation (default the duration) and fails with
-// ExitCodeAnnotation (default 1). A value that cannot be read counts as
-// unset.
+// unless its index is in FailIndexesAnnotation (and its generation in
+// FailRestartAttemptsAnnotation, when set), when it runs FailDurationAnnotation
+// (default the duration) and fails with ExitCodeAnnotation (default 1). A
+// value that cannot be read counts as unset.
 func annotatedPlan(pod *corev1.Pod, index int) podsim.Plan {
 	ann := pod.Annotations
 	run := annotatedDuration(ann[DurationAnnotation], time.Second)
 	if index >= 0 && index <= math.MaxInt32 {
 		// Spaces are allowed, as the stages strip them.
 		failing, err := indexset.Parse(strings.Join(strings.Fields(ann[FailIndexesAnnotation]), ""), math.MaxInt32)
-		if err == nil && failing.Has(int32(index)) {
+		if err == nil && failing.Has(int32(index)) && failsGeneration(pod) {
 			code := int32(1)
 			if n, err := strconv.ParseInt(ann[ExitCodeAnnotation], 10, 32); err == nil && n != 0 {
 				code = int32(n)
@@ -113,6 +114,24 @@ func annotatedPlan(pod *corev1.Pod, index int) podsim.Plan {
 		return podsim.Plan{Hold: true}
 	}
 	return podsim.Plan{Run: run}
+}
+
+// failsGeneration: FailRestartAttemptsAnnotation lists the pod's
+// generation, or is unset or unreadable. The generation, not the attempt:
+// a job created again under its name numbers its pods past those the old
+// one left, and its first generation is 0 all the same.
+func failsGeneration(pod *corev1.Pod) bool {
+	generations, err := indexset.Parse(strings.Join(strings.Fields(pod.Annotations[FailRestartAttemptsAnnotation]), ""), math.MaxInt32)
+	if err != nil || generations.Len() == 0 {
+		return true
+	}
+	generation := int64(0)
+	if v, ok := pod.Labels[ibjv1.RestartAttemptLabel]; ok {
+		if generation, err = strconv.ParseInt(v, 10, 32); err != nil {
+			return true
+		}
+	}
+	return generations.Has(int32(generation))
 }
 
 func annotatedDuration(value string, otherwise time.Duration) time.Duration {

@@ -1,6 +1,7 @@
 package podsim
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,14 +60,26 @@ func MarkTerminated(pod *corev1.Pod, exitCode int32, disrupted bool, now time.Ti
 	pod.Status.Conditions = append(conditions, corev1.PodCondition{
 		Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: at,
 	})
+	before := pod.Status.ContainerStatuses
 	pod.Status.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
-		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+		cs := corev1.ContainerStatus{
 			Name: c.Name, Image: c.Image, Started: ptr.To(false),
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: exitCode, Reason: reason, StartedAt: started, FinishedAt: at,
 			}},
-		})
+		}
+		// A container restarted in place keeps its restart count and last
+		// state, and its last run started when it was restarted.
+		for _, b := range before {
+			if b.Name == c.Name && b.RestartCount > 0 {
+				cs.RestartCount, cs.LastTerminationState = b.RestartCount, b.LastTerminationState
+				if r := b.State.Running; r != nil {
+					cs.State.Terminated.StartedAt = r.StartedAt
+				}
+			}
+		}
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, cs)
 	}
 }
 
@@ -84,4 +97,44 @@ func MarkOOMKilled(pod *corev1.Pod) {
 // terminal reports whether the pod has ended.
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// MarkRestartedInPlace sets pod's status to what a kubelet reports once
+// container (its first when empty) exited with exitCode at now and was
+// restarted inside the pod by one of its restartPolicyRules: its
+// restartCount one higher, its lastState that exit, running again since
+// now; the pod stays Running. The pod must be running (MarkRunning).
+func MarkRestartedInPlace(pod *corev1.Pod, container string, exitCode int32, now time.Time) {
+	at := metav1.NewTime(now)
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		if container != "" && cs.Name != container || container == "" && i > 0 {
+			continue
+		}
+		started := at
+		if r := cs.State.Running; r != nil {
+			started = r.StartedAt
+		}
+		cs.RestartCount++
+		cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exitCode, Reason: "Error", StartedAt: started, FinishedAt: at,
+		}}
+		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}}
+	}
+}
+
+// RestartRuleMatches reports whether a container restart rule of c (its
+// restartPolicyRules, first match wins, as the kubelet reads them)
+// restarts it in place after it exited with exitCode.
+func RestartRuleMatches(c *corev1.Container, exitCode int32) bool {
+	for _, r := range c.RestartPolicyRules {
+		if r.ExitCodes == nil {
+			continue
+		}
+		in := slices.Contains(r.ExitCodes.Values, exitCode)
+		if (r.ExitCodes.Operator == corev1.ContainerRestartRuleOnExitCodesOpIn) == in {
+			return r.Action == corev1.ContainerRestartRuleActionRestart
+		}
+	}
+	return false
 }

@@ -37,6 +37,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+
+	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
 // Exit codes written for a pod's containers.
@@ -67,6 +69,14 @@ type Plan struct {
 	// every Options.Recheck until a plan says otherwise, so a test can let
 	// the pod end later.
 	Hold bool
+	// InPlace are exit codes of the pod's first container before its
+	// outcome, each Run after the container (re)started. One that a
+	// restart rule of the container matches (its restartPolicyRules, as
+	// the kubelet reads them) restarts it in place: its restartCount grows,
+	// its lastState is that exit, the pod stays Running, and the plan goes
+	// on. The first that none matches ends the pod with that code instead
+	// of ExitCode, as a kubelet would.
+	InPlace []int32
 }
 
 // Options configure a Simulator.
@@ -123,6 +133,9 @@ type Record struct {
 	Deleted bool
 	// ExitCode of its containers, as the simulator wrote it.
 	ExitCode int32
+	// InPlace is how many times the simulator restarted its first
+	// container in place (Plan.InPlace).
+	InPlace int32
 	// Finished is when the simulator's terminal status write was
 	// acknowledged (or, for a write whose answer was lost, when the watch
 	// showed it).
@@ -150,7 +163,13 @@ type Simulator struct {
 	holdTerminating bool
 	violations      []string
 	doubles         []string
+	// generations are the unfinished pods of jobs that restart their pods
+	// together, by UID: a pod's generation must never meet another's.
+	generations map[types.UID]generation
 }
+
+// generation is an unfinished pod's restart-attempt label, and its job.
+type generation struct{ job, name, value string }
 
 // slot is one index of one job.
 type slot struct {
@@ -165,6 +184,7 @@ type run struct {
 	started   time.Time // zero until the plan starts
 	due       time.Time // when the plan, or a deletion, ends the pod; zero before either
 	deletedAt time.Time
+	inPlace   int // the plan's InPlace exits made so far
 }
 
 // New returns a simulator; Run starts it.
@@ -176,14 +196,15 @@ func New(opts Options) *Simulator {
 		opts.Recheck = 50 * time.Millisecond
 	}
 	return &Simulator{
-		opts:    opts,
-		queue:   workqueue.NewTypedDelayingQueue[string](),
-		stopped: make(chan struct{}),
-		runs:    map[types.UID]*run{},
-		live:    map[slot]map[types.UID]string{},
-		booked:  sets.New[types.UID](),
-		perSlot: map[slot]int{},
-		truth:   map[types.UID]Record{},
+		opts:        opts,
+		queue:       workqueue.NewTypedDelayingQueue[string](),
+		stopped:     make(chan struct{}),
+		runs:        map[types.UID]*run{},
+		live:        map[slot]map[types.UID]string{},
+		generations: map[types.UID]generation{},
+		booked:      sets.New[types.UID](),
+		perSlot:     map[slot]int{},
+		truth:       map[types.UID]Record{},
 	}
 }
 
@@ -355,6 +376,15 @@ func (s *Simulator) addLiveLocked(at slot, pod *corev1.Pod) {
 		s.doubles = append(s.doubles, v)
 	}
 	others[pod.UID] = pod.Name
+	if value, ok := pod.Labels[v1alpha1.RestartAttemptLabel]; ok {
+		for uid, g := range s.generations {
+			if g.job == at.job && g.value != value {
+				s.violations = append(s.violations, fmt.Sprintf("%spod %s (%s) of generation %s created while pod %s (%s) of generation %s had not finished",
+					jobPrefix(at.job), pod.Name, pod.UID, value, g.name, uid, g.value))
+			}
+		}
+		s.generations[pod.UID] = generation{job: at.job, name: pod.Name, value: value}
+	}
 	s.unfinished++
 	s.peak = max(s.peak, s.unfinished)
 }
@@ -365,6 +395,7 @@ func (s *Simulator) removeLiveLocked(at slot, uid types.UID) {
 		return
 	}
 	delete(s.live[at], uid)
+	delete(s.generations, uid)
 	s.unfinished--
 	if len(s.live[at]) == 0 {
 		delete(s.live, at)
@@ -483,10 +514,21 @@ func (s *Simulator) sync(ctx context.Context, key string) error {
 	}
 	plan, due := r.plan, r.due
 	s.mu.Unlock()
+	s.mu.Lock()
+	inPlace := r.inPlace
+	s.mu.Unlock()
+	if restartCount(pod) < inPlace {
+		// The cache has not seen our last restart in place yet: a write
+		// from this copy would undo it.
+		s.queue.AddAfter(key, s.opts.Recheck)
+		return nil
+	}
 	switch wait := time.Until(due); {
 	case wait > 0:
 		s.queue.AddAfter(key, wait)
 		return nil
+	case inPlace < len(plan.InPlace) && !deleted:
+		return s.exitInPlace(ctx, key, pod, r, plan.InPlace[inPlace])
 	case plan.Hold && !deleted:
 		s.queue.AddAfter(key, s.opts.Recheck)
 		return nil
@@ -522,6 +564,48 @@ func (s *Simulator) markRunning(ctx context.Context, key string, pod *corev1.Pod
 	return nil
 }
 
+// exitInPlace has the pod's first container exit with code: restarted in
+// place where a restart rule of it matches the code (the plan then goes
+// on, Run later), else the pod's end with that code.
+func (s *Simulator) exitInPlace(ctx context.Context, key string, pod *corev1.Pod, r *run, code int32) error {
+	if len(pod.Spec.Containers) == 0 || !RestartRuleMatches(&pod.Spec.Containers[0], code) {
+		s.mu.Lock()
+		plan := r.plan
+		s.mu.Unlock()
+		plan.ExitCode, plan.Disrupted, plan.OOMKilled = code, false, false
+		return s.end(ctx, pod, r, plan, false)
+	}
+	if len(pod.Status.ContainerStatuses) == 0 && s.opts.ReportRunning {
+		// The cache has not seen the pod Running yet.
+		s.queue.AddAfter(key, s.opts.Recheck)
+		return nil
+	}
+	out := pod.DeepCopy()
+	now := time.Now()
+	if len(out.Status.ContainerStatuses) == 0 {
+		MarkRunning(out, now) // a restart in place reports the pod Running
+	}
+	MarkRestartedInPlace(out, pod.Spec.Containers[0].Name, code, now)
+	if _, err := s.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
+		return err // a conflict: tried again from the newest state
+	}
+	s.mu.Lock()
+	r.inPlace++
+	r.due = now.Add(r.plan.Run)
+	wait := time.Until(r.due)
+	s.mu.Unlock()
+	s.queue.AddAfter(key, wait)
+	return nil
+}
+
+// restartCount is the pod's first container's restart count.
+func restartCount(pod *corev1.Pod) int {
+	if len(pod.Status.ContainerStatuses) == 0 {
+		return 0
+	}
+	return int(pod.Status.ContainerStatuses[0].RestartCount)
+}
+
 // end writes the pod's terminal status, as its plan says or, for a
 // deleted pod, killed; then books it and makes the final delete.
 func (s *Simulator) end(ctx context.Context, pod *corev1.Pod, r *run, plan Plan, deleted bool) error {
@@ -550,7 +634,8 @@ func (s *Simulator) end(ctx context.Context, pod *corev1.Pod, r *run, plan Plan,
 	at := slot{s.job(pod), r.index}
 	s.mu.Lock()
 	s.removeLiveLocked(at, pod.UID)
-	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Job: at.job, Index: r.index, Phase: out.Status.Phase, Deleted: deleted, ExitCode: exit, Finished: time.Now()}
+	s.truth[pod.UID] = Record{UID: pod.UID, Name: pod.Name, Job: at.job, Index: r.index, Phase: out.Status.Phase, Deleted: deleted, ExitCode: exit,
+		InPlace: int32(r.inPlace), Finished: time.Now()}
 	if !deleted {
 		s.finished++
 	}
@@ -663,7 +748,9 @@ func (s *Simulator) Doubles() []string {
 
 // Violations lists what the controller under test did that it must never
 // do: two unfinished pods for one index, a pod without a valid index, a
-// pod bound to a node released unfinished.
+// pod bound to a node released unfinished, a pod of one generation of a
+// job that restarts its pods together created while a pod of another had
+// not finished.
 func (s *Simulator) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -302,3 +302,68 @@ func TestWithoutNodeOrReportRunningAPodEndsInOneStatusWrite(t *testing.T) {
 		t.Errorf("pod ended %+v", got)
 	}
 }
+
+func TestAPodOfANewGenerationBesideAnUnfinishedOldOneIsFlagged(t *testing.T) {
+	withGeneration := func(p *corev1.Pod, g string) *corev1.Pod {
+		p.Labels[v1alpha1.RestartAttemptLabel] = g
+		return p
+	}
+	cs := fakeAPI(t, withGeneration(jobPod("j-0-0", 0, 0), "0"), withGeneration(jobPod("j-1-0", 1, 0), "0"))
+	sim := start(t, ForJob(cs, "ns", "j", func(index, _ int) Plan { return Plan{Hold: index == 0} }))
+	settled(t, cs, "j-1-0", podState{Phase: corev1.PodSucceeded, Node: EnvtestNode, ExitCode: 0})
+	// Index 1's next pod is of generation 1 while index 0's of generation 0 runs.
+	if _, err := cs.CoreV1().Pods("ns").Create(context.Background(), withGeneration(jobPod("j-1-1", 1, 1), "1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the generations' overlap to be flagged", func() bool { return len(sim.Violations()) == 1 })
+	if d := sim.Doubles(); len(d) != 0 {
+		t.Errorf("Doubles() = %v: no index had two unfinished pods", d)
+	}
+}
+
+// A planned exit that a restart rule of the container matches restarts it
+// in place (restartCount, lastState, the pod Running); one no rule matches
+// ends the pod, as on a kubelet; a pod without rules ends at the first.
+func TestPlannedExitsRestartTheContainerInPlaceWhereItsRulesSay(t *testing.T) {
+	rules := []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{3}}}}
+	cases := map[string]struct {
+		rules        []corev1.ContainerRestartRule
+		plan         Plan
+		want         podState
+		wantRestarts int32
+		wantLastExit int32
+	}{
+		"twice in place, then it succeeds": {rules: rules, plan: Plan{InPlace: []int32{3, 3}},
+			want: podState{Phase: corev1.PodSucceeded, Node: EnvtestNode, ExitCode: 0}, wantRestarts: 2, wantLastExit: 3},
+		"an exit no rule matches ends the pod": {rules: rules, plan: Plan{InPlace: []int32{3, 4, 3}},
+			want: podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: 4}, wantRestarts: 1, wantLastExit: 3},
+		"without rules the first exit ends the pod": {plan: Plan{InPlace: []int32{3, 3}},
+			want: podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: 3}, wantLastExit: -1},
+		"in place, then held running": {rules: rules, plan: Plan{InPlace: []int32{3}, Hold: true},
+			want: running, wantRestarts: 1, wantLastExit: 3},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := jobPod("j-0", 0, 0)
+			pod.Spec.Containers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
+			pod.Spec.Containers[0].RestartPolicyRules = tc.rules
+			cs := fakeAPI(t, pod)
+			sim := start(t, ForJob(cs, "ns", "j", func(int, int) Plan { return tc.plan }))
+			settled(t, cs, "j-0", tc.want)
+			cs0 := get(t, cs, "j-0").Status.ContainerStatuses[0]
+			lastExit := int32(-1)
+			if t := cs0.LastTerminationState.Terminated; t != nil {
+				lastExit = t.ExitCode
+			}
+			if cs0.RestartCount != tc.wantRestarts || lastExit != tc.wantLastExit {
+				t.Errorf("restartCount %d, last exit %d; want %d, %d", cs0.RestartCount, lastExit, tc.wantRestarts, tc.wantLastExit)
+			}
+			if tc.want.Phase != corev1.PodRunning {
+				if truth := sim.Truth(); len(truth) != 1 || truth[0].InPlace != tc.wantRestarts {
+					t.Errorf("truth %+v, want one record of %d restarts in place", truth, tc.wantRestarts)
+				}
+			}
+		})
+	}
+}

@@ -244,6 +244,91 @@ var _ = Describe("Beyond batch/v1", func() {
 
 // scale sets completions and parallelism to n together, as an elastic job
 // is scaled.
+// What a RestartJob rule does: the job's pods restart together, in
+// generations that never overlap.
+var _ = Describe("Restarting the pods together (RestartJob)", func() {
+	restarting := func(name string, maxRestarts int32) *harness.JobWrapper {
+		return harness.MakeIndexedBatchJob(name, ns).Completions(4).Parallelism(4).MaxRestarts(maxRestarts).
+			PodFailurePolicy(harness.OnExitCodes(ibjv1.PodFailurePolicyActionRestartJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3))
+	}
+	generations := func(name string) map[string]string {
+		out := map[string]string{}
+		for _, p := range jobPods(ctx, ns, name) {
+			out[p.Name] = p.Labels[ibjv1.RestartAttemptLabel]
+		}
+		return out
+	}
+
+	It("stops every pod, starts the next generation only once they all ended, and completes with exact counts", func() {
+		// Index 0 succeeds at once; index 2's first pod exits 3 after
+		// 300 ms; the others run until stopped. The next generation succeeds.
+		k := startKubelet(ns, "group", func(ix, attempt int) podsim.Plan {
+			switch {
+			case attempt > 0, ix == 0:
+				return podsim.Plan{}
+			case ix == 2:
+				return podsim.Plan{Run: 300 * time.Millisecond, ExitCode: 3}
+			}
+			return podsim.Plan{Hold: true}
+		})
+		defer k.Stop()
+		k.HoldTerminating(true)
+		Expect(k8sClient.Create(ctx, restarting("group", 2).Obj())).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, "group")
+			g.Expect(j.Status.Restarts).To(Equal(int32(1)))
+			g.Expect(j.Status.CompletedIndexes).To(Equal("0"))
+			g.Expect(ptr.Deref(j.Status.Terminating, 0)).To(Equal(int32(2)), "indexes 1 and 3 stopped")
+		}, timeout, 50*time.Millisecond).Should(Succeed())
+		By("while the stopped pods still terminate, no pod of the new generation exists")
+		Consistently(func() map[string]string { return generations("group") }, 2*time.Second, 50*time.Millisecond).
+			Should(Equal(map[string]string{"group-0-0": "0", "group-1-0": "0", "group-2-0": "0", "group-3-0": "0"}))
+
+		k.HoldTerminating(false)
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, "group")
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionComplete)).To(Equal(ibjv1.ReasonCompletionsReached))
+			g.Expect(j.Status.Restarts).To(Equal(int32(1)))
+			g.Expect(j.Status.Succeeded).To(Equal(int32(4)))
+			g.Expect(j.Status.Failed).To(BeZero(), "neither the failure that restarted nor the stopped pods count")
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		for _, ix := range []int{1, 2, 3} {
+			Expect(k.RunsOf(ix)).To(Equal(2), "index %d ran in both generations", ix)
+		}
+		Expect(k.RunsOf(0)).To(Equal(1), "index 0 completed before the restart")
+		Expect(k.Violations()).To(BeEmpty())
+		for name, g := range generations("group") {
+			if name != "group-0-0" && name[len(name)-1] == '1' {
+				Expect(g).To(Equal("1"), "pod %s", name)
+			}
+		}
+		expectNoFinalizers(ctx, ns, "group")
+		Eventually(func() []string { return eventReasons(ctx, ns, "group") }, 10*time.Second).Should(ContainElement("Restarting"))
+	})
+
+	It("fails with MaxRestartsExceeded once a failure comes after maxRestarts restarts", func() {
+		// Index 1 exits 3 in every generation; the others run until stopped.
+		k := startKubelet(ns, "again", func(ix, _ int) podsim.Plan {
+			if ix == 1 {
+				return podsim.Plan{Run: 300 * time.Millisecond, ExitCode: 3}
+			}
+			return podsim.Plan{Hold: true}
+		})
+		defer k.Stop()
+		Expect(k8sClient.Create(ctx, restarting("again", 1).Obj())).To(Succeed())
+		Eventually(func(g Gomega) {
+			j := getJob(ctx, ns, "again")
+			g.Expect(harness.ConditionReason(j, ibjv1.ConditionFailed)).To(Equal(ibjv1.ReasonMaxRestartsExceeded))
+			g.Expect(j.Status.Restarts).To(Equal(int32(1)))
+			// The second generation's failure and its three stopped pods.
+			g.Expect(j.Status.Failed).To(Equal(int32(4)))
+		}, timeout, 100*time.Millisecond).Should(Succeed())
+		Expect(k.Violations()).To(BeEmpty())
+		expectNoFinalizers(ctx, ns, "again")
+	})
+})
+
 func scale(name string, n int32) {
 	GinkgoHelper()
 	Eventually(func() error {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -93,12 +94,18 @@ func pointWebhooksAt(ctx context.Context, m *manager) {
 
 // givenAddresses are the addresses freeAddress handed out: a port just
 // closed can come back from the next listen on port 0, and one manager's
-// probe and metrics ports must differ.
-var givenAddresses = map[string]bool{}
+// probe and metrics ports must differ. Two managers can start at once (as a
+// two-replica Deployment's pods do), so processMu guards it and managers.
+var (
+	processMu      sync.Mutex
+	givenAddresses = map[string]bool{}
+)
 
 // freeAddress is a loopback address with a port nobody listens on now and
 // that it has not handed out before.
 func freeAddress() string {
+	processMu.Lock()
+	defer processMu.Unlock()
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		Expect(err).NotTo(HaveOccurred())
@@ -145,7 +152,9 @@ func startManager(name, kubeconfig string, withMetrics bool, args ...string) *ma
 		_ = logFile.Close()
 		close(m.done)
 	}()
+	processMu.Lock()
 	managers = append(managers, m)
+	processMu.Unlock()
 	m.waitReady()
 	return m
 }

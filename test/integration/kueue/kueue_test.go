@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -425,6 +426,56 @@ var _ = Describe("Memory after an OOM kill under Kueue", func() {
 			g.Expect(notes).To(ContainElement("MemoryRaiseHeldBack: Kept the memory requests of containers main of pod oom-0-1 (index 0) " +
 				"at the template's, which is what Kueue admitted; only their limits were raised"))
 		}, timeout).Should(Succeed())
+	})
+})
+
+var _ = Describe("IndexedBatchJob restarting its pods together under Kueue", func() {
+	It("keeps its admission across a restart: never suspended, never evicted, the same quota", func() {
+		makeQueues(3, true)
+		// Index 1's first pod exits 3 after 1 s, which restarts the job's
+		// pods; every other pod runs 2 s and succeeds.
+		k := podsim.New(podsim.ForJob(env.Clientset, ns, "group", func(index, attempt int) podsim.Plan {
+			if index == 1 && attempt == 0 {
+				return podsim.Plan{Run: time.Second, ExitCode: 3}
+			}
+			return podsim.Plan{Run: 2 * time.Second}
+		}))
+		Expect(k.Run(context.Background())).To(Succeed())
+		DeferCleanup(k.Stop)
+		job := queuedJob("group", 3, 3).MaxRestarts(2).
+			PodFailurePolicy(harness.OnExitCodes(ibjv1.PodFailurePolicyActionRestartJob, "", batchv1.PodFailurePolicyOnExitCodesOpIn, 3)).Obj()
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+
+		var admitted *kueuev1beta2.Workload
+		Eventually(func(g Gomega) {
+			admitted = workloadOf(g, "group")
+			g.Expect(admitted).NotTo(BeNil())
+			g.Expect(admitted.Status.Admission).NotTo(BeNil())
+		}, timeout).Should(Succeed())
+
+		By("the restart: no suspend while it runs")
+		Eventually(func(g Gomega) {
+			j := getJob("group")
+			g.Expect(ptr.Deref(j.Spec.Suspend, false)).To(BeFalse(), "suspended during the restart")
+			g.Expect(j.Status.Restarts).To(Equal(int32(1)))
+		}, timeout, 20*time.Millisecond).Should(Succeed())
+		Eventually(completed("group"), timeout).Should(Succeed())
+		j := getJob("group")
+		Expect(j.Status.Restarts).To(Equal(int32(1)))
+		Expect(j.Status.Succeeded).To(Equal(int32(3)))
+		Expect(j.Status.Failed).To(Equal(int32(0)))
+
+		By("the same Workload, admitted once, never evicted or requeued")
+		var wl *kueuev1beta2.Workload
+		Eventually(func(g Gomega) {
+			wl = workloadOf(g, "group")
+			g.Expect(hasCondition(wl, kueuev1beta2.WorkloadFinished)).To(BeTrue())
+		}, timeout).Should(Succeed())
+		Expect(wl.UID).To(Equal(admitted.UID))
+		Expect(wl.Status.Admission).To(Equal(admitted.Status.Admission))
+		Expect(apimeta.FindStatusCondition(wl.Status.Conditions, kueuev1beta2.WorkloadEvicted)).To(BeNil(), "conditions %v", wl.Status.Conditions)
+		Expect(wl.Status.RequeueState).To(BeNil())
+		Expect(k.PeakUnfinished()).To(BeNumerically("<=", 3))
 	})
 })
 

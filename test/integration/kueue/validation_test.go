@@ -32,9 +32,15 @@ var _ = Describe("Kueue's job validations in the operator's webhook", func() {
 		}, timeout).Should(Succeed())
 
 		By("moving the running job to LocalQueue other: refused, with the field")
-		job := getJob("admitted")
-		job.Labels[queueNameLabel] = otherQueue
-		err := k8sClient.Update(ctx, job)
+		var err error
+		// The controller writes the job's status meanwhile: an update
+		// from a stale read conflicts before the webhook sees it.
+		Eventually(func() bool {
+			job := getJob("admitted")
+			job.Labels[queueNameLabel] = otherQueue
+			err = k8sClient.Update(ctx, job)
+			return apierrors.IsConflict(err)
+		}, timeout).Should(BeFalse())
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(Equal(`admission webhook "vindexedbatchjob-v1alpha1.kb.io" denied the request: ` +
 			`IndexedBatchJob.batch.indexedjob.dev "admitted" is invalid: ` +

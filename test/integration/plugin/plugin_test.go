@@ -311,6 +311,55 @@ func TestTheLargestCompletions(t *testing.T) {
 	})
 }
 
+// TestJobThatRestarts: a job with a RestartJob rule on exit code 3
+// (maxRestarts 2) and a rule that retries exit code 75 in place. "group" is
+// in the middle of its first restart: index 1 exited with 3, index 0 had
+// succeeded and is kept, the pods of indexes 2 and 3 (the latter restarted
+// in place once) are being stopped. "group-after" runs its generation 1,
+// index 1 restarted in place twice. A job without these fields shows none
+// of their columns (the other tests' golden files).
+func TestJobThatRestarts(t *testing.T) {
+	ns := namespace(t, "restart")
+	wrapper := func(name string) *ibjv1.IndexedBatchJob {
+		return harness.MakeIndexedBatchJob(name, ns).Completions(4).Parallelism(4).BackoffLimitPerIndex(3).MaxRestarts(2).
+			PodFailurePolicy(
+				harness.OnExitCodes(ibjv1.PodFailurePolicyActionRestartJob, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 3),
+				harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "main", batchv1.PodFailurePolicyOnExitCodesOpIn, 75),
+			).EditRules(func(rules []ibjv1.PodFailurePolicyRule) {
+			rules[1].Name, rules[1].Retry = "flaky", ibjv1.RetryInPlace
+		}).Obj()
+	}
+	restarting := createJob(t, wrapper("group"), ibjv1.IndexedBatchJobStatus{
+		Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(5 * minute)), Terminating: ptr.To[int32](2), Succeeded: 1,
+		CompletedIndexes: "0", FailedIndexes: ptr.To(""), Restarts: 1,
+	})
+	createPod(t, restarting, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 5 * minute, finished: 2 * minute})
+	createPod(t, restarting, scriptedPod{index: 1, node: "n", phase: corev1.PodFailed, started: 5 * minute, finished: 20 * second, exitCode: 3})
+	createPod(t, restarting, scriptedPod{index: 2, node: "n", phase: corev1.PodRunning, started: 5 * minute, deleted: true})
+	createPod(t, restarting, scriptedPod{index: 3, node: "n", phase: corev1.PodRunning, started: 5 * minute, restarts: 1, deleted: true})
+
+	after := createJob(t, wrapper("group-after"), ibjv1.IndexedBatchJobStatus{
+		Phase: ibjv1.PhaseRunning, StartTime: ptr.To(at(10 * minute)), Active: 3, Ready: ptr.To[int32](3), Succeeded: 1, Failed: 2,
+		CompletedIndexes: "0", FailedIndexes: ptr.To(""), Restarts: 1,
+	})
+	createPod(t, after, scriptedPod{index: 0, node: "n", phase: corev1.PodSucceeded, started: 10 * minute, finished: 8 * minute})
+	for ix := 1; ix <= 3; ix++ {
+		sp := scriptedPod{index: ix, attempt: 1, generation: 1, node: "n", phase: corev1.PodRunning, started: 4 * minute}
+		if ix == 1 {
+			sp.restarts = 2
+		}
+		createPod(t, after, sp)
+	}
+
+	checkGolden(t, ns, "restart", []string{
+		"indexes = indexes group",
+		"describe = describe group",
+		"after-indexes = indexes group-after",
+		"after-indexes-json = indexes group-after --index 1 -o json",
+		"after-describe = describe group-after",
+	})
+}
+
 // TestNothingToShow: a namespace without jobs, and an output format
 // indexes cannot have.
 func TestNothingToShow(t *testing.T) {

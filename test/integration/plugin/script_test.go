@@ -68,6 +68,10 @@ type scriptedPod struct {
 	oomKills int
 	memory   string
 	reason   string
+	// generation is the restart-attempt label of a job with maxRestarts;
+	// restarts is the container's restart count (restarts in place).
+	generation int
+	restarts   int32
 }
 
 // createPod writes the pod, its status, and deletes it if it is to be
@@ -103,6 +107,9 @@ func createPod(t *testing.T, job *ibjv1.IndexedBatchJob, sp scriptedPod) {
 		pod.Annotations[ibjv1.IndexFailureCountAnnotation] = strconv.Itoa(sp.failures)
 		pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation] = strconv.Itoa(sp.ignored)
 	}
+	if job.Spec.MaxRestarts != nil {
+		pod.Labels[ibjv1.RestartAttemptLabel] = strconv.Itoa(sp.generation)
+	}
 	if job.Spec.RetryResources != nil {
 		pod.Annotations[ibjv1.OOMKillsAnnotation] = strconv.Itoa(sp.oomKills)
 		pod.Annotations[ibjv1.MemoryAnnotation] = sp.memory
@@ -133,7 +140,7 @@ func (sp scriptedPod) status(container string) corev1.PodStatus {
 		return st
 	}
 	st.StartTime = ptr.To(at(sp.started))
-	cs := corev1.ContainerStatus{Name: container, Image: "busybox:1.36"}
+	cs := corev1.ContainerStatus{Name: container, Image: "busybox:1.36", RestartCount: sp.restarts}
 	switch {
 	case sp.finished > 0:
 		reason := "Completed"

@@ -61,6 +61,11 @@ const (
 	msgRuleNameFormat           = "podFailurePolicy rule name must be letters, digits and '_', starting with a letter and ending with a letter or digit (it becomes the condition reason PodFailurePolicy_<name>, where '-' is not allowed)"
 	msgRuleNamesUnique          = "podFailurePolicy rule names must be unique"
 	msgRetryDelayAction         = "podFailurePolicy retryDelaySeconds can only be set on a rule whose action is Count or Ignore"
+	msgMaxRestartsExactly       = "maxRestarts must be set exactly when a podFailurePolicy rule's action is RestartJob: it bounds the restarts such rules make"
+	msgMaxRestartsImmutable     = "maxRestarts is immutable"
+	msgInPlaceNeedsCount        = "podFailurePolicy retry InPlace needs action Count and onExitCodes: the kubelet restarts a container in place on its exit code, and cannot match pod conditions"
+	msgInPlaceNoDelay           = "podFailurePolicy retryDelaySeconds cannot be set with retry InPlace: the kubelet's restart backoff decides when a container restarts in place"
+	msgRestartIndexesAction     = "podFailurePolicy restartIndexes can only be set on a rule whose action is RestartJob"
 	msgMaxMemoryPositive        = "retryResources.onOOMKilled.maxMemory must be greater than 0"
 	msgMaxMemoryBound           = "retryResources.onOOMKilled.maxMemory must be at most 64Ti"
 	msgGangImmutable            = "gangScheduling is immutable"
@@ -87,7 +92,20 @@ const (
 	count     = batchv1.PodFailurePolicyActionCount
 	in        = batchv1.PodFailurePolicyOnExitCodesOpIn
 	notIn     = batchv1.PodFailurePolicyOnExitCodesOpNotIn
+	restart   = v1alpha1.PodFailurePolicyActionRestartJob
 )
+
+// retryInPlace is job() with one rule of the given action on exit code 3
+// that asks for retry InPlace.
+func retryInPlace(action batchv1.PodFailurePolicyAction) *harness.JobWrapper {
+	return job().PodFailurePolicy(harness.OnExitCodes(action, "", in, 3)).
+		EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].Retry = v1alpha1.RetryInPlace })
+}
+
+// restartJob is job() with one RestartJob rule on exit code 3.
+func restartJob() *harness.JobWrapper {
+	return job().PodFailurePolicy(harness.OnExitCodes(restart, "", in, 3))
+}
 
 // job is the valid base every entry starts from: four indexes, one
 // container named "main", restartPolicy Never.
@@ -314,6 +332,27 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("a terminatingTimeoutSeconds over a day", job().PodReplacementPolicy(batchv1.Failed).TerminatingTimeoutSeconds(86401).Obj(),
 			"spec.terminatingTimeoutSeconds: Invalid value: 86401: spec.terminatingTimeoutSeconds in body should be less than or equal to 86400"),
 
+		// Restarts together, retries in place.
+		Entry("a RestartJob rule without maxRestarts", restartJob().Obj(), msgMaxRestartsExactly),
+		Entry("maxRestarts without a RestartJob rule", job().MaxRestarts(2).Obj(), msgMaxRestartsExactly),
+		Entry("maxRestarts with only Count rules", job().PodFailurePolicy(harness.OnExitCodes(count, "", in, 3)).MaxRestarts(2).Obj(), msgMaxRestartsExactly),
+		Entry("a negative maxRestarts", restartJob().MaxRestarts(-1).Obj(), msgNotNegative),
+		Entry("maxRestarts above 10000", restartJob().MaxRestarts(10001).Obj(), "should be less than or equal to 10000"),
+		Entry("restartIndexes on a Count rule",
+			job().PodFailurePolicy(harness.OnExitCodes(count, "", in, 3)).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].RestartIndexes = v1alpha1.RestartAllIndexes }).Obj(),
+			msgRestartIndexesAction),
+		Entry("an unknown restartIndexes",
+			restartJob().MaxRestarts(1).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].RestartIndexes = "Completed" }).Obj(), msgUnsupported+`: "Completed"`),
+		Entry("retry InPlace on a FailJob rule", retryInPlace(failJob).Obj(), msgInPlaceNeedsCount),
+		Entry("retry InPlace on an Ignore rule", retryInPlace(ignore).Obj(), msgInPlaceNeedsCount),
+		Entry("retry InPlace on an onPodConditions rule",
+			job().PodFailurePolicy(harness.OnPodCondition(count, corev1.DisruptionTarget, corev1.ConditionTrue)).
+				EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].Retry = v1alpha1.RetryInPlace }).Obj(), msgInPlaceNeedsCount),
+		Entry("retry InPlace with retryDelaySeconds",
+			retryInPlace(count).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].RetryDelaySeconds = ptr.To[int32](5) }).Obj(), msgInPlaceNoDelay),
+		Entry("an unknown retry", retryInPlace(count).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].Retry = "SameNode" }).Obj(),
+			msgUnsupported+`: "SameNode"`),
+
 		// Success policy.
 		Entry("a successPolicy without rules", job().SuccessPolicy().Obj(), msgAtLeastOneItem),
 		Entry("21 successPolicy rules", job().SuccessPolicy(successPolicyRules(21)...).Obj(), msgAtMost20Items),
@@ -398,6 +437,13 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("the 255 exit codes 1 to 255", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, exitCodes(1, 255)...)).Obj()),
 		Entry("20 podFailurePolicy rules", job().PodFailurePolicy(failurePolicyRules(20)...).Obj()),
 		Entry("exit code 0 with operator NotIn", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", notIn, 0)).Obj()),
+		Entry("a RestartJob rule with maxRestarts", restartJob().MaxRestarts(3).Obj()),
+		Entry("a RestartJob rule with maxRestarts 0 and restartIndexes All",
+			restartJob().MaxRestarts(0).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].RestartIndexes = v1alpha1.RestartAllIndexes }).Obj()),
+		Entry("a RestartJob rule on a pod condition", job().PodFailurePolicy(harness.OnPodCondition(restart, corev1.DisruptionTarget, corev1.ConditionTrue)).MaxRestarts(1).Obj()),
+		Entry("retry InPlace on a Count rule", retryInPlace(count).Obj()),
+		Entry("retry NewPod on an Ignore rule",
+			job().PodFailurePolicy(harness.OnExitCodes(ignore, "", in, 3)).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].Retry = v1alpha1.RetryNewPod }).Obj()),
 		Entry("onExitCodes naming the template's container", job().PodFailurePolicy(harness.OnExitCodes(failJob, "main", in, 42)).Obj()),
 		Entry("onExitCodes naming an init container", job().InitContainer("setup").PodFailurePolicy(harness.OnExitCodes(failJob, "setup", in, 42)).Obj()),
 		Entry("an Ignore rule on the DisruptionTarget condition",
@@ -509,6 +555,8 @@ var _ = Describe("IndexedBatchJob admission", func() {
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.GangScheduling.MinCount = ptr.To[int32](3) }, msgGangImmutable),
 		Entry("of parallelism below the gang's minCount", job().Parallelism(4).GangScheduling(3).Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.Parallelism = ptr.To[int32](2) }, msgGangAboveParallelism),
+		Entry("of maxRestarts", restartJob().MaxRestarts(2).Obj(),
+			func(j *v1alpha1.IndexedBatchJob) { j.Spec.MaxRestarts = ptr.To[int32](5) }, msgMaxRestartsImmutable),
 		Entry("of managedBy", job().ManagedBy("example.com/a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) { j.Spec.ManagedBy = ptr.To("example.com/b") }, "managedBy is immutable"),
 		Entry("setting managedBy", job().Obj(),

@@ -50,8 +50,16 @@ var _ = BeforeSuite(func() {
 	userCfg.WarningHandler = warnings
 	k8sClient, err = client.New(userCfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	serveWebhook(ctx, env)
+})
 
-	// The webhook as cmd/main.go serves it, on envtest's certificate.
+// serveWebhook serves the webhook as cmd/main.go does, on env's
+// certificate, until ctx ends; it reads the nodes' kubelet versions
+// again after a second (not DefaultKubeletsRecheck), so that a spec sees
+// the nodes it made.
+func serveWebhook(ctx context.Context, env *harness.Envtest) {
+	GinkgoHelper()
+	cfg := env.Config
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -61,13 +69,15 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	dryRun, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{}, webhook.NewValidator(dryRun, webhook.DefaultDryRunTimeout))
+	v := webhook.NewValidator(dryRun, webhook.DefaultDryRunTimeout)
+	v.SetKubeletsRecheck(time.Second)
+	webhook.Register(mgr.GetWebhookServer(), scheme, webhook.Defaulter{}, v)
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 	Eventually(env.WebhookServing, 30*time.Second).Should(Succeed())
-})
+}
 
 var _ = AfterSuite(func() {
 	if cancel != nil {

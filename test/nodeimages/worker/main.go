@@ -4,7 +4,9 @@
 // (JOB_COMPLETION_INDEX), so that one pod template makes some indexes fail.
 //
 //	worker [--duration D] [--fail-indexes 1,2] [--exit-code N] [--fail-after D]
-//	       [--term-delay D] [--alloc-mib N] [--alloc-indexes 1] [--write-mib N]
+//	       [--fail-when-env NAME=VALUE] [--fail-times N --state-dir DIR]
+//	       [--term-delay D] [--alloc-mib N]
+//	       [--alloc-indexes 1] [--write-mib N]
 //	worker scrape URL
 //
 // It prints what it does, so `kubectl logs` of an index's pod tells its story.
@@ -18,7 +20,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,14 +40,29 @@ func main() {
 		failIndexes = flag.String("fail-indexes", "", "comma-separated completion indexes that exit with --exit-code instead of 0")
 		exitCode    = flag.Int("exit-code", 1, "the exit code of a failing index")
 		failAfter   = flag.Duration("fail-after", 0, "how long a failing index runs before it exits (0: --duration)")
+		failWhen    = flag.String("fail-when-env", "", "NAME=VALUE: the indexes of --fail-indexes fail only while the environment variable NAME is VALUE")
 		termDelay   = flag.Duration("term-delay", 0, "on SIGTERM, wait this long before exiting with 143 (0: exit at once)")
 		allocMiB    = flag.Int("alloc-mib", 0, "MiB of memory to allocate and touch at the start, held until the end")
 		allocOnly   = flag.String("alloc-indexes", "", "comma-separated completion indexes that allocate --alloc-mib (empty: every index)")
 		writeMiB    = flag.Int("write-mib", 0, "MiB to write to a file in the container's writable layer at the start (its ephemeral storage)")
+		failTimes   = flag.Int("fail-times", 0, "a failing index fails only this many times, then succeeds (0: always fails); "+
+			"its failures so far are those of the pod's earlier runs, counted in --state-dir, plus $PRIOR_FAILURES")
+		stateDir = flag.String("state-dir", "", "a directory that outlives the container (an emptyDir), where --fail-times counts the pod's failures "+
+			"and each run writes when it exited, which the next run prints")
 	)
 	flag.Parse()
 	index := os.Getenv("JOB_COMPLETION_INDEX")
 	fmt.Printf("index %s: started, pod %s\n", index, os.Getenv("HOSTNAME"))
+	// The clock's time to the nanosecond, which the container's timestamps
+	// in the pod's status (whole seconds) do not give.
+	fmt.Printf("index %s: started at %s\n", index, time.Now().Format(time.RFC3339Nano))
+	if *stateDir != "" {
+		// An earlier run of this container in the pod (restarted in
+		// place), whose log the kubelet may have removed.
+		if at, err := os.ReadFile(filepath.Join(*stateDir, "exited-at")); err == nil {
+			fmt.Printf("index %s: the previous run exited at %s\n", index, at)
+		}
+	}
 
 	terms := make(chan os.Signal, 1)
 	signal.Notify(terms, syscall.SIGTERM)
@@ -68,7 +87,7 @@ func main() {
 	}
 
 	code, runFor := 0, *duration
-	if listed(*failIndexes, index) {
+	if listed(*failIndexes, index) && envIs(*failWhen) && !failedEnough(index, *failTimes, *stateDir) {
 		code = *exitCode
 		if *failAfter > 0 {
 			runFor = *failAfter
@@ -76,13 +95,43 @@ func main() {
 	}
 	select {
 	case <-time.After(runFor):
-		fmt.Printf("index %s: exiting with %d\n", index, code)
+		at := time.Now().Format(time.RFC3339Nano)
+		fmt.Printf("index %s: exiting with %d at %s\n", index, code, at)
+		if *stateDir != "" {
+			_ = os.WriteFile(filepath.Join(*stateDir, "exited-at"), []byte(at), 0o644)
+		}
 		os.Exit(code)
 	case <-terms:
 		fmt.Printf("index %s: SIGTERM, exiting with 143 in %s\n", index, *termDelay)
 		time.Sleep(*termDelay)
 		os.Exit(143)
 	}
+}
+
+// failedEnough reports whether the index failed --fail-times times
+// already: in earlier runs of the container in this pod (restarts in
+// place), which it counts in a file in stateDir, and in earlier pods
+// ($PRIOR_FAILURES, such as the operator's job-index-failure-count
+// annotation through the downward API). When not, it counts the failure
+// this run is about to make.
+func failedEnough(index string, times int, stateDir string) bool {
+	if times <= 0 {
+		return false
+	}
+	prior, _ := strconv.Atoi(os.Getenv("PRIOR_FAILURES"))
+	file := filepath.Join(stateDir, "failures")
+	here, _ := os.ReadFile(file)
+	if n := prior + len(here); n >= times {
+		fmt.Printf("index %s: failed %d times already, succeeding\n", index, n)
+		return true
+	}
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, _ = f.Write([]byte("x"))
+		_ = f.Sync()
+		_ = f.Close()
+	}
+	return false
 }
 
 // writeFile writes mib MiB to /tmp/fill, in the container's writable layer,
@@ -104,6 +153,16 @@ func writeFile(index string, mib int) {
 	_ = f.Sync()
 	_ = f.Close()
 	fmt.Printf("index %s: wrote %d MiB to /tmp/fill\n", index, mib)
+}
+
+// envIs reports whether the environment variable named before '=' in
+// nameValue has the value after it; true for an empty nameValue.
+func envIs(nameValue string) bool {
+	if nameValue == "" {
+		return true
+	}
+	name, value, _ := strings.Cut(nameValue, "=")
+	return os.Getenv(name) == value
 }
 
 // listed reports whether index is in the comma-separated list.

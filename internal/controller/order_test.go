@@ -1,0 +1,229 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+)
+
+func request(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}}
+}
+
+// priority is the job's current priority (what enqueue gives its adds).
+func (o *jobOrder) priority(key types.NamespacedName) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.priorityOf(o.turn(key))
+}
+
+// rankedQueueOf is a controller queue ranked by a fresh order at the given
+// QPS.
+func rankedQueueOf(t *testing.T, clk *clocktesting.FakeClock, qps float32) rankedQueue {
+	t.Helper()
+	q := rankedQueue{order: newJobOrder(clk, qps), PriorityQueue: priorityqueue.New[reconcile.Request]("test")}
+	t.Cleanup(q.ShutDown)
+	return q
+}
+
+// drain takes every job from the queue, in the order a worker gets them.
+func drain(t *testing.T, q rankedQueue, n int) []string {
+	t.Helper()
+	var got []string
+	for range n {
+		done := make(chan reconcile.Request, 1)
+		go func() {
+			item, _, _ := q.GetWithPriority()
+			done <- item
+		}()
+		select {
+		case item := <-done:
+			got = append(got, item.Name)
+			q.Done(item)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the queue gave %v, then nothing", got)
+		}
+	}
+	return got
+}
+
+// Jobs that came one after the other are served in the order they came,
+// whatever order their events are added in and whoever adds them: a pod
+// event of the first job, added last, still goes first.
+func TestQueueServesJobsInTheOrderTheyCame(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := rankedQueueOf(t, clk, 100)
+	for _, name := range []string{"a", "b", "c"} {
+		q.Add(request(name)) // its creation
+		clk.Step(10 * time.Millisecond)
+	}
+	got := drain(t, q, 3)
+	if want := []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	// Their pod events, added in reverse after a batch period, keep the
+	// order.
+	for _, name := range []string{"c", "b", "a"} {
+		q.AddAfter(request(name), 10*time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got, want := drain(t, q, 3), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+// A job charged for creates beyond its free allowance goes behind a job
+// that came after the time those creates cost: the big job that came
+// first cannot hold back the small job that came later. Its place does
+// not move while it waits, so the small jobs that come after its virtual
+// time go behind it.
+func TestQueueLetsALaterJobPassABigOne(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := rankedQueueOf(t, clk, 10) // 10 free requests, 100 ms each after
+	big := request("big").NamespacedName
+	q.order.priority(big)
+	clk.Step(time.Second)
+	q.order.priority(request("small").NamespacedName)
+	q.order.charge(big, 10)
+	if p, s := q.order.priority(big), q.order.priority(request("small").NamespacedName); p <= s {
+		t.Fatalf("big job, charged nothing yet, has priority %d, the later small job %d; want big first", p, s)
+	}
+	q.order.charge(big, 11) // 1.1 s past its arrival
+	q.Add(request("big"))
+	q.Add(request("small"))
+	clk.Step(time.Second)
+	q.Add(request("later")) // after big's virtual time
+	if got, want := drain(t, q, 3), []string{"small", "big", "later"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+// ahead sees only jobs that wait, are ready and come first: not the job
+// itself, not one whose batch period has not passed, not a failed sync's
+// retry, and not once a worker took it.
+func TestAheadSeesOnlyReadyJobsThatComeFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	o := newJobOrder(clk, 10)
+	early, late := request("early").NamespacedName, request("late").NamespacedName
+	o.priority(early)
+	clk.Step(time.Second)
+	if o.ahead(late) {
+		t.Fatal("ahead with nobody waiting")
+	}
+	o.enqueue(late, priorityqueue.AddOpts{})
+	o.enqueue(early, priorityqueue.AddOpts{After: time.Second})
+	if o.ahead(early) {
+		t.Fatal("a later job is ahead of an earlier one")
+	}
+	if o.ahead(late) {
+		t.Fatal("a job whose batch period has not passed is ahead")
+	}
+	clk.Step(time.Second)
+	if !o.ahead(late) {
+		t.Fatal("the earlier job, ready, is not ahead")
+	}
+	o.taken(early)
+	if o.ahead(late) {
+		t.Fatal("a job a worker took is still ahead")
+	}
+	o.enqueue(early, priorityqueue.AddOpts{RateLimited: true})
+	if o.ahead(late) {
+		t.Fatal("a failed sync's retry, whose delay only the rate limiter knows, is ahead")
+	}
+}
+
+// A job created more than arrivalSlack before the process heard of it (it was
+// there when the operator started) keeps its creationTimestamp as its
+// arrival; a job deleted and created again under its name starts afresh;
+// a job found gone is forgotten.
+func TestOrderArrivalFollowsTheJob(t *testing.T) {
+	start := time.Now()
+	clk := clocktesting.NewFakeClock(start)
+	o := newJobOrder(clk, 10)
+	clk.Step(time.Minute)
+	old := harness.MakeIndexedBatchJob("old", "ns").UID("old-1").Obj()
+	old.CreationTimestamp = metav1.NewTime(start.Add(-time.Hour))
+	fresh := harness.MakeIndexedBatchJob("fresh", "ns").UID("fresh-1").Obj()
+	fresh.CreationTimestamp = metav1.NewTime(clk.Now().Truncate(time.Second))
+	o.seen(fresh)
+	o.seen(old)
+	if p := o.priority(request("old").NamespacedName); p != int(time.Hour.Milliseconds()) {
+		t.Errorf("job created an hour before the order has priority %d, want %d", p, time.Hour.Milliseconds())
+	}
+	if p := o.priority(request("fresh").NamespacedName); p != -int(time.Minute.Milliseconds()) {
+		t.Errorf("job seen as it came has priority %d, want %d (arrival when seen)", p, -time.Minute.Milliseconds())
+	}
+	o.charge(request("old").NamespacedName, 1000)
+	clk.Step(time.Minute)
+	again := old.DeepCopy()
+	again.UID, again.CreationTimestamp = "old-2", metav1.NewTime(clk.Now())
+	o.seen(again)
+	if p := o.priority(request("old").NamespacedName); p != -int((2 * time.Minute).Milliseconds()) {
+		t.Errorf("job created again under its name has priority %d, want %d (a fresh arrival, nothing charged)", p, -(2 * time.Minute).Milliseconds())
+	}
+	o.forget(request("old").NamespacedName)
+	if o.len() != 1 {
+		t.Errorf("order holds %d jobs after one was forgotten, want 1", o.len())
+	}
+}
+
+// A job whose pods keep changing is charged for its syncs too: however
+// early it came, a job that came later goes first once the busy job's
+// syncs passed its free allowance by the time between them.
+func TestQueueChargesABusyJobForItsSyncs(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	o := newJobOrder(clk, 10) // 10 free requests, 100 ms each after
+	busy := harness.MakeIndexedBatchJob("busy", "ns").UID("busy-1").Obj()
+	o.seen(busy)
+	clk.Step(time.Second)
+	later := request("later").NamespacedName
+	o.priority(later)
+	for range 18 {
+		o.seen(busy)
+	}
+	if b, l := o.priority(request("busy").NamespacedName), o.priority(later); b <= l {
+		t.Fatalf("after 19 syncs the busy job has priority %d, the later job %d; want the busy job first until its syncs cost more than the second between them", b, l)
+	}
+	for range 3 {
+		o.seen(busy)
+	}
+	if b, l := o.priority(request("busy").NamespacedName), o.priority(later); b >= l {
+		t.Fatalf("after 22 syncs the busy job has priority %d, the later job %d; want the later job first", b, l)
+	}
+}
+
+// A job's next sync waits decisionShare times its last decision took,
+// whoever queues it; a failed sync's retry keeps the rate limiter's delay.
+func TestQueuePacesAJobByItsDecisions(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := rankedQueueOf(t, clk, 100)
+	big := request("big")
+	q.order.decided(big.NamespacedName, 10*time.Millisecond)
+	if got := q.order.enqueue(big.NamespacedName, priorityqueue.AddOpts{}).After; got != decisionShare*10*time.Millisecond {
+		t.Fatalf("an add waits %v after a decision of 10ms, want %v", got, decisionShare*10*time.Millisecond)
+	}
+	if got := q.order.enqueue(big.NamespacedName, priorityqueue.AddOpts{RateLimited: true}).After; got != 0 {
+		t.Fatalf("a failed sync's retry waits %v for the pace, want the rate limiter's delay alone", got)
+	}
+	q.order.taken(big.NamespacedName)
+	start := time.Now()
+	q.Add(big)
+	if got := drain(t, q, 1); !slices.Equal(got, []string{"big"}) {
+		t.Fatalf("served %v", got)
+	}
+	if took := time.Since(start); took < decisionShare*10*time.Millisecond {
+		t.Fatalf("the sync came after %v, before its pace allowed (%v)", took, decisionShare*10*time.Millisecond)
+	}
+	clk.Step(time.Second)
+	if got := q.order.enqueue(big.NamespacedName, priorityqueue.AddOpts{}).After; got != 0 {
+		t.Fatalf("an add waits %v once the pace has passed, want none", got)
+	}
+}
