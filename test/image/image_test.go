@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -287,6 +288,10 @@ exec chroot --userspec=65532:65532 --groups= "$ROOTFS" "$@"`
 	}
 	t.Cleanup(func() {
 		_ = proc.Stop(30 * time.Second)
+		// The manager outlives unshare: chroot's change of user clears the
+		// parent-death signal that --kill-child set. It is in unshare's
+		// process group (StartProcess makes one), and goes with it.
+		_ = syscall.Kill(-proc.Pid(), syscall.SIGKILL)
 		if t.Failed() {
 			log, _ := os.ReadFile(logPath)
 			t.Logf("operator log:\n%s", log)
