@@ -225,10 +225,10 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 		// Batches of 1, 2 and 4, then the worker goes to the earlier job.
 		{"an earlier job waits", ptr.To(-time.Second), 7, true},
 		// At QPS 4, 4 requests are free and each further one costs 250 ms:
-		// after its sync and 7 creates the job's virtual time is 1 s, the
-		// later job's arrival, which does not go first; after the next
-		// batch of 4, 2 s, past it.
-		{"a later job waits", ptr.To(time.Second), 11, true},
+		// after its sync and 7 creates the job's virtual time is 1 s, past
+		// the later job's arrival just after its own (the order's virtual
+		// time, not the wall clock's second later).
+		{"a later job waits", ptr.To(time.Second), 7, true},
 		// Batches of 1, 2, 4, 4, 4, 4 and 1.
 		{"nobody waits", nil, 20, false},
 	} {

@@ -18,33 +18,43 @@ import (
 // a free allowance, so that a fleet finishes in the order it came while a
 // big job cannot hold back the jobs that come after it.
 //
-// A job's place is its virtual time: when it came, plus the time the
-// client's QPS needs for the work it was charged, each pod created and
-// each sync as one request. The job with the earliest virtual time goes
-// first. A small job (work of at most freeWork requests) is never
-// charged, so jobs of a fleet keep the order they came in; a big one, or
-// one whose pods keep changing, is, and once its virtual time passes a
-// later job's arrival, the later job goes first. A waiting job's virtual
-// time does not move, so every job is served in the end (aging): a job
-// waits at most for the jobs whose virtual time was earlier when it came,
-// and each of those only until its work moves it past. This is start-time fair
-// queueing with a job as the flow, as the built-in controller's first in,
-// first out queue would be if a job's syncs took no longer than one turn.
+// This is start-time fair queueing with a job as the flow. A job's place is
+// its virtual time: its arrival, plus the time the client's QPS needs for
+// the work it was charged, each pod created and each sync as one request.
+// The job with the earliest virtual time goes first. The order's own
+// virtual time is that of the latest job a worker took; a job that comes
+// arrives at it (or just after the job that came before it, so that jobs
+// keep the order they came in). A small job (work of at most freeWork
+// requests) is never charged, so jobs of a fleet keep that order; a big
+// one, or one whose pods keep changing, is, and a job that comes while it
+// is served goes first once its virtual time passes the newcomer's. A
+// waiting job's virtual time does not move, so every job is served in the
+// end (aging).
+//
+// Arriving at the order's virtual time, not at the wall clock's, is what
+// keeps a newcomer's wait short however many jobs share the client: while
+// ten jobs share its QPS, each one's virtual time runs at a tenth of the
+// wall clock's pace, and a job that came a second after them would wait
+// for ten seconds of their work to pass its arrival. It waits instead for
+// the free allowances they have left.
 //
 // The queue holds each waiting job once, at the highest priority it was
 // added with; jobOrder gives every add the job's current priority
 // (rankedQueue).
 type jobOrder struct {
 	clock clock.PassiveClock
-	// base is when the order was made: priorities are milliseconds of
-	// virtual time before it.
-	base time.Time
 	// perRequest is the virtual time a charged request costs: one over the
 	// client's QPS.
 	perRequest time.Duration
 	// freeWork is how many of its requests a job is not charged for: one
 	// second of the client's QPS.
 	freeWork int64
+	// now is the order's virtual time, which starts at 0 (priorities are
+	// its milliseconds, negated): that of the latest job a worker took,
+	// never less than it was.
+	now time.Duration
+	// lastArrival is the arrival given to the latest job that came.
+	lastArrival time.Duration
 
 	mu   sync.Mutex
 	jobs map[types.NamespacedName]*jobTurn
@@ -56,10 +66,14 @@ type jobOrder struct {
 // jobTurn is one job's place in the order.
 type jobTurn struct {
 	uid types.UID
-	// arrival is when the job came: when this process first heard of it,
-	// or its creationTimestamp if that is more than arrivalSlack earlier
-	// (a job created before the process started).
-	arrival time.Time
+	// arrival is the job's virtual time when it came: the
+	// order's when this process first heard of it or, for a job created
+	// more than arrivalSlack before that (one there before the process
+	// started or won its lease), a little before, by how much earlier it
+	// was created (lateArrival).
+	arrival time.Duration
+	// heard is when this process first heard of the job.
+	heard time.Time
 	// work is how many pods the job has created (all of its generations'
 	// pods, each retry too) and how many syncs it had.
 	work int64
@@ -80,9 +94,14 @@ const decisionShare = 10
 
 // arrivalSlack is how much earlier than the watch event a live job's
 // creationTimestamp may be: it has whole seconds only, and the event takes
-// a moment. The precise time the event came orders the jobs of a fleet
+// a moment. The order the events came in orders the jobs of a fleet
 // created within one second.
 const arrivalSlack = 2 * time.Second
+
+// lateSpan bounds how far before the order's virtual time a job heard of
+// late arrives: a job created an hour before the process started must not
+// hold back the jobs that come after the start for an hour of its work.
+const lateSpan = time.Second
 
 type queuedJob struct {
 	priority int
@@ -97,7 +116,6 @@ func newJobOrder(clk clock.PassiveClock, qps float32) *jobOrder {
 	}
 	return &jobOrder{
 		clock:      clk,
-		base:       clk.Now(),
 		perRequest: time.Duration(float64(time.Second) / float64(qps)),
 		freeWork:   int64(math.Ceil(float64(qps) * writeQueueSeconds)),
 		jobs:       map[types.NamespacedName]*jobTurn{},
@@ -105,42 +123,63 @@ func newJobOrder(clk clock.PassiveClock, qps float32) *jobOrder {
 	}
 }
 
-// turn returns the job's place, making it (arrival now) for a job first
+// turn returns the job's place, making it (it arrives now) for a job first
 // heard of. mu is held.
 func (o *jobOrder) turn(key types.NamespacedName) *jobTurn {
 	t := o.jobs[key]
 	if t == nil {
-		t = &jobTurn{arrival: o.clock.Now()}
+		t = &jobTurn{arrival: o.arrive(), heard: o.clock.Now()}
 		o.jobs[key] = t
 	}
 	return t
 }
 
+// arrive is the virtual time of a job that comes now: the order's, or just
+// after the job that came before. mu is held.
+func (o *jobOrder) arrive() time.Duration {
+	o.lastArrival = max(o.now, o.lastArrival+time.Millisecond)
+	return o.lastArrival
+}
+
+// lateArrival is the arrival of a job created at created and first heard
+// of at heard, arrival: before arrival by a millisecond for each second
+// the job was old (creationTimestamps have whole seconds), at most
+// lateSpan, so that such jobs keep the order they were created in.
+func lateArrival(arrival time.Duration, heard, created time.Time) time.Duration {
+	age := heard.Sub(created) / time.Second
+	return arrival - min(age*time.Millisecond, lateSpan)
+}
+
 // priorityOf is the queue priority of the job's place: the earlier its
 // virtual time, the higher. mu is held.
 func (o *jobOrder) priorityOf(t *jobTurn) int {
-	charged := max(t.work-o.freeWork, 0)
-	virtual := t.arrival.Sub(o.base) + time.Duration(charged)*o.perRequest
-	ms := -virtual.Milliseconds()
+	ms := -o.virtual(t).Milliseconds()
 	return int(min(max(ms, math.MinInt32), math.MaxInt32))
+}
+
+// virtual is the job's virtual time: its arrival and the time its charged
+// work takes at the client's QPS. mu is held.
+func (o *jobOrder) virtual(t *jobTurn) time.Duration {
+	charged := max(t.work-o.freeWork, 0)
+	return t.arrival + time.Duration(charged)*o.perRequest
 }
 
 // seen updates the job's place from the job read by a sync, and counts the
 // sync: a job that was deleted and created again under its name starts
 // afresh, and a job created more than arrivalSlack before this process
-// heard of it keeps its creationTimestamp as its arrival.
+// heard of it arrives a little earlier (lateArrival).
 func (o *jobOrder) seen(job *ibjv1.IndexedBatchJob) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	t := o.turn(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	if t.uid != job.UID {
 		if t.uid != "" {
-			*t = jobTurn{arrival: o.clock.Now()}
+			*t = jobTurn{arrival: o.arrive(), heard: o.clock.Now()}
 		}
 		t.uid = job.UID
-	}
-	if created := job.CreationTimestamp.Time; !created.IsZero() && created.Add(arrivalSlack).Before(t.arrival) {
-		t.arrival = created
+		if created := job.CreationTimestamp.Time; !created.IsZero() && created.Add(arrivalSlack).Before(t.heard) {
+			t.arrival = lateArrival(t.arrival, t.heard, created)
+		}
 	}
 	t.work++
 }
@@ -216,11 +255,13 @@ func (o *jobOrder) enqueue(key types.NamespacedName, opts priorityqueue.AddOpts)
 	return opts
 }
 
-// taken records that a worker took the job from the queue.
+// taken records that a worker took the job from the queue: the order's
+// virtual time moves on to the job's.
 func (o *jobOrder) taken(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.queued, key)
+	o.now = max(o.now, o.virtual(o.turn(key)))
 }
 
 // len is how many jobs the order holds a place for, for trackedEntries.

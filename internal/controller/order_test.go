@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -81,10 +83,9 @@ func TestQueueServesJobsInTheOrderTheyCame(t *testing.T) {
 }
 
 // A job charged for creates beyond its free allowance goes behind a job
-// that came after the time those creates cost: the big job that came
-// first cannot hold back the small job that came later. Its place does
-// not move while it waits, so the small jobs that come after its virtual
-// time go behind it.
+// that came after it: the big job that came first cannot hold back the
+// small job that came later, nor one that comes while it waits, whatever
+// the wall clock says.
 func TestQueueLetsALaterJobPassABigOne(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	q := rankedQueueOf(t, clk, 10) // 10 free requests, 100 ms each after
@@ -96,13 +97,70 @@ func TestQueueLetsALaterJobPassABigOne(t *testing.T) {
 	if p, s := q.order.priority(big), q.order.priority(request("small").NamespacedName); p <= s {
 		t.Fatalf("big job, charged nothing yet, has priority %d, the later small job %d; want big first", p, s)
 	}
-	q.order.charge(big, 11) // 1.1 s past its arrival
+	q.order.charge(big, 11) // 1.1 s of its requests' time past its arrival
 	q.Add(request("big"))
 	q.Add(request("small"))
 	clk.Step(time.Second)
-	q.Add(request("later")) // after big's virtual time
-	if got, want := drain(t, q, 3), []string{"small", "big", "later"}; !slices.Equal(got, want) {
+	q.Add(request("later")) // two seconds after big on the wall clock
+	if got, want := drain(t, q, 3), []string{"small", "later", "big"}; !slices.Equal(got, want) {
 		t.Fatalf("served %v, want %v", got, want)
+	}
+}
+
+// A job waiting at a virtual time is served before the jobs that come once
+// the order's virtual time has passed it: newcomers arrive at the virtual
+// time of the latest job a worker took, each just after the one before, so
+// a big job waits for at most a millisecond's newcomers per millisecond it
+// is ahead.
+func TestQueueServesAWaitingJobInTheEnd(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := rankedQueueOf(t, clk, 10) // 10 free requests, 100 ms each after
+	big := request("big")
+	q.order.priority(big.NamespacedName)
+	q.order.charge(big.NamespacedName, 10+2) // 200 ms past its arrival
+	q.Add(big)
+	served := 0
+	for i := range 1000 {
+		clk.Step(time.Second)
+		q.Add(request(fmt.Sprintf("newcomer-%d", i)))
+		if got := drain(t, q, 1); got[0] == "big" {
+			served = i
+			break
+		}
+	}
+	if served == 0 || served > 200 {
+		t.Fatalf("big job, 200 ms ahead, served after %d newcomers; want after at most 200", served)
+	}
+}
+
+// A job that comes while ten jobs share the client goes before them once
+// they are past their free allowances, however long after them it came on
+// the wall clock: they were served a tenth of the client's QPS each, and
+// their virtual times, not the wall clock, say where the newcomer stands.
+func TestQueueLetsANewcomerPassJobsThatShareTheClient(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := rankedQueueOf(t, clk, 10) // 10 free requests, 100 ms each after
+	var load []reconcile.Request
+	for i := range 10 {
+		load = append(load, request(fmt.Sprintf("load-%d", i)))
+		q.order.priority(load[i].NamespacedName)
+		clk.Step(100 * time.Millisecond)
+	}
+	// A worker takes each; its sync creates pods for twenty seconds of
+	// the client's QPS, a tenth each: each job is charged for a second past
+	// its free allowance.
+	for _, r := range load {
+		q.Add(r)
+	}
+	drain(t, q, len(load))
+	for _, r := range load {
+		q.order.charge(r.NamespacedName, 20)
+		q.Add(r)
+	}
+	clk.Step(20 * time.Second)
+	q.Add(request("newcomer"))
+	if got := drain(t, q, 1); got[0] != "newcomer" {
+		t.Fatalf("served %v first, want the newcomer", got)
 	}
 }
 
@@ -141,43 +199,55 @@ func TestAheadSeesOnlyReadyJobsThatComeFirst(t *testing.T) {
 }
 
 // A job created more than arrivalSlack before the process heard of it (it was
-// there when the operator started) keeps its creationTimestamp as its
-// arrival; a job deleted and created again under its name starts afresh;
-// a job found gone is forgotten.
+// there when the operator started) arrives a millisecond earlier for each
+// second it is older, at most lateSpan: jobs there at the start keep their
+// creation order, and one an hour old does not hold back the jobs after it
+// for an hour of its work. A job deleted and created again under its name
+// starts afresh; a job found gone is forgotten.
 func TestOrderArrivalFollowsTheJob(t *testing.T) {
 	start := time.Now()
 	clk := clocktesting.NewFakeClock(start)
 	o := newJobOrder(clk, 10)
 	clk.Step(time.Minute)
-	old := harness.MakeIndexedBatchJob("old", "ns").UID("old-1").Obj()
-	old.CreationTimestamp = metav1.NewTime(start.Add(-time.Hour))
-	fresh := harness.MakeIndexedBatchJob("fresh", "ns").UID("fresh-1").Obj()
-	fresh.CreationTimestamp = metav1.NewTime(clk.Now().Truncate(time.Second))
-	o.seen(fresh)
-	o.seen(old)
-	if p := o.priority(request("old").NamespacedName); p != int(time.Hour.Milliseconds()) {
-		t.Errorf("job created an hour before the order has priority %d, want %d", p, time.Hour.Milliseconds())
+	job := func(name string, age time.Duration) *ibjv1.IndexedBatchJob {
+		j := harness.MakeIndexedBatchJob(name, "ns").UID(types.UID(name + "-1")).Obj()
+		j.CreationTimestamp = metav1.NewTime(clk.Now().Add(-age).Truncate(time.Second))
+		return j
 	}
-	if p := o.priority(request("fresh").NamespacedName); p != -int(time.Minute.Milliseconds()) {
-		t.Errorf("job seen as it came has priority %d, want %d (arrival when seen)", p, -time.Minute.Milliseconds())
+	old, older, fresh := job("old", 10*time.Second), job("older", time.Hour), job("fresh", 0)
+	for _, j := range []*ibjv1.IndexedBatchJob{fresh, old, older} {
+		o.seen(j)
+	}
+	// Heard of at 1, 2 and 3 ms of the order's virtual time.
+	for _, c := range []struct {
+		name string
+		want time.Duration
+	}{
+		{"fresh", time.Millisecond},
+		{"old", 2*time.Millisecond - 10*time.Millisecond},
+		{"older", 3*time.Millisecond - lateSpan},
+	} {
+		if p := o.priority(request(c.name).NamespacedName); p != -int(c.want.Milliseconds()) {
+			t.Errorf("job %s has priority %d, want %d", c.name, p, -c.want.Milliseconds())
+		}
 	}
 	o.charge(request("old").NamespacedName, 1000)
 	clk.Step(time.Minute)
 	again := old.DeepCopy()
 	again.UID, again.CreationTimestamp = "old-2", metav1.NewTime(clk.Now())
 	o.seen(again)
-	if p := o.priority(request("old").NamespacedName); p != -int((2 * time.Minute).Milliseconds()) {
-		t.Errorf("job created again under its name has priority %d, want %d (a fresh arrival, nothing charged)", p, -(2 * time.Minute).Milliseconds())
+	if p := o.priority(request("old").NamespacedName); p != -4 {
+		t.Errorf("job created again under its name has priority %d, want -4 (a fresh arrival, nothing charged)", p)
 	}
 	o.forget(request("old").NamespacedName)
-	if o.len() != 1 {
-		t.Errorf("order holds %d jobs after one was forgotten, want 1", o.len())
+	if o.len() != 2 {
+		t.Errorf("order holds %d jobs after one was forgotten, want 2", o.len())
 	}
 }
 
 // A job whose pods keep changing is charged for its syncs too: however
 // early it came, a job that came later goes first once the busy job's
-// syncs passed its free allowance by the time between them.
+// syncs passed its free allowance.
 func TestQueueChargesABusyJobForItsSyncs(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	o := newJobOrder(clk, 10) // 10 free requests, 100 ms each after
@@ -186,17 +256,15 @@ func TestQueueChargesABusyJobForItsSyncs(t *testing.T) {
 	clk.Step(time.Second)
 	later := request("later").NamespacedName
 	o.priority(later)
-	for range 18 {
+	for range 9 {
 		o.seen(busy)
 	}
 	if b, l := o.priority(request("busy").NamespacedName), o.priority(later); b <= l {
-		t.Fatalf("after 19 syncs the busy job has priority %d, the later job %d; want the busy job first until its syncs cost more than the second between them", b, l)
+		t.Fatalf("after 10 syncs the busy job has priority %d, the later job %d; want the busy job first while its syncs are free", b, l)
 	}
-	for range 3 {
-		o.seen(busy)
-	}
+	o.seen(busy)
 	if b, l := o.priority(request("busy").NamespacedName), o.priority(later); b >= l {
-		t.Fatalf("after 22 syncs the busy job has priority %d, the later job %d; want the later job first", b, l)
+		t.Fatalf("after 11 syncs the busy job has priority %d, the later job %d; want the later job first", b, l)
 	}
 }
 
