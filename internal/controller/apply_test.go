@@ -226,8 +226,8 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 		{"an earlier job waits", ptr.To(-time.Second), 7, true},
 		// At QPS 4, 4 requests are free and each further one costs 250 ms:
 		// after its sync and 7 creates the job's virtual time is 1 s, past
-		// the later job's arrival just after its own (the order's virtual
-		// time, not the wall clock's second later).
+		// the later job's arrival maxArrivalGap after its own (not the wall
+		// clock's second later).
 		{"a later job waits", ptr.To(time.Second), 7, true},
 		// Batches of 1, 2, 4, 4, 4, 4 and 1.
 		{"nobody waits", nil, 20, false},

@@ -23,8 +23,9 @@ import (
 // the work it was charged, each pod created and each sync as one request.
 // The job with the earliest virtual time goes first. The order's own
 // virtual time is that of the latest job a worker took; a job that comes
-// arrives at it (or just after the job that came before it, so that jobs
-// keep the order they came in). A small job (work of at most freeWork
+// arrives at it, or after the job that came before it (by the wall clock's
+// time between them, at most maxArrivalGap), so that jobs keep the order
+// they came in. A small job (work of at most freeWork
 // requests) is never charged, so jobs of a fleet keep that order; a big
 // one, or one whose pods keep changing, is, and a job that comes while it
 // is served goes first once its virtual time passes the newcomer's. A
@@ -53,8 +54,10 @@ type jobOrder struct {
 	// its milliseconds, negated): that of the latest job a worker took,
 	// never less than it was.
 	now time.Duration
-	// lastArrival is the arrival given to the latest job that came.
+	// lastArrival is the arrival given to the latest job that came, and
+	// lastHeard when it came on the wall clock.
 	lastArrival time.Duration
+	lastHeard   time.Time
 
 	mu   sync.Mutex
 	jobs map[types.NamespacedName]*jobTurn
@@ -98,6 +101,14 @@ const decisionShare = 10
 // created within one second.
 const arrivalSlack = 2 * time.Second
 
+// maxArrivalGap bounds how far apart in virtual time two jobs that came one
+// after the other arrive. Jobs of a fleet come milliseconds apart and keep
+// the wall clock's spacing (those that came within the same millisecond
+// share a place and take turns). A job that comes a second after ten jobs
+// that share the client arrives just after them, where the wall clock
+// would have put it a second of each one's work behind them.
+const maxArrivalGap = 10 * time.Millisecond
+
 // lateSpan bounds how far before the order's virtual time a job heard of
 // late arrives: a job created an hour before the process started must not
 // hold back the jobs that come after the start for an hour of its work.
@@ -116,6 +127,7 @@ func newJobOrder(clk clock.PassiveClock, qps float32) *jobOrder {
 	}
 	return &jobOrder{
 		clock:      clk,
+		lastHeard:  clk.Now(),
 		perRequest: time.Duration(float64(time.Second) / float64(qps)),
 		freeWork:   int64(math.Ceil(float64(qps) * writeQueueSeconds)),
 		jobs:       map[types.NamespacedName]*jobTurn{},
@@ -134,10 +146,13 @@ func (o *jobOrder) turn(key types.NamespacedName) *jobTurn {
 	return t
 }
 
-// arrive is the virtual time of a job that comes now: the order's, or just
-// after the job that came before. mu is held.
+// arrive is the virtual time of a job that comes now: the order's, or after
+// the job that came before by the time between them, at most
+// maxArrivalGap. mu is held.
 func (o *jobOrder) arrive() time.Duration {
-	o.lastArrival = max(o.now, o.lastArrival+time.Millisecond)
+	now := o.clock.Now()
+	gap := min(max(now.Sub(o.lastHeard), 0), maxArrivalGap)
+	o.lastArrival, o.lastHeard = max(o.now, o.lastArrival+gap), now
 	return o.lastArrival
 }
 

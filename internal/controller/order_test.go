@@ -109,9 +109,9 @@ func TestQueueLetsALaterJobPassABigOne(t *testing.T) {
 
 // A job waiting at a virtual time is served before the jobs that come once
 // the order's virtual time has passed it: newcomers arrive at the virtual
-// time of the latest job a worker took, each just after the one before, so
-// a big job waits for at most a millisecond's newcomers per millisecond it
-// is ahead.
+// time of the latest job a worker took, each after the one before, so a big
+// job waits at most for the newcomers of the time it is ahead, one per
+// maxArrivalGap when they come slower than that.
 func TestQueueServesAWaitingJobInTheEnd(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	q := rankedQueueOf(t, clk, 10) // 10 free requests, 100 ms each after
@@ -128,8 +128,8 @@ func TestQueueServesAWaitingJobInTheEnd(t *testing.T) {
 			break
 		}
 	}
-	if served == 0 || served > 200 {
-		t.Fatalf("big job, 200 ms ahead, served after %d newcomers; want after at most 200", served)
+	if want := int(200 * time.Millisecond / maxArrivalGap); served == 0 || served > want {
+		t.Fatalf("big job, 200 ms ahead, served after %d newcomers; want after at most %d", served, want)
 	}
 }
 
@@ -218,14 +218,15 @@ func TestOrderArrivalFollowsTheJob(t *testing.T) {
 	for _, j := range []*ibjv1.IndexedBatchJob{fresh, old, older} {
 		o.seen(j)
 	}
-	// Heard of at 1, 2 and 3 ms of the order's virtual time.
+	// Heard of together, a minute after the order was made: at
+	// maxArrivalGap of its virtual time.
 	for _, c := range []struct {
 		name string
 		want time.Duration
 	}{
-		{"fresh", time.Millisecond},
-		{"old", 2*time.Millisecond - 10*time.Millisecond},
-		{"older", 3*time.Millisecond - lateSpan},
+		{"fresh", maxArrivalGap},
+		{"old", maxArrivalGap - 10*time.Millisecond},
+		{"older", maxArrivalGap - lateSpan},
 	} {
 		if p := o.priority(request(c.name).NamespacedName); p != -int(c.want.Milliseconds()) {
 			t.Errorf("job %s has priority %d, want %d", c.name, p, -c.want.Milliseconds())
@@ -236,8 +237,8 @@ func TestOrderArrivalFollowsTheJob(t *testing.T) {
 	again := old.DeepCopy()
 	again.UID, again.CreationTimestamp = "old-2", metav1.NewTime(clk.Now())
 	o.seen(again)
-	if p := o.priority(request("old").NamespacedName); p != -4 {
-		t.Errorf("job created again under its name has priority %d, want -4 (a fresh arrival, nothing charged)", p)
+	if p, want := o.priority(request("old").NamespacedName), -int((2 * maxArrivalGap).Milliseconds()); p != want {
+		t.Errorf("job created again under its name has priority %d, want %d (a fresh arrival, nothing charged)", p, want)
 	}
 	o.forget(request("old").NamespacedName)
 	if o.len() != 2 {
