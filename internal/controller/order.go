@@ -140,20 +140,20 @@ func newJobOrder(clk clock.PassiveClock, qps float32) *jobOrder {
 func (o *jobOrder) turn(key types.NamespacedName) *jobTurn {
 	t := o.jobs[key]
 	if t == nil {
-		t = &jobTurn{arrival: o.arrive(), heard: o.clock.Now()}
+		t = o.arrive()
 		o.jobs[key] = t
 	}
 	return t
 }
 
-// arrive is the virtual time of a job that comes now: the order's, or after
-// the job that came before by the time between them, at most
-// maxArrivalGap. mu is held.
-func (o *jobOrder) arrive() time.Duration {
+// arrive is the place of a job that comes now: at the order's virtual
+// time, or after the job that came before by the time between them, at
+// most maxArrivalGap. mu is held.
+func (o *jobOrder) arrive() *jobTurn {
 	now := o.clock.Now()
 	gap := min(max(now.Sub(o.lastHeard), 0), maxArrivalGap)
 	o.lastArrival, o.lastHeard = max(o.now, o.lastArrival+gap), now
-	return o.lastArrival
+	return &jobTurn{arrival: o.lastArrival, heard: now}
 }
 
 // lateArrival is the arrival of a job created at created and first heard
@@ -189,7 +189,7 @@ func (o *jobOrder) seen(job *ibjv1.IndexedBatchJob) {
 	t := o.turn(types.NamespacedName{Namespace: job.Namespace, Name: job.Name})
 	if t.uid != job.UID {
 		if t.uid != "" {
-			*t = jobTurn{arrival: o.arrive(), heard: o.clock.Now()}
+			*t = *o.arrive()
 		}
 		t.uid = job.UID
 		if created := job.CreationTimestamp.Time; !created.IsZero() && created.Add(arrivalSlack).Before(t.heard) {
@@ -276,7 +276,9 @@ func (o *jobOrder) taken(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.queued, key)
-	o.now = max(o.now, o.virtual(o.turn(key)))
+	if t := o.jobs[key]; t != nil {
+		o.now = max(o.now, o.virtual(t))
+	}
 }
 
 // len is how many jobs the order holds a place for, for trackedEntries.
