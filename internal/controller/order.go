@@ -5,7 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -286,6 +288,17 @@ func (o *jobOrder) len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.jobs)
+}
+
+// newRankedQueue makes the controller's queue: controller-runtime's priority
+// queue with its rate limiter, ranked by order, its metrics those of any
+// controller's queue but for the depth by priority (queueMetrics).
+func newRankedQueue(name string, order *jobOrder, logger logr.Logger, limiter workqueue.TypedRateLimiter[reconcile.Request]) rankedQueue {
+	return rankedQueue{order: order, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+		o.Log = logger
+		o.RateLimiter = limiter
+		o.MetricProvider = queueMetrics{}
+	})}
 }
 
 // rankedQueue is the controller's priority queue with every add given the
