@@ -30,7 +30,7 @@ type jobExpectations struct {
 	// finalizers are pods whose finalizer removal succeeded but whose
 	// update the cache has not shown: a sync in between would patch them
 	// again (upstream's finalizerExpectations).
-	finalizers    map[types.UID]time.Time
+	finalizers    map[types.UID]finalizerRemoval
 	statusVersion string
 	// statusWritten is when the status was last written.
 	statusWritten time.Time
@@ -38,6 +38,14 @@ type jobExpectations struct {
 	// pod creates, for spec.retryBackoff.createRefusedDelaySeconds; zero
 	// once a create went through.
 	createRefused time.Time
+}
+
+// finalizerRemoval is a finalizer removal the cache may not show yet: when
+// it was made, and the pod's name, by which observeFinalizers looks the pod
+// up.
+type finalizerRemoval struct {
+	at   time.Time
+	name string
 }
 
 // expectCreate is called before creating a pod.
@@ -142,7 +150,7 @@ func (e *jobStates) removedFinalizers(job types.UID, pods []*jobpod.Pod, now tim
 	defer e.mu.Unlock()
 	j := e.state(job)
 	for _, pod := range pods {
-		j.finalizers[pod.UID] = now
+		j.finalizers[pod.UID] = finalizerRemoval{at: now, name: pod.Name}
 	}
 }
 
@@ -155,7 +163,7 @@ func (e *jobStates) releasedInBackground(job types.UID, pod *jobpod.Pod, now tim
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[job]; j != nil {
-		j.finalizers[pod.UID] = now
+		j.finalizers[pod.UID] = finalizerRemoval{at: now, name: pod.Name}
 	}
 }
 
@@ -178,22 +186,25 @@ func (e *jobStates) unpatched(job types.UID, pods []*jobpod.Pod) []*jobpod.Pod {
 }
 
 // observeFinalizers forgets the removals the cache now shows (the pod is
-// gone or has no tracking finalizer) and those older than
-// finalizerExpectationTimeout.
-func (e *jobStates) observeFinalizers(job types.UID, pods []*jobpod.Pod, now time.Time) {
+// gone, or has no tracking finalizer) and those older than
+// finalizerExpectationTimeout. It looks up the job's pods by name (cached),
+// one per removal remembered: a job of 100,000 pods whose finalizers go
+// in the background has a few hundred at most, and its sync walks none of
+// its pods for this. The sync calls it before it lists the pods: a removal
+// the cache shows now, the list shows too.
+func (e *jobStates) observeFinalizers(job types.UID, cached func(name string) *jobpod.Pod, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.jobs[job]
-	if j == nil || len(j.finalizers) == 0 {
+	if j == nil {
 		return
 	}
-	keep := make(map[types.UID]time.Time, len(j.finalizers))
-	for _, pod := range pods {
-		if at, ok := j.finalizers[pod.UID]; ok && pod.Tracked && now.Sub(at) <= finalizerExpectationTimeout {
-			keep[pod.UID] = at
+	for uid, removal := range j.finalizers {
+		pod := cached(removal.name)
+		if pod == nil || pod.UID != uid || !pod.Tracked || now.Sub(removal.at) > finalizerExpectationTimeout {
+			delete(j.finalizers, uid)
 		}
 	}
-	j.finalizers = keep
 }
 
 // jobStale reports whether the cached job is older than this process's last

@@ -125,14 +125,14 @@ func TestExpectationsSkipAFinalizerRemovalUntilTheCacheShowsIt(t *testing.T) {
 	}
 
 	// The cache still shows the finalizer: the removal stays remembered.
-	e.observeFinalizers(job.UID, []*jobpod.Pod{p0, p1}, testNow.Add(time.Second))
+	e.observeFinalizers(job.UID, cachedAmong(p0, p1), testNow.Add(time.Second))
 	if got := e.unpatched(job.UID, []*jobpod.Pod{p0}); len(got) != 0 {
 		t.Errorf("forgot a removal the cache does not show yet")
 	}
 	// The cache shows it: forgotten, so a pod seen with the finalizer again
 	// (a user put it back) is patched again.
 	gone := makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj()
-	e.observeFinalizers(job.UID, []*jobpod.Pod{gone, p1}, testNow.Add(2*time.Second))
+	e.observeFinalizers(job.UID, cachedAmong(gone, p1), testNow.Add(2*time.Second))
 	if got := e.unpatched(job.UID, []*jobpod.Pod{p0}); len(got) != 1 {
 		t.Errorf("still skips a pod whose removal the cache has shown")
 	}
@@ -145,11 +145,11 @@ func TestExpectationsForgetFinalizerRemovalsOfGonePodsAndAfterTimeout(t *testing
 	p1 := makePod(job, 1).succeededAt(testNow).obj()
 	e.removedFinalizers(job.UID, []*jobpod.Pod{p0, p1}, testNow)
 
-	e.observeFinalizers(job.UID, []*jobpod.Pod{p1}, testNow.Add(finalizerExpectationTimeout))
+	e.observeFinalizers(job.UID, cachedAmong(p1), testNow.Add(finalizerExpectationTimeout))
 	if got := e.unpatched(job.UID, []*jobpod.Pod{p0, p1}); len(got) != 1 || got[0] != p0 {
 		t.Errorf("got %v to patch: p0 left the cache, so its removal is forgotten; p1's is kept up to the timeout", got)
 	}
-	e.observeFinalizers(job.UID, []*jobpod.Pod{p1}, testNow.Add(finalizerExpectationTimeout+time.Second))
+	e.observeFinalizers(job.UID, cachedAmong(p1), testNow.Add(finalizerExpectationTimeout+time.Second))
 	if got := e.unpatched(job.UID, []*jobpod.Pod{p1}); len(got) != 1 {
 		t.Errorf("a removal the cache never showed still blocks a patch past the timeout")
 	}
@@ -177,5 +177,17 @@ func TestExpectationsKeepNothingOfAJobForgottenBeforeItsBackgroundRelease(t *tes
 	e.releasedInBackground("job-a", pod, now)
 	if sizes := e.sizes(); sizes["job_states"] != 0 || sizes["expected_finalizers"] != 0 {
 		t.Errorf("entries after a release of a forgotten job: %v, want none", sizes)
+	}
+}
+
+// cachedAmong looks a pod up by name among pods, as the cache does.
+func cachedAmong(pods ...*jobpod.Pod) func(string) *jobpod.Pod {
+	return func(name string) *jobpod.Pod {
+		for _, pod := range pods {
+			if pod.Name == name {
+				return pod
+			}
+		}
+		return nil
 	}
 }

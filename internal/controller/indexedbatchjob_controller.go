@@ -136,9 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// A PodGroup the API server refuses is reported in the status, and the
 	// pods wait for it (syncJob holds them); the error brings a retry.
 	gang, gangErr := r.ensureGang(ctx, job)
-	// Whether the cache shows the pods this process created, asked before
-	// the pods are listed: a pod the cache shows now is among them.
-	satisfied := r.jobs.podsSeen(job.UID, r.ownPod(job), r.clock.Now())
+	satisfied := r.observeCache(job)
 	pods, floors, err := r.ownPods(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
@@ -188,6 +186,17 @@ func (r *Reconciler) getJob(ctx context.Context, key types.NamespacedName) (*ibj
 // operator leaves the job to.
 func isManagedElsewhere(job *ibjv1.IndexedBatchJob) bool {
 	return job.Spec.ManagedBy != nil && *job.Spec.ManagedBy != ibjv1.ControllerName
+}
+
+// observeCache updates the job's expectations from what the cache shows
+// before the job's pods are listed, so that what it shows now the list
+// shows too: it forgets the finalizer removals the cache shows, and
+// reports whether the cache shows every pod this process created for the
+// job (satisfied).
+func (r *Reconciler) observeCache(job *ibjv1.IndexedBatchJob) (satisfied bool) {
+	now := r.clock.Now()
+	r.jobs.observeFinalizers(job.UID, func(name string) *jobpod.Pod { return r.pods.Get(job.Namespace, job.Name, name) }, now)
+	return r.jobs.podsSeen(job.UID, r.ownPod(job), now)
 }
 
 // ownPods returns the cached pods the job controls, and the attempts past
@@ -279,7 +288,6 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 // deleted failed pods that are gone (observeGone).
 func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32, satisfied bool) syncInput {
 	now := r.clock.Now()
-	r.jobs.observeFinalizers(job.UID, pods, now)
 	gone := r.jobs.observeGone(job, pods)
 	var failureSeen time.Time
 	if f, ok := r.pods.(interface {

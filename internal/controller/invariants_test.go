@@ -419,7 +419,7 @@ func (c *cluster) sync() plan {
 	c.clock.SetTime(c.now)
 	c.r.backoff = c.backoff
 	job := c.job.DeepCopy()
-	satisfied := c.r.jobs.podsSeen(job.UID, c.r.ownPod(job), c.r.clock.Now())
+	satisfied := c.r.observeCache(job)
 	pods, floors, err := c.r.ownPods(ctx, job)
 	if err != nil {
 		c.t.Fatal(err)

@@ -57,7 +57,7 @@ func newJobStates() *jobStates {
 func (s *jobStates) state(uid types.UID) *jobState {
 	j := s.jobs[uid]
 	if j == nil {
-		j = &jobState{jobExpectations: jobExpectations{creates: map[string]time.Time{}, finalizers: map[types.UID]time.Time{}}}
+		j = &jobState{jobExpectations: jobExpectations{creates: map[string]time.Time{}, finalizers: map[types.UID]finalizerRemoval{}}}
 		s.jobs[uid] = j
 	}
 	return j
