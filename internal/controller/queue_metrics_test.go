@@ -1,23 +1,25 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"k8s.io/client-go/util/workqueue"
 )
 
 // The controller's queue reports its depth in one series however many
 // priorities its jobs were ready at, and its metrics land in the
 // workqueue_* families controller-runtime serves for every controller.
 func TestQueueDepthIsOneSeriesWhateverThePriorities(t *testing.T) {
-	const name = "ranked-queue-metrics-test"
+	// A name of its own: the registry is the process's, and -count runs
+	// the test again in it.
+	name := fmt.Sprintf("ranked-queue-metrics-test-%d", time.Now().UnixNano())
 	clk := clocktesting.NewFakeClock(time.Now())
 	order := newJobOrder(clk, 10)
 	q := newRankedQueue(name, order, logr.Discard(), workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
