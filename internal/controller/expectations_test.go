@@ -13,8 +13,17 @@ import (
 
 // among says whether a pod of the name is among pods, as the cache would.
 func among(pods ...*jobpod.Pod) func(name string) bool {
-	return func(name string) bool {
-		return slices.ContainsFunc(pods, func(p *jobpod.Pod) bool { return p.Name == name })
+	cached := cachedAmong(pods...)
+	return func(name string) bool { return cached(name) != nil }
+}
+
+// cachedAmong looks a pod up by name among pods, as the cache does.
+func cachedAmong(pods ...*jobpod.Pod) func(string) *jobpod.Pod {
+	return func(name string) *jobpod.Pod {
+		if i := slices.IndexFunc(pods, func(p *jobpod.Pod) bool { return p.Name == name }); i >= 0 {
+			return pods[i]
+		}
+		return nil
 	}
 }
 
@@ -177,17 +186,5 @@ func TestExpectationsKeepNothingOfAJobForgottenBeforeItsBackgroundRelease(t *tes
 	e.releasedInBackground("job-a", pod, now)
 	if sizes := e.sizes(); sizes["job_states"] != 0 || sizes["expected_finalizers"] != 0 {
 		t.Errorf("entries after a release of a forgotten job: %v, want none", sizes)
-	}
-}
-
-// cachedAmong looks a pod up by name among pods, as the cache does.
-func cachedAmong(pods ...*jobpod.Pod) func(string) *jobpod.Pod {
-	return func(name string) *jobpod.Pod {
-		for _, pod := range pods {
-			if pod.Name == name {
-				return pod
-			}
-		}
-		return nil
 	}
 }

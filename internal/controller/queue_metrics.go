@@ -47,23 +47,9 @@ var (
 		Subsystem: queueSubsystem, Name: "adds_total",
 		Help: "Total number of adds handled by workqueue",
 	}, queueLabels))
-	queueLatency = queueFamily(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Subsystem: queueSubsystem, Name: "queue_duration_seconds",
-		Help:                            "How long in seconds an item stays in workqueue before being requested",
-		Buckets:                         prometheus.ExponentialBuckets(10e-9, 10, 12),
-		NativeHistogramBucketFactor:     1.1,
-		NativeHistogramMaxBucketNumber:  100,
-		NativeHistogramMinResetDuration: time.Hour,
-	}, queueLabels))
-	queueWorkDuration = queueFamily(prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Subsystem: queueSubsystem, Name: "work_duration_seconds",
-		Help:                            "How long in seconds processing an item from workqueue takes.",
-		Buckets:                         prometheus.ExponentialBuckets(10e-9, 10, 12),
-		NativeHistogramBucketFactor:     1.1,
-		NativeHistogramMaxBucketNumber:  100,
-		NativeHistogramMinResetDuration: time.Hour,
-	}, queueLabels))
-	queueUnfinished = queueFamily(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	queueLatency      = queueHistogram("queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested")
+	queueWorkDuration = queueHistogram("work_duration_seconds", "How long in seconds processing an item from workqueue takes.")
+	queueUnfinished   = queueFamily(prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Subsystem: queueSubsystem, Name: "unfinished_work_seconds",
 		Help: "How many seconds of work has been done that " +
 			"is in progress and hasn't been observed by work_duration. Large " +
@@ -80,6 +66,18 @@ var (
 		Help: "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)",
 	}, queueLabels))
 )
+
+// queueHistogram is one of the two histogram families, which differ only
+// in name and help.
+func queueHistogram(name, help string) *prometheus.HistogramVec {
+	return queueFamily(prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Subsystem: queueSubsystem, Name: name, Help: help,
+		Buckets:                         prometheus.ExponentialBuckets(10e-9, 10, 12),
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  100,
+		NativeHistogramMinResetDuration: time.Hour,
+	}, queueLabels))
+}
 
 // queueFamily is the metric family registered already under c's definition
 // (controller-runtime's), or c, registered now, where there is none. A
