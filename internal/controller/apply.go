@@ -93,6 +93,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		// sync that writes them records these pods (and counts them in the
 		// metrics); until then they keep their finalizers.
 		p.requeue(p.holdStatus)
+		r.settle(job, p.settle)
 	} else {
 		if err := r.writeStatus(ctx, job, p.status); err != nil {
 			// Nothing recorded in this status may lose its finalizer.
@@ -100,6 +101,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 		}
 		// The status now holds every result recorded in this sync.
 		r.later.add(job.UID, p.releaseLater)
+		r.settle(job, p.settle, p.settleReleased...)
 		releaseErr = errors.Join(
 			r.releaseFinalizers(ctx, job.UID, p.removeFinalizer, r.removeFinalizer),
 			r.releaseFinalizers(ctx, job.UID, p.discard, r.discardPod),

@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/podcache"
 )
@@ -137,19 +139,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// pods wait for it (syncJob holds them); the error brings a retry.
 	gang, gangErr := r.ensureGang(ctx, job)
 	satisfied := r.observeCache(job)
-	pods, floors, err := r.ownPods(ctx, job)
-	if err != nil {
-		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
-	}
 	memoryCap := r.memoryCap(ctx, job)
 	// The decision's own time, without a request's: what paces the job's
 	// syncs (jobOrder.decided).
 	deciding := time.Now()
-	in := r.syncInput(job, pods, floors, satisfied)
-	in.service = svc
-	in.gang = gang
-	in.memoryCap = memoryCap
-	p := syncJob(in)
+	_, p, err := r.decide(ctx, job, satisfied, func(in *syncInput) {
+		in.service = svc
+		in.gang = gang
+		in.memoryCap = memoryCap
+	})
+	if err != nil {
+		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
+	}
 	if r.order != nil {
 		r.order.decided(req.NamespacedName, time.Since(deciding))
 	}
@@ -199,18 +200,80 @@ func (r *Reconciler) observeCache(job *ibjv1.IndexedBatchJob) (satisfied bool) {
 	return r.jobs.podsSeen(job.UID, r.ownPod(job), now)
 }
 
-// ownPods returns the cached pods the job controls, and the attempts past
-// the names the others hold (nameFloors). Foreign pods (labelled with the
-// job's name but not controlled by it) lose their tracking finalizer, with
-// an event.
-func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([]*jobpod.Pod, map[int32]int32, error) {
-	listed, err := r.pods.List(job.Namespace, job.Name)
-	if err != nil {
-		return nil, nil, err
+// podsSettled is a podLister that keeps a job's settled pods out of its
+// syncs (podcache.Source): a sync lists the pods that can still change,
+// not every pod of a large job.
+type podsSettled interface {
+	// ListUnsettled lists the job's pods but those settled for the job of
+	// UID owner, and gives the indexes of those (a superset) and the
+	// latest end among them.
+	ListUnsettled(namespace, job string, owner types.UID) ([]*jobpod.Pod, indexset.Set, time.Time)
+	// Settle keeps the pods out of ListUnsettled until they change.
+	Settle(namespace, job string, owner types.UID, pods []*jobpod.Pod)
+	// Unsettle brings the settled pods back into ListUnsettled.
+	Unsettle(namespace, job string)
+}
+
+// decide lets syncJob decide for the job from its pods, as the cache shows
+// them (satisfied: observeCache), with what complete adds to the input.
+// The sync reads the pods the cache did not settle for the job; one that
+// needs those too (plan.needAllPods) is made again from every pod of the
+// job, all of them unsettled. apply settles the pods the plan names.
+func (r *Reconciler) decide(ctx context.Context, job *ibjv1.IndexedBatchJob, satisfied bool, complete func(*syncInput)) (syncInput, plan, error) {
+	settled, _ := r.pods.(podsSettled)
+	for all := settled == nil; ; all = true {
+		if all && settled != nil {
+			settled.Unsettle(job.Namespace, job.Name)
+		}
+		pods, floors, err := r.ownPods(ctx, job)
+		if err != nil {
+			return syncInput{}, plan{}, err
+		}
+		in := r.syncInput(job, pods.own, floors, satisfied)
+		in.settled, in.settledSuccess = pods.settled, pods.settledSuccess
+		complete(&in)
+		p := syncJob(in)
+		if p.needAllPods && !all {
+			continue
+		}
+		return in, p, nil
+	}
+}
+
+// settle keeps the pods (plan.settle, plan.settleReleased) out of the
+// job's next syncs, if the pod cache can.
+func (r *Reconciler) settle(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, more ...*jobpod.Pod) {
+	if settled, ok := r.pods.(podsSettled); ok && len(pods)+len(more) > 0 {
+		settled.Settle(job.Namespace, job.Name, job.UID, append(slices.Clip(pods), more...))
+	}
+}
+
+// jobPodsListed are the cached pods a job controls but the settled ones,
+// whose indexes are settled and the latest end among them settledSuccess.
+type jobPodsListed struct {
+	own            []*jobpod.Pod
+	settled        indexset.Set
+	settledSuccess time.Time
+}
+
+// ownPods returns the cached pods the job controls but the settled ones,
+// and the attempts past the names the others hold (nameFloors). Foreign
+// pods (labelled with the job's name but not controlled by it) lose their
+// tracking finalizer, with an event.
+func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) (jobPodsListed, map[int32]int32, error) {
+	var out jobPodsListed
+	var listed []*jobpod.Pod
+	if settled, ok := r.pods.(podsSettled); ok {
+		listed, out.settled, out.settledSuccess = settled.ListUnsettled(job.Namespace, job.Name, job.UID)
+	} else {
+		var err error
+		if listed, err = r.pods.List(job.Namespace, job.Name); err != nil {
+			return out, nil, err
+		}
 	}
 	own, foreign := splitByOwner(listed, job.UID)
 	if err := r.forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
-		return nil, nil, err
+		return out, nil, err
 	}
 	for _, pod := range foreign {
 		r.emit(job, foreignPodEvent(pod.Name))
@@ -223,7 +286,8 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) ([
 			}
 		}
 	}
-	return own, nameFloors(others), nil
+	out.own = own
+	return out, nameFloors(others), nil
 }
 
 // ownPod says whether the cache holds a pod of the name that the job

@@ -420,20 +420,20 @@ func (c *cluster) sync() plan {
 	c.r.backoff = c.backoff
 	job := c.job.DeepCopy()
 	satisfied := c.r.observeCache(job)
-	pods, floors, err := c.r.ownPods(ctx, job)
+	in, p, err := c.r.decide(ctx, job, satisfied && !c.lagging, func(in *syncInput) {
+		// The cache lists in no order; creation order keeps a run
+		// repeatable.
+		slices.SortFunc(in.pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
+	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	// The cache lists in no order; creation order keeps a run repeatable.
-	slices.SortFunc(pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
-	in := c.r.syncInput(job, pods, floors, satisfied && !c.lagging)
 	fault := c.fault
 	if c.crashAt > 0 {
 		fault = &writeFault{step: c.crashAt + 1, crash: true}
 	}
 	c.lagging, c.crashAt, c.fault = false, 0, nil
 
-	p := syncJob(in)
 	c.checkPlan(in, p)
 	a := newApplying(in, p, fault, c.seen)
 	c.applying = a
@@ -456,7 +456,10 @@ func (c *cluster) sync() plan {
 	}
 	c.uids += len(p.create)
 	if fault != nil && fault.crash {
-		c.r = c.newReconciler() // with an empty background queue
+		// A new process: an empty background queue, and a pod cache
+		// filled afresh, with no pod settled.
+		c.r = c.newReconciler()
+		c.cache.Unsettle(c.job.Namespace, c.job.Name)
 	}
 	c.readJob()
 	for _, name := range sets.List(a.written) {

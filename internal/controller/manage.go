@@ -283,6 +283,7 @@ func (s *syncState) globalBackoffLeft() time.Duration {
 	for _, pod := range s.gone {
 		ends.AddFailure(pod.finishedAt, pod.failure())
 	}
+	ends.AddSuccess(s.settledSuccess)
 	at := ends.RetryAt(s.backoff)
 	if at.IsZero() {
 		return 0

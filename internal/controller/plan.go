@@ -51,7 +51,15 @@ type plan struct {
 	// added to completedIndexes and failedIndexes, for metrics.
 	newlyCompleted, newlyFailedIndexes int
 	deleteJob                          bool
-	requeueAfter                       time.Duration
+	// settle are the settled pods (syncState.settles) the pod cache may
+	// keep out of the job's next syncs; settleReleased too, once the
+	// status is written and their finalizers are queued (releaseLater).
+	settle, settleReleased []*jobpod.Pod
+	// needAllPods: the sync could not decide without the settled pods;
+	// it is to be made again with every pod of the job, and nothing else
+	// of this plan holds.
+	needAllPods  bool
+	requeueAfter time.Duration
 	// holdStatus, when above zero, says the status moved only counters
 	// (onlyCountersMoved) within statusCounterInterval of the job's last
 	// status write: apply writes it only if something else changed by

@@ -64,6 +64,11 @@ type syncInput struct {
 	// container have (read only for a job with retryResources.onOOMKilled),
 	// nil when none sets a maximum.
 	memoryCap *jobpod.MemoryCap
+	// settled are the indexes of the job's settled pods that the pod cache
+	// keeps out of pods (plan.settle), and settledSuccess the latest end
+	// among them; empty when pods are all of the job's.
+	settled        indexset.Set
+	settledSuccess time.Time
 }
 
 // syncState is one sync's view of its job: what the last status recorded,
@@ -145,9 +150,21 @@ type indexState struct {
 func syncJob(in syncInput) plan {
 	s := newSyncState(in)
 	if IsFinished(in.job) {
+		if s.settled.Len() > 0 {
+			// Every pod still held goes now, the settled ones too.
+			return plan{needAllPods: true}
+		}
 		s.releaseFinishedJob()
 		return s.plan
 	}
+	if p := s.phases(); !s.needsSettledPods() {
+		return p
+	}
+	return plan{needAllPods: true}
+}
+
+// phases runs the phases of the sync of a job that has not finished.
+func (s *syncState) phases() plan {
 	s.readRecordedResults()
 	s.countReleasedPods()
 	s.groupPodsByIndex()
@@ -158,7 +175,7 @@ func syncJob(in syncInput) plan {
 	s.endOldGeneration()
 	s.failStuckPods()
 	s.plan.indexFailures = s.indexFailures
-	setStartTime(s.status, in.job, in.now)
+	setStartTime(s.status, s.job, s.now)
 	s.decideTarget()
 	if s.target != nil {
 		s.stopPods()
@@ -172,6 +189,29 @@ func syncJob(in syncInput) plan {
 	s.computeStatus()
 	s.holdCounters()
 	return s.plan
+}
+
+// needsSettledPods: the sync decided without the job's settled pods (the
+// pod cache keeps them out, in.settled) but they may matter to it. No
+// phase reads a settled pod (settles) while its index stays completed; a
+// restart of the job's pods, an index set rebuilt from the pods, or a job
+// scaled down makes the sync read all of its pods again, as does the end
+// of the job.
+func (s *syncState) needsSettledPods() bool {
+	return s.settled.Len() > 0 && (s.job.Spec.MaxRestarts != nil || !s.completed.Contains(s.settled))
+}
+
+// settles: no later sync of the job needs to read the pod while its index
+// stays completed, and the pod cache may keep it out of them: a success of
+// a completed index whose UID is not in uncountedTerminatedPods, not
+// deleted. The pod settles once the status that records its index is
+// written and it holds no finalizer of the operator's (plan.settle), or
+// its finalizer is queued for the background (plan.settleReleased), which
+// removes it whatever the syncs see. Only the pods of a job without
+// spec.maxRestarts settle, whose pods are all of one generation.
+func (s *syncState) settles(pod *jobpod.Pod) bool {
+	return pod.Phase == corev1.PodSucceeded && pod.DeletionTimestamp == nil && !pod.Discarded &&
+		s.job.Spec.MaxRestarts == nil && s.completed.Has(pod.Index) && !s.recorded(pod)
 }
 
 // statusCounterInterval is how long after a job's last status write a
@@ -298,6 +338,11 @@ func (s *syncState) groupPodsByIndex() {
 		}
 		if len(s.grouped) < len(s.pods) {
 			s.grouped = append(s.grouped, pod)
+		}
+		if !pod.Finalized() && s.settles(pod) {
+			// Its index was completed before this sync: the status that
+			// records it is written.
+			s.plan.settle = append(s.plan.settle, pod)
 		}
 		one := s.pods[k : k+1 : k+1]
 		st := s.indexes.get(pod.Index)
@@ -726,6 +771,9 @@ func (s *syncState) releaseFinalizers() {
 		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
 		case s.completed.Has(pod.Index):
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
+			if s.settles(pod) {
+				s.plan.settleReleased = append(s.plan.settleReleased, pod)
+			}
 		case s.failedIndexes.Has(pod.Index):
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}

@@ -123,11 +123,17 @@ type fixedWait struct{ end, until time.Time }
 func (e *JobEnds) Add(p *Pod, f Failure) {
 	switch {
 	case p.Phase == corev1.PodSucceeded:
-		if p.FinishedAt.After(e.lastSuccess) {
-			e.lastSuccess = p.FinishedAt
-		}
+		e.AddSuccess(p.FinishedAt)
 	case f.Failed:
 		e.AddFailure(p.FinishedAt, f)
+	}
+}
+
+// AddSuccess takes in a success that ended at finishedAt: that of a pod of
+// the job, or the latest of those a sync no longer reads.
+func (e *JobEnds) AddSuccess(finishedAt time.Time) {
+	if finishedAt.After(e.lastSuccess) {
+		e.lastSuccess = finishedAt
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
@@ -287,4 +288,24 @@ func (s *Source) Get(namespace, job, name string) *jobpod.Pod {
 // never write to them.
 func (s *Source) List(namespace, name string) ([]*jobpod.Pod, error) {
 	return s.jobs.list(namespace, name), nil
+}
+
+// ListUnsettled returns the cached pods labelled with the job's name but
+// those settled for the job of UID owner (Settle), in no order, in a slice
+// of the caller's; with the indexes of the settled pods (a superset) and
+// the latest end among them.
+func (s *Source) ListUnsettled(namespace, name string, owner types.UID) ([]*jobpod.Pod, indexset.Set, time.Time) {
+	return s.jobs.listUnsettled(namespace, name, owner)
+}
+
+// Settle keeps the given pods of the job out of ListUnsettled for the job
+// of UID owner until they change (a pod that changed since it was listed
+// is not settled), or Unsettle. List and Get still show them.
+func (s *Source) Settle(namespace, name string, owner types.UID, pods []*jobpod.Pod) {
+	s.jobs.settle(namespace, name, owner, pods)
+}
+
+// Unsettle brings every settled pod of the job back into ListUnsettled.
+func (s *Source) Unsettle(namespace, name string) {
+	s.jobs.unsettle(namespace, name)
 }
