@@ -61,13 +61,14 @@ func (p *Process) Exited() (bool, error) {
 	}
 }
 
-// Stop asks the process to end with SIGTERM and kills it if it has not
-// ended within grace.
+// Stop asks the process and what it started to end with SIGTERM (its
+// process group: a wrapper that forks, a shell and its children), and
+// kills them if the process has not ended within grace.
 func (p *Process) Stop(grace time.Duration) error {
 	if exited, _ := p.Exited(); exited {
 		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.signalGroup(syscall.SIGTERM)
 	select {
 	case <-p.done:
 		return nil
@@ -76,16 +77,30 @@ func (p *Process) Stop(grace time.Duration) error {
 	return p.Kill()
 }
 
-// Kill ends the process at once with SIGKILL, as a crash or an OOM kill
-// would, and waits until it is gone.
+// Kill ends the process and what it started (its process group) at once
+// with SIGKILL, as a crash or an OOM kill would, and waits until the
+// process is gone.
 func (p *Process) Kill() error {
 	if exited, _ := p.Exited(); exited {
 		return nil
 	}
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := p.signalGroup(syscall.SIGKILL); err != nil {
 		return err
 	}
 	<-p.done
+	return nil
+}
+
+// signalGroup sends sig to the process's group, which StartProcess made
+// (sysProcAttr), so that no child outlives it; to the process alone if the
+// group is gone.
+func (p *Process) signalGroup(sig syscall.Signal) error {
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err == nil {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
 	return nil
 }
 
