@@ -138,9 +138,17 @@ const containerStatusUnknown = "ContainerStatusUnknown"
 // as ContainerStatusUnknown after it had been running: the kubelet counts
 // that as a restart, though the container never ran again. A failure
 // retried in place would otherwise be counted for it, beside the pod's own
-// failure.
+// failure. The kubelet's first write of a lost container already counts
+// the restart: its last termination ContainerStatusUnknown, waiting, before
+// a later write ends it so.
 func statusUnknownRestart(cs corev1.ContainerStatus) int32 {
-	if t := cs.State.Terminated; t != nil && t.Reason == containerStatusUnknown && cs.RestartCount > 0 {
+	if cs.RestartCount == 0 {
+		return 0
+	}
+	if t := cs.State.Terminated; t != nil && t.Reason == containerStatusUnknown {
+		return 1
+	}
+	if l := cs.LastTerminationState.Terminated; l != nil && l.Reason == containerStatusUnknown && cs.State.Waiting != nil {
 		return 1
 	}
 	return 0

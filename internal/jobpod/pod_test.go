@@ -108,9 +108,19 @@ func TestStatusUnknownIsNoRestartInPlace(t *testing.T) {
 		{"evicted, never restarted", 1, unknown, 0, 1},
 		{"restarted in place once, then evicted", 2, unknown, 1, 2},
 		{"restarted in place once, then failed", 1, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}, 1, 1},
+		// The kubelet's first write of the lost container: waiting, its
+		// last termination ContainerStatusUnknown, the restart counted.
+		{"evicted, the kubelet's first write", 1, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{}}, 0, 1},
+		{"restarted in place once, waiting to run again", 1, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, 1, 1},
 	} {
+		var last corev1.ContainerState
+		if tc.state.Waiting != nil && tc.state.Waiting.Reason == "" {
+			last = unknown
+		} else if tc.state.Waiting != nil {
+			last = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}
+		}
 		pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{
-			{Name: "main", RestartCount: tc.restarts, State: tc.state},
+			{Name: "main", RestartCount: tc.restarts, State: tc.state, LastTerminationState: last},
 		}}}
 		if got := Read(pod); got.InPlace != tc.wantInPlace || got.Restarts != tc.wantRestarted {
 			t.Errorf("%s: InPlace %d, Restarts %d; want %d and %d", tc.name, got.InPlace, got.Restarts, tc.wantInPlace, tc.wantRestarted)
