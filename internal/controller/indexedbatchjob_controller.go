@@ -222,10 +222,13 @@ type podsSettled interface {
 func (r *Reconciler) decide(ctx context.Context, job *ibjv1.IndexedBatchJob, satisfied bool, complete func(*syncInput)) (syncInput, plan, error) {
 	settled, _ := r.pods.(podsSettled)
 	for all := settled == nil; ; all = true {
-		if all && settled != nil {
+		again := all && settled != nil
+		if again {
 			settled.Unsettle(job.Namespace, job.Name)
 		}
-		pods, floors, err := r.ownPods(ctx, job)
+		// The foreign pods, never settled, were released by the first
+		// pass already.
+		pods, floors, err := r.ownPods(ctx, job, !again)
 		if err != nil {
 			return syncInput{}, plan{}, err
 		}
@@ -257,10 +260,10 @@ type jobPodsListed struct {
 }
 
 // ownPods returns the cached pods the job controls but the settled ones,
-// and the attempts past the names the others hold (nameFloors). Foreign
-// pods (labelled with the job's name but not controlled by it) lose their
-// tracking finalizer, with an event.
-func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) (jobPodsListed, map[int32]int32, error) {
+// and the attempts past the names the others hold (nameFloors). With
+// releaseForeign, foreign pods (labelled with the job's name but not
+// controlled by it) lose their tracking finalizer, with an event.
+func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob, releaseForeign bool) (jobPodsListed, map[int32]int32, error) {
 	var out jobPodsListed
 	var listed []*jobpod.Pod
 	if settled, ok := r.pods.(podsSettled); ok {
@@ -272,6 +275,9 @@ func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob) (j
 		}
 	}
 	own, foreign := splitByOwner(listed, job.UID)
+	if !releaseForeign {
+		foreign = nil
+	}
 	if err := r.forEachPod(ctx, foreign, r.removeFinalizer); err != nil {
 		return out, nil, err
 	}
