@@ -4,7 +4,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 )
@@ -23,11 +22,20 @@ const eventCacheSize = 1024
 // map for 6 to 12 minutes, so its memory grows with the jobs that came and
 // went in that time: a thousand bytes and more per finished job, which the
 // soak test shows. The API server serves the events in both APIs.
+//
+// The recorder writes through an eventSink: the events wait for the client
+// budget the pods and the statuses leave over. The returned func stops the
+// recorder and sends what is still queued (for at most eventDrainTimeout).
 func NewEventRecorder(clientset kubernetes.Interface, scheme *runtime.Scheme, component string) (events.EventRecorder, func()) {
 	broadcaster := record.NewBroadcaster(record.WithCorrelatorOptions(record.CorrelatorOptions{LRUCacheSize: eventCacheSize}))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clientset.CoreV1().Events("")})
+	sink := newEventSink(clientset.CoreV1())
+	sink.start()
+	broadcaster.StartRecordingToSink(sink)
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: component})
-	return coreRecorder{recorder}, broadcaster.Shutdown
+	return coreRecorder{recorder}, func() {
+		broadcaster.Shutdown()
+		sink.shutdown()
+	}
 }
 
 // coreRecorder is a core/v1 recorder behind the events.k8s.io recorder

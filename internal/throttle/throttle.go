@@ -63,7 +63,7 @@ func (l *Limiter) QPS() float32 { return float32(l.bucket.Limit()) }
 // If ctx ends first the token is given back. A request whose ctx is marked
 // with Background takes only a spare token (see Background).
 func (l *Limiter) Wait(ctx context.Context) error {
-	if ctx.Value(backgroundKey{}) != nil {
+	if IsBackground(ctx) {
 		return l.waitSpare(ctx)
 	}
 	now := time.Now()
@@ -104,6 +104,9 @@ type backgroundKey struct{}
 func Background(ctx context.Context) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, true)
 }
+
+// IsBackground is whether ctx marks its requests as background (Background).
+func IsBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) != nil }
 
 // waitSpare waits, polling every tick (or every token's time without a
 // tick), for a spare token (see Background).
