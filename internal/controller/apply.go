@@ -88,10 +88,13 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, firstError(createErrs))
 	setPhase(&p.status)
 	var releaseErr error
-	if p.holdStatus > 0 && onlyCountersMoved(&job.Status, &p.status) {
-		// Only counters moved, and the last write was a moment ago: the
+	if p.holdStatus > 0 && (onlyCountersMoved(&job.Status, &p.status) ||
+		!p.holdStart.IsZero() && firstStatusOnly(&job.Status, &p.status)) {
+		// Only counters moved, and the last write was a moment ago (or
+		// this is the job's first status, a moment after its start): the
 		// sync that writes them records these pods (and counts them in the
 		// metrics); until then they keep their finalizers.
+		r.jobs.holdStart(job.UID, p.holdStart)
 		p.requeue(p.holdStatus)
 		r.settle(job, p.settle)
 	} else {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,6 +104,72 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 	}
 	if writes != 1 || r.later.size() != 1 {
 		t.Errorf("not only counters: %d status writes, %d pods queued for release; want 1 and 1", writes, r.later.size())
+	}
+}
+
+// A job's first status held back (plan.holdStart) is not written, and its
+// startTime is kept for the next syncs; the write that comes forgets it.
+// A first status that apply finds saying more than the start (a create
+// refused: condition PodCreationFailed) is written at once.
+func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
+	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	c := interceptor.NewClient(api, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes++
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	start := time.Now().Truncate(time.Second)
+	first := *job.Status.DeepCopy()
+	first.StartTime, first.Active, first.ObservedGeneration = &metav1.Time{Time: start}, 0, job.Generation
+	held := plan{status: first, holdStatus: 700 * time.Millisecond, holdStart: start}
+	res, err := r.apply(context.Background(), job, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if writes != 0 || res.RequeueAfter != 700*time.Millisecond || !r.jobs.heldStart(job.UID).Equal(start) {
+		t.Errorf("held: %d status writes, requeue after %v, start kept %v; want 0, 700ms, %v", writes, res.RequeueAfter, r.jobs.heldStart(job.UID), start)
+	}
+
+	written := held
+	written.status = *first.DeepCopy()
+	written.status.Failed = 1
+	if _, err := r.apply(context.Background(), job, written); err != nil {
+		t.Fatal(err)
+	}
+	if writes != 1 || !r.jobs.heldStart(job.UID).IsZero() {
+		t.Errorf("written: %d status writes, start kept %v; want 1 and none", writes, r.jobs.heldStart(job.UID))
+	}
+
+	// A create refused in the held sync: its condition is written at once.
+	refusing := interceptor.NewClient(api, interceptor.Funcs{
+		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a-0-0", fmt.Errorf("exceeded quota"))
+		},
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes++
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+	job2 := harness.MakeIndexedBatchJob("b", "ns").UID("job-uid-2").Completions(2).Obj()
+	if err := api.Create(context.Background(), job2); err != nil {
+		t.Fatal(err)
+	}
+	r2 := NewReconciler(refusing, nil, clock.RealClock{}, DefaultBackoff)
+	refused := held
+	refused.create = []podToCreate{{index: 0}}
+	refused.status.Active = 1
+	if _, err := r2.apply(context.Background(), job2, refused); err == nil {
+		t.Fatal("the refused create's error was not returned")
+	}
+	if writes != 2 || !r2.jobs.heldStart(job2.UID).IsZero() {
+		t.Errorf("a refused create: %d status writes in all, start kept %v; want 2 and none", writes, r2.jobs.heldStart(job2.UID))
 	}
 }
 

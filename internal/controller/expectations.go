@@ -34,6 +34,9 @@ type jobExpectations struct {
 	statusVersion string
 	// statusWritten is when the status was last written.
 	statusWritten time.Time
+	// heldStart is the startTime of the job's first status, held back
+	// and not written yet (holdCounters); zero if none.
+	heldStart time.Time
 	// createRefused is when the API server last refused one of the job's
 	// pod creates, for spec.retryBackoff.createRefusedDelaySeconds; zero
 	// once a create went through.
@@ -81,7 +84,26 @@ func (e *jobStates) wroteStatus(uid types.UID, resourceVersion string, now time.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	j := e.state(uid)
-	j.statusVersion, j.statusWritten = resourceVersion, now
+	j.statusVersion, j.statusWritten, j.heldStart = resourceVersion, now, time.Time{}
+}
+
+// holdStart remembers the startTime of the job's first status, held back
+// (holdCounters) until its next write; zero forgets it.
+func (e *jobStates) holdStart(uid types.UID, start time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.state(uid).heldStart = start
+}
+
+// heldStart is the startTime of the job's first status held back, zero if
+// none.
+func (e *jobStates) heldStart(uid types.UID) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j := e.jobs[uid]; j != nil {
+		return j.heldStart
+	}
+	return time.Time{}
 }
 
 // lastStatusWrite is when the job's status was last written, zero if this

@@ -373,6 +373,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		backoff:               r.backoff,
 		expectationsSatisfied: satisfied,
 		lastStatusWrite:       r.jobs.lastStatusWrite(job.UID),
+		heldStart:             r.jobs.heldStart(job.UID),
 		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
 		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,

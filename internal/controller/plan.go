@@ -65,6 +65,9 @@ type plan struct {
 	// status write: apply writes it only if something else changed by
 	// then, and otherwise syncs again in holdStatus.
 	holdStatus time.Duration
+	// holdStart is the startTime of a first status held back
+	// (firstStatusOnly), for the next syncs to keep; zero otherwise.
+	holdStart time.Time
 }
 
 // event is a Kubernetes event the reconciler emits once the status is

@@ -137,17 +137,40 @@ func setChangedCondition(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Ti
 // what counts pods and finished indexes as they go: active, ready,
 // terminating, succeeded and completedIndexes. Such a status may wait a
 // moment for the next write (statusCounterInterval); anything else it
-// holds (a condition, a failure, uncountedTerminatedPods, startTime) is
-// written at once.
+// holds (a condition, a failure, uncountedTerminatedPods, a startTime) is
+// written at once, but for a job's first status (firstStatusOnly).
 func onlyCountersMoved(prev, next *ibjv1.IndexedBatchJobStatus) bool {
-	moved := prev.Active != next.Active || !ptr.Equal(prev.Ready, next.Ready) ||
+	return countersMoved(prev, next) && equalButCounters(prev, next)
+}
+
+// firstStatusOnly: next is a job's first status, which gives it its
+// startTime, its phase Running, its observedGeneration and counters, and
+// nothing more.
+func firstStatusOnly(prev, next *ibjv1.IndexedBatchJobStatus) bool {
+	if prev.StartTime != nil || next.StartTime == nil {
+		return false
+	}
+	a, b := *prev, *next
+	for _, st := range []*ibjv1.IndexedBatchJobStatus{&a, &b} {
+		st.StartTime, st.Phase, st.ObservedGeneration = nil, "", 0
+	}
+	return equalButCounters(&a, &b)
+}
+
+// countersMoved: a counter of the job's pods moved.
+func countersMoved(prev, next *ibjv1.IndexedBatchJobStatus) bool {
+	return prev.Active != next.Active || !ptr.Equal(prev.Ready, next.Ready) ||
 		!ptr.Equal(prev.Terminating, next.Terminating) || prev.Succeeded != next.Succeeded ||
 		prev.CompletedIndexes != next.CompletedIndexes
+}
+
+// equalButCounters: the statuses differ in their counters only, if at all.
+func equalButCounters(prev, next *ibjv1.IndexedBatchJobStatus) bool {
 	a, b := *prev, *next
 	for _, st := range []*ibjv1.IndexedBatchJobStatus{&a, &b} {
 		st.Active, st.Ready, st.Terminating, st.Succeeded, st.CompletedIndexes = 0, nil, nil, 0, ""
 	}
-	return moved && equality.Semantic.DeepEqual(a, b)
+	return equality.Semantic.DeepEqual(a, b)
 }
 
 // setPhase summarises the conditions for `kubectl get`.

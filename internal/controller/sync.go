@@ -39,6 +39,9 @@ type syncInput struct {
 	// lastStatusWrite is when this process last wrote the job's status,
 	// zero if it has not.
 	lastStatusWrite time.Time
+	// heldStart is the startTime of the job's first status, held back
+	// (holdCounters) and not written yet; zero if none.
+	heldStart time.Time
 	// lastCreateRefused is when the API server last refused one of the
 	// job's pod creates (this process's record), zero if it has not since
 	// a create went through.
@@ -175,7 +178,11 @@ func (s *syncState) phases() plan {
 	s.endOldGeneration()
 	s.failStuckPods()
 	s.plan.indexFailures = s.indexFailures
-	setStartTime(s.status, s.job, s.now)
+	start := s.now
+	if !s.heldStart.IsZero() {
+		start = s.heldStart
+	}
+	setStartTime(s.status, s.job, start)
 	s.decideTarget()
 	if s.target != nil {
 		s.stopPods()
@@ -224,18 +231,32 @@ func (s *syncState) settles(pod *jobpod.Pod) bool {
 const statusCounterInterval = time.Second
 
 // holdCounters lets a status that only moves counters wait, unless this
-// sync releases finalizers that need it written: a condition, a failure,
-// a new startTime or a pod whose result must be recorded before its
-// finalizer goes are never held back. A held status is computed again by
-// the next sync, from the same pods, which keep their finalizers until it
-// is written.
+// sync releases finalizers that need it written: a condition, a failure or
+// a pod whose result must be recorded before its finalizer goes are never
+// held back. A held status is computed again by the next sync, from the
+// same pods, which keep their finalizers until it is written.
+//
+// The first status of a job this process starts (its startTime, phase
+// Running and counters: firstStatusOnly) waits as well, for
+// statusCounterInterval from its startTime, which the next syncs keep
+// (plan.holdStart, syncInput.heldStart): a job whose pods end within a
+// second has its status written once, with its end.
 func (s *syncState) holdCounters() {
-	if s.lastStatusWrite.IsZero() || len(s.plan.removeFinalizer) > 0 || len(s.plan.discard) > 0 ||
-		!onlyCountersMoved(&s.job.Status, s.status) {
+	if len(s.plan.removeFinalizer) > 0 || len(s.plan.discard) > 0 {
 		return
 	}
-	if left := s.lastStatusWrite.Add(statusCounterInterval).Sub(s.now); left > 0 {
+	since := s.lastStatusWrite
+	switch {
+	case firstStatusOnly(&s.job.Status, s.status):
+		since = s.status.StartTime.Time
+		s.plan.holdStart = since
+	case since.IsZero() || !onlyCountersMoved(&s.job.Status, s.status):
+		return
+	}
+	if left := since.Add(statusCounterInterval).Sub(s.now); left > 0 {
 		s.plan.holdStatus = left
+	} else {
+		s.plan.holdStart = time.Time{}
 	}
 }
 

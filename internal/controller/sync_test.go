@@ -997,6 +997,95 @@ func TestCounterOnlyStatusWaitsForTheNextWrite(t *testing.T) {
 	}
 }
 
+// A job's first status (its startTime, phase Running and counters) waits
+// statusCounterInterval from its startTime for the next write, and the
+// syncs in between keep that startTime; a first status that says more is
+// written at once.
+func TestFirstStatusWaitsAMomentFromItsStart(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	start := testNow.Add(-300 * time.Millisecond)
+	sync := func(j *ibjv1.IndexedBatchJob, now, heldStart time.Time, pods ...*jobpod.Pod) plan {
+		return syncJob(syncInput{job: j, pods: pods, now: now, backoff: DefaultBackoff,
+			expectationsSatisfied: true, heldStart: heldStart})
+	}
+	running := []*jobpod.Pod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj()}
+
+	// The sync that starts the job: held for a whole interval.
+	p := sync(job, start, time.Time{})
+	if len(p.create) != 2 || p.holdStatus != statusCounterInterval || !p.holdStart.Equal(start) || !p.status.StartTime.Equal(&metav1.Time{Time: start}) {
+		t.Errorf("first sync: %d creates, holdStatus %v, holdStart %v, startTime %v; want 2, %v, %v, %v",
+			len(p.create), p.holdStatus, p.holdStart, p.status.StartTime, statusCounterInterval, start, start)
+	}
+	for _, tc := range []struct {
+		name     string
+		now      time.Time
+		pods     []*jobpod.Pod
+		wantHold time.Duration
+	}{
+		{"its pods running 300 ms later", testNow, running, 700 * time.Millisecond},
+		{"one succeeded 300 ms later", testNow, []*jobpod.Pod{makePod(job, 0).succeededAt(testNow).obj(), running[1]}, 700 * time.Millisecond},
+		{"its pods running 1.2 s later", start.Add(1200 * time.Millisecond), running, 0},
+		{"one failed: written at once", testNow, []*jobpod.Pod{makePod(job, 0).failedAt(testNow, 1).obj(), running[1]}, 0},
+		{"both succeeded: Complete at once", testNow, []*jobpod.Pod{makePod(job, 0).succeededAt(testNow).obj(), makePod(job, 1).succeededAt(testNow).obj()}, 0},
+	} {
+		p := sync(job, tc.now, start, tc.pods...)
+		if p.holdStatus != tc.wantHold {
+			t.Errorf("%s: holdStatus = %v, want %v", tc.name, p.holdStatus, tc.wantHold)
+		}
+		if p.status.StartTime == nil || !p.status.StartTime.Time.Equal(start) {
+			t.Errorf("%s: startTime %v, want the held %v", tc.name, p.status.StartTime, start)
+		}
+		if wantStart := tc.wantHold > 0; !p.holdStart.IsZero() != wantStart {
+			t.Errorf("%s: holdStart %v; want it kept: %v", tc.name, p.holdStart, wantStart)
+		}
+	}
+
+	// A job that has its startTime written, or a suspended one: nothing of
+	// firstStatusOnly.
+	started := job.DeepCopy()
+	started.Status = p.status
+	if p := sync(started, testNow, time.Time{}, running...); p.holdStatus != 0 || !p.holdStart.IsZero() {
+		t.Errorf("a started job's unchanged status: holdStatus %v, holdStart %v; want neither", p.holdStatus, p.holdStart)
+	}
+	suspended := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Suspend(true).Obj()
+	if p := sync(suspended, testNow, time.Time{}); p.holdStatus != 0 || p.status.StartTime != nil {
+		t.Errorf("a suspended job: holdStatus %v, startTime %v; want neither", p.holdStatus, p.status.StartTime)
+	}
+}
+
+func TestFirstStatusOnly(t *testing.T) {
+	first := ibjv1.IndexedBatchJobStatus{StartTime: &metav1.Time{Time: testNow}, Phase: ibjv1.PhaseRunning, ObservedGeneration: 1, Active: 2}
+	for _, tc := range []struct {
+		name       string
+		prev, next func(*ibjv1.IndexedBatchJobStatus)
+		want       bool
+	}{
+		{"the start", nil, nil, true},
+		{"the start and a success", nil, func(st *ibjv1.IndexedBatchJobStatus) { st.Succeeded, st.CompletedIndexes = 1, "0" }, true},
+		{"no startTime", nil, func(st *ibjv1.IndexedBatchJobStatus) { st.StartTime = nil }, false},
+		{"a startTime written already", func(st *ibjv1.IndexedBatchJobStatus) { st.StartTime = &metav1.Time{Time: testNow} }, nil, false},
+		{"a failure", nil, func(st *ibjv1.IndexedBatchJobStatus) { st.Failed = 1 }, false},
+		{"a condition", nil, func(st *ibjv1.IndexedBatchJobStatus) {
+			st.Conditions = []metav1.Condition{{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue}}
+		}, false},
+		{"uncounted pods", nil, func(st *ibjv1.IndexedBatchJobStatus) {
+			st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Succeeded: []types.UID{"u"}}
+		}, false},
+	} {
+		var prev ibjv1.IndexedBatchJobStatus
+		next := *first.DeepCopy()
+		if tc.prev != nil {
+			tc.prev(&prev)
+		}
+		if tc.next != nil {
+			tc.next(&next)
+		}
+		if got := firstStatusOnly(&prev, &next); got != tc.want {
+			t.Errorf("%s: firstStatusOnly = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestOnlyCountersMoved(t *testing.T) {
 	base := ibjv1.IndexedBatchJobStatus{Active: 3, Phase: ibjv1.PhaseRunning, StartTime: &metav1.Time{Time: testNow}}
 	for _, tc := range []struct {
