@@ -76,10 +76,7 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 	}
 	writes := 0
 	c := interceptor.NewClient(api, interceptor.Funcs{
-		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			writes++
-			return cl.SubResource(sub).Update(ctx, obj, opts...)
-		},
+		SubResourceUpdate: countStatusWrites(&writes),
 	})
 	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
 	succeeded := &jobpod.Pod{}
@@ -119,10 +116,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	}
 	writes := 0
 	c := interceptor.NewClient(api, interceptor.Funcs{
-		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			writes++
-			return cl.SubResource(sub).Update(ctx, obj, opts...)
-		},
+		SubResourceUpdate: countStatusWrites(&writes),
 	})
 	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
 	start := time.Now().Truncate(time.Second)
@@ -133,8 +127,8 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if writes != 0 || res.RequeueAfter != 700*time.Millisecond || !r.jobs.heldStart(job.UID).Equal(start) {
-		t.Errorf("held: %d status writes, requeue after %v, start kept %v; want 0, 700ms, %v", writes, res.RequeueAfter, r.jobs.heldStart(job.UID), start)
+	if writes != 0 || res.RequeueAfter != 700*time.Millisecond || !heldStart(r, job).Equal(start) {
+		t.Errorf("held: %d status writes, requeue after %v, start kept %v; want 0, 700ms, %v", writes, res.RequeueAfter, heldStart(r, job), start)
 	}
 
 	written := held
@@ -143,8 +137,8 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	if _, err := r.apply(context.Background(), job, written); err != nil {
 		t.Fatal(err)
 	}
-	if writes != 1 || !r.jobs.heldStart(job.UID).IsZero() {
-		t.Errorf("written: %d status writes, start kept %v; want 1 and none", writes, r.jobs.heldStart(job.UID))
+	if writes != 1 || !heldStart(r, job).IsZero() {
+		t.Errorf("written: %d status writes, start kept %v; want 1 and none", writes, heldStart(r, job))
 	}
 
 	// A create refused in the held sync: its condition is written at once.
@@ -152,10 +146,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 		Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
 			return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "a-0-0", fmt.Errorf("exceeded quota"))
 		},
-		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			writes++
-			return cl.SubResource(sub).Update(ctx, obj, opts...)
-		},
+		SubResourceUpdate: countStatusWrites(&writes),
 	})
 	job2 := harness.MakeIndexedBatchJob("b", "ns").UID("job-uid-2").Completions(2).Obj()
 	if err := api.Create(context.Background(), job2); err != nil {
@@ -168,9 +159,24 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	if _, err := r2.apply(context.Background(), job2, refused); err == nil {
 		t.Fatal("the refused create's error was not returned")
 	}
-	if writes != 2 || !r2.jobs.heldStart(job2.UID).IsZero() {
-		t.Errorf("a refused create: %d status writes in all, start kept %v; want 2 and none", writes, r2.jobs.heldStart(job2.UID))
+	if writes != 2 || !heldStart(r2, job2).IsZero() {
+		t.Errorf("a refused create: %d status writes in all, start kept %v; want 2 and none", writes, heldStart(r2, job2))
 	}
+}
+
+// countStatusWrites is an interceptor's SubResourceUpdate that counts the
+// status writes in writes and lets them through.
+func countStatusWrites(writes *int) func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+	return func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		*writes++
+		return cl.SubResource(sub).Update(ctx, obj, opts...)
+	}
+}
+
+// heldStart is the startTime r keeps for job's first status held back.
+func heldStart(r *Reconciler, job *ibjv1.IndexedBatchJob) time.Time {
+	_, start := r.jobs.statusWrites(job.UID)
+	return start
 }
 
 // drainEvents closes the fake recorder and returns what it recorded.

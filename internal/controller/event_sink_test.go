@@ -98,6 +98,18 @@ func sinkEvent(name string, uid types.UID) *corev1.Event {
 		InvolvedObject: corev1.ObjectReference{Name: "job", Namespace: "ns", UID: uid}, Reason: "SuccessfulCreate"}
 }
 
+// startedSink is a sink on api, started (after setup, if any) and shut down
+// when the test ends.
+func startedSink(t *testing.T, api *recordedEvents, setup ...func(*eventSink)) *eventSink {
+	s := newEventSink(api)
+	for _, f := range setup {
+		f(s)
+	}
+	s.start()
+	t.Cleanup(s.shutdown)
+	return s
+}
+
 // settle waits until the sink has no write left.
 func settle(t *testing.T, s *eventSink) {
 	t.Helper()
@@ -113,9 +125,7 @@ func settle(t *testing.T, s *eventSink) {
 func TestEventSinkAnswersAtOnceAndSendsEachObjectsEventsInOrderInTheBackground(t *testing.T) {
 	api := newRecordedEvents()
 	api.gate = make(chan struct{})
-	s := newEventSink(api)
-	s.start()
-	defer s.shutdown()
+	s := startedSink(t, api)
 
 	// The recorder is answered at once, while nothing is sent yet, with
 	// the event it gave (it keeps the name and count to patch it).
@@ -140,9 +150,7 @@ func TestEventSinkAnswersAtOnceAndSendsEachObjectsEventsInOrderInTheBackground(t
 
 func TestEventSinkCreatesAnEventItsPatchDoesNotFind(t *testing.T) {
 	api := newRecordedEvents()
-	s := newEventSink(api)
-	s.start()
-	defer s.shutdown()
+	s := startedSink(t, api)
 
 	_, _ = s.Patch(sinkEvent("job.gone", "a"), []byte(`{"count":3}`))
 	settle(t, s)
@@ -169,11 +177,10 @@ func TestEventSinkRetriesAFailureThatMayPassAndGivesUpARefusal(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			api := newRecordedEvents()
 			api.errs = tc.errs
-			s := newEventSink(api)
 			var waits []time.Duration
-			s.sleep = func(_ context.Context, d time.Duration) { waits = append(waits, d) }
-			s.start()
-			defer s.shutdown()
+			s := startedSink(t, api, func(s *eventSink) {
+				s.sleep = func(_ context.Context, d time.Duration) { waits = append(waits, d) }
+			})
 
 			_, _ = s.Create(sinkEvent("job.1", "a"))
 			settle(t, s)
@@ -192,9 +199,7 @@ func TestEventSinkRetriesAFailureThatMayPassAndGivesUpARefusal(t *testing.T) {
 func TestEventSinkSendsAsAnyRequestPastUrgentAndDropsPastItsBound(t *testing.T) {
 	api := newRecordedEvents()
 	api.gate = make(chan struct{})
-	s := newEventSink(api)
-	s.start()
-	defer s.shutdown()
+	s := startedSink(t, api)
 
 	// One object's events, all in one lane: the first is held in flight
 	// by the gate, the rest wait behind it.

@@ -95,26 +95,16 @@ func (e *jobStates) holdStart(uid types.UID, start time.Time) {
 	e.state(uid).heldStart = start
 }
 
-// heldStart is the startTime of the job's first status held back, zero if
-// none.
-func (e *jobStates) heldStart(uid types.UID) time.Time {
+// statusWrites is when the job's status was last written, zero if this
+// process has not written it, and the startTime of its first status held
+// back (holdStart), zero if none.
+func (e *jobStates) statusWrites(uid types.UID) (last, heldStart time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[uid]; j != nil {
-		return j.heldStart
+		return j.statusWritten, j.heldStart
 	}
-	return time.Time{}
-}
-
-// lastStatusWrite is when the job's status was last written, zero if this
-// process has not written it.
-func (e *jobStates) lastStatusWrite(uid types.UID) time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if j := e.jobs[uid]; j != nil {
-		return j.statusWritten
-	}
-	return time.Time{}
+	return time.Time{}, time.Time{}
 }
 
 // createsRefused remembers whether the API server refused one of the job's

@@ -358,6 +358,7 @@ func (r *Reconciler) releaseForeignPods(ctx context.Context, namespace, name str
 // deleted failed pods that are gone (observeGone).
 func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, floors map[int32]int32, satisfied bool) syncInput {
 	now := r.clock.Now()
+	lastWrite, heldStart := r.jobs.statusWrites(job.UID)
 	gone := r.jobs.observeGone(job, pods)
 	var failureSeen time.Time
 	if f, ok := r.pods.(interface {
@@ -372,8 +373,8 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		now:                   now,
 		backoff:               r.backoff,
 		expectationsSatisfied: satisfied,
-		lastStatusWrite:       r.jobs.lastStatusWrite(job.UID),
-		heldStart:             r.jobs.heldStart(job.UID),
+		lastStatusWrite:       lastWrite,
+		heldStart:             heldStart,
 		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
 		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,
