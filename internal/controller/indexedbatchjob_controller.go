@@ -152,7 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, errors.Join(svcErr, gangErr, err)
 	}
 	if r.order != nil {
-		r.order.decided(req.NamespacedName, time.Since(deciding))
+		r.order.decided(req.NamespacedName, time.Since(deciding), len(p.create))
 	}
 	result, err := r.apply(ctx, job, p)
 	if err = errors.Join(svcErr, gangErr, err); err != nil {
@@ -386,10 +386,20 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 // ranked by r.order, and keeps its Add to wake a job's sync.
 func (r *Reconciler) newQueue(logger logr.Logger) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		q := newRankedQueue(name, r.order, logger.WithValues("controller", name), limiter)
+		q := newRankedQueue(name, r.order, r.podsAskedFor, logger.WithValues("controller", name), limiter)
 		r.wake = q.Add
 		return q
 	}
+}
+
+// podsAskedFor is how many pods the job asks to be created now, as the
+// cache holds it (podsAskedFor), none when it is not there.
+func (r *Reconciler) podsAskedFor(key types.NamespacedName) int64 {
+	job := &ibjv1.IndexedBatchJob{}
+	if err := r.client.Get(context.Background(), key, job); err != nil {
+		return 0
+	}
+	return podsAskedFor(job)
 }
 
 // othersAhead reports whether a job that goes before this one (order.go)

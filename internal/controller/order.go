@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -18,21 +19,27 @@ import (
 // jobOrder decides which waiting job a worker takes next: jobs are served
 // in the order they came, each charged for the pods it has created beyond
 // a free allowance, so that a fleet finishes in the order it came while a
-// big job cannot hold back the jobs that come after it.
+// big job cannot hold back the jobs that come after it; among the jobs that
+// came about together, those with the fewest pods left to create go first.
 //
 // This is start-time fair queueing with a job as the flow. A job's place is
 // its virtual time: its arrival, plus the time the client's QPS needs for
 // the work it was charged, each pod created and each sync as one request.
-// The job with the earliest virtual time goes first. The order's own
-// virtual time is that of the latest job a worker took; a job that comes
-// arrives at it, or after the job that came before it (by the wall clock's
-// time between them, at most maxArrivalGap), so that jobs keep the order
-// they came in. A small job (work of at most freeWork
-// requests) is never charged, so jobs of a fleet keep that order; a big
-// one, or one whose pods keep changing, is, and a job that comes while it
-// is served goes first once its virtual time passes the newcomer's. A
-// waiting job's virtual time does not move, so every job is served in the
-// end (aging).
+// A job's rank is its finish tag: its virtual time plus the time its pods
+// still to create take, at most a free allowance's (finish), so that of
+// the jobs that came within that second the one that ends soonest goes
+// first, and a job waits behind newcomers for at most that second of
+// their arrivals. The job with the earliest finish tag goes first.
+//
+// The order's own virtual time is that of the latest job a worker took
+// (its start, not its finish tag); a job that comes arrives at it, or
+// after the job that came before it (by the wall clock's time between
+// them, at most maxArrivalGap), so that jobs keep the order they came in.
+// A small job (work of at most freeWork requests) is never charged, so
+// jobs of a fleet keep that order; a big one, or one whose pods keep
+// changing, is, and a job that comes while it is served goes first once
+// its virtual time passes the newcomer's. A waiting job's virtual time
+// does not move, so every job is served in the end (aging).
 //
 // Arriving at the order's virtual time, not at the wall clock's, is what
 // keeps a newcomer's wait short however many jobs share the client: while
@@ -85,6 +92,12 @@ type jobTurn struct {
 	// notBefore is the earliest its next sync may start (decided): a sync
 	// queued before then waits until then.
 	notBefore time.Time
+	// toCreate is how many pods the job has still to create: what its
+	// latest decision wanted less those created since, or, before its
+	// first decision, what the job asks for (arriving). sized says it was
+	// given.
+	toCreate int64
+	sized    bool
 }
 
 // decisionShare bounds the share of time a job's syncs spend deciding: a
@@ -168,10 +181,16 @@ func lateArrival(arrival time.Duration, heard, created time.Time) time.Duration 
 }
 
 // priorityOf is the queue priority of the job's place: the earlier its
-// virtual time, the higher. mu is held.
+// finish tag, the higher. mu is held.
 func (o *jobOrder) priorityOf(t *jobTurn) int {
-	ms := -o.virtual(t).Milliseconds()
+	ms := -o.finish(t).Milliseconds()
 	return int(min(max(ms, math.MinInt32), math.MaxInt32))
+}
+
+// finish is the job's finish tag: its virtual time and the time its pods
+// still to create take at the client's QPS, at most freeWork's. mu is held.
+func (o *jobOrder) finish(t *jobTurn) time.Duration {
+	return o.virtual(t) + time.Duration(min(t.toCreate, o.freeWork))*o.perRequest
 }
 
 // virtual is the job's virtual time: its arrival and the time its charged
@@ -205,16 +224,49 @@ func (o *jobOrder) seen(job *ibjv1.IndexedBatchJob) {
 func (o *jobOrder) charge(key types.NamespacedName, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.turn(key).work += int64(n)
+	t := o.turn(key)
+	t.work += int64(n)
+	t.toCreate = max(t.toCreate-int64(n), 0)
 }
 
 // decided records that a sync of the job spent cost deciding (reading and
 // grouping its pods and syncJob), so that its next sync waits
-// decisionShare times that.
-func (o *jobOrder) decided(key types.NamespacedName, cost time.Duration) {
+// decisionShare times that, and that it decided to create creates pods.
+func (o *jobOrder) decided(key types.NamespacedName, cost time.Duration, creates int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.turn(key).notBefore = o.clock.Now().Add(decisionShare * cost)
+	t := o.turn(key)
+	t.notBefore = o.clock.Now().Add(decisionShare * cost)
+	t.toCreate, t.sized = int64(creates), true
+}
+
+// arriving gives a job that no decision has sized yet the pods it asks
+// for, from work (the job as the cache holds it, work called without mu
+// held), so that its first place already ranks by them.
+func (o *jobOrder) arriving(key types.NamespacedName, work func(types.NamespacedName) int64) {
+	o.mu.Lock()
+	sized := o.turn(key).sized
+	o.mu.Unlock()
+	if sized || work == nil {
+		return
+	}
+	n := work(key)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t := o.turn(key); !t.sized {
+		t.toCreate, t.sized = n, true
+	}
+}
+
+// podsAskedFor is how many pods the job asks to be created now, as its spec
+// and status say: its parallelism, at most its indexes not yet succeeded,
+// less its active pods; none while it is suspended or once it finished.
+func podsAskedFor(job *ibjv1.IndexedBatchJob) int64 {
+	if ptr.Deref(job.Spec.Suspend, false) || IsFinished(job) {
+		return 0
+	}
+	want := min(ptr.Deref(job.Spec.Parallelism, 1), job.Spec.Completions-job.Status.Succeeded) - job.Status.Active
+	return int64(max(want, 0))
 }
 
 // forget drops a job that is gone.
@@ -292,9 +344,10 @@ func (o *jobOrder) len() int {
 
 // newRankedQueue makes the controller's queue: controller-runtime's priority
 // queue with its rate limiter, ranked by order, its metrics those of any
-// controller's queue but for the depth by priority (queueMetrics).
-func newRankedQueue(name string, order *jobOrder, logger logr.Logger, limiter workqueue.TypedRateLimiter[reconcile.Request]) rankedQueue {
-	return rankedQueue{order: order, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
+// controller's queue but for the depth by priority (queueMetrics), a job
+// first added sized by work.
+func newRankedQueue(name string, order *jobOrder, work func(types.NamespacedName) int64, logger logr.Logger, limiter workqueue.TypedRateLimiter[reconcile.Request]) rankedQueue {
+	return rankedQueue{order: order, work: work, PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) {
 		o.Log = logger
 		o.RateLimiter = limiter
 		o.MetricProvider = queueMetrics{}
@@ -305,13 +358,18 @@ func newRankedQueue(name string, order *jobOrder, logger logr.Logger, limiter wo
 // job's priority from the order, whoever adds it: the job and pod watches,
 // a sync's requeue, a failed sync's retry. An add that would make the job's
 // sync come before its pace allows (decided) waits until then.
+//
+// A job first added before any of its syncs decided is sized by work (the
+// pods it asks for, read from the cache: podsAskedFor), once.
 type rankedQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 	order *jobOrder
+	work  func(types.NamespacedName) int64
 }
 
 func (q rankedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
 	for _, item := range items {
+		q.order.arriving(item.NamespacedName, q.work)
 		q.PriorityQueue.AddWithOpts(q.order.enqueue(item.NamespacedName, o), item)
 	}
 }

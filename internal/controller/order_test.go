@@ -119,18 +119,25 @@ func TestQueueServesAWaitingJobInTheEnd(t *testing.T) {
 	q.order.priority(big.NamespacedName)
 	q.order.charge(big.NamespacedName, 10+2) // 200 ms past its arrival
 	q.Add(big)
-	served := 0
-	for i := range 1000 {
-		clk.Step(time.Second)
-		q.Add(request(fmt.Sprintf("newcomer-%d", i)))
-		if got := drain(t, q, 1); got[0] == "big" {
-			served = i
-			break
-		}
-	}
+	served := newcomersBefore(t, q, clk, "big")
 	if want := int(200 * time.Millisecond / maxArrivalGap); served == 0 || served > want {
 		t.Fatalf("big job, 200 ms ahead, served after %d newcomers; want after at most %d", served, want)
 	}
+}
+
+// newcomersBefore adds a job a second, each taken by a worker, until the
+// worker takes the waiting job name instead, and returns how many came
+// before it (0 when it never was, after 1,000).
+func newcomersBefore(t *testing.T, q rankedQueue, clk *clocktesting.FakeClock, name string) int {
+	t.Helper()
+	for i := range 1000 {
+		clk.Step(time.Second)
+		q.Add(request(fmt.Sprintf("newcomer-%d", i)))
+		if got := drain(t, q, 1); got[0] == name {
+			return i
+		}
+	}
+	return 0
 }
 
 // A job that comes while ten jobs share the client goes before them once
@@ -275,7 +282,7 @@ func TestQueuePacesAJobByItsDecisions(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	q := rankedQueueOf(t, clk, 100)
 	big := request("big")
-	q.order.decided(big.NamespacedName, 10*time.Millisecond)
+	q.order.decided(big.NamespacedName, 10*time.Millisecond, 0)
 	if got := q.order.enqueue(big.NamespacedName, priorityqueue.AddOpts{}).After; got != decisionShare*10*time.Millisecond {
 		t.Fatalf("an add waits %v after a decision of 10ms, want %v", got, decisionShare*10*time.Millisecond)
 	}
@@ -294,5 +301,116 @@ func TestQueuePacesAJobByItsDecisions(t *testing.T) {
 	clk.Step(time.Second)
 	if got := q.order.enqueue(big.NamespacedName, priorityqueue.AddOpts{}).After; got != 0 {
 		t.Fatalf("an add waits %v once the pace has passed, want none", got)
+	}
+}
+
+// sizedQueueOf is rankedQueueOf whose jobs ask for the given pods when
+// first added (podsAskedFor), counting each time it is asked.
+func sizedQueueOf(t *testing.T, clk *clocktesting.FakeClock, qps float32, sizes map[string]int64, asked map[string]int) rankedQueue {
+	t.Helper()
+	q := rankedQueueOf(t, clk, qps)
+	q.work = func(key types.NamespacedName) int64 {
+		asked[key.Name]++
+		return sizes[key.Name]
+	}
+	return q
+}
+
+// Of the jobs that came together, the one with the fewest pods to create
+// goes first, as their first adds say (the queue asks each job once), and
+// jobs of one size keep the order they came in.
+func TestQueueServesTheJobWithFewerPodsToCreateFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	asked := map[string]int{}
+	q := sizedQueueOf(t, clk, 200, map[string]int64{"big": 200, "mid": 50, "small": 5, "a": 10, "b": 10, "c": 10}, asked)
+	for _, name := range []string{"big", "mid", "small"} {
+		q.Add(request(name))
+		clk.Step(2 * time.Millisecond)
+	}
+	if got, want := drain(t, q, 3), []string{"small", "mid", "big"}; !slices.Equal(got, want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	clk.Step(time.Second)
+	for _, name := range []string{"a", "b", "c"} {
+		q.Add(request(name))
+		clk.Step(time.Millisecond)
+	}
+	q.Add(request("a")) // its pod's event: the job is sized already
+	if got, want := drain(t, q, 3), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("jobs of one size served %v, want %v", got, want)
+	}
+	for name, n := range asked {
+		if n != 1 {
+			t.Errorf("the queue asked for job %s's pods %d times, want once", name, n)
+		}
+	}
+}
+
+// A job's pods to create follow its decisions, not its first add: the
+// latest decision's creates, less the pods created since. A job with its
+// pods created ranks at its virtual time.
+func TestOrderFollowsTheDecidedCreates(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	o := newJobOrder(clk, 10) // 100 ms a request, 10 free
+	job := request("job").NamespacedName
+	o.arriving(job, func(types.NamespacedName) int64 { return 3 })
+	at := o.priority(job)
+	o.decided(job, 0, 5)
+	if p, want := o.priority(job), at-200; p != want {
+		t.Fatalf("priority %d after a decision to create 5 pods, want %d (the 3 the job asked for, replaced)", p, want)
+	}
+	o.charge(job, 5)
+	if p, want := o.priority(job), at+300; p != want {
+		t.Fatalf("priority %d once its 5 pods are created, want %d (at its virtual time)", p, want)
+	}
+	o.arriving(job, func(types.NamespacedName) int64 { t.Fatal("a decided job was asked for its pods again"); return 0 })
+	o.decided(job, 0, 1000)
+	if p, want := o.priority(job), at+300-1000; p != want {
+		t.Fatalf("priority %d with 1,000 pods to create, want %d (its free allowance's time, at most)", p, want)
+	}
+}
+
+// A job with many pods to create waits behind the smaller jobs that come
+// after it for at most a free allowance's time of their arrivals, one per
+// maxArrivalGap when they come slower than that: the order still serves it
+// in the end.
+func TestQueueServesAJobWithManyPodsToCreateInTheEnd(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := sizedQueueOf(t, clk, 10, map[string]int64{"big": 100_000}, map[string]int{}) // a free allowance: 1 s
+	q.Add(request("big"))
+	served := newcomersBefore(t, q, clk, "big")
+	if want := int(time.Second / maxArrivalGap); served == 0 || served > want {
+		t.Fatalf("big job served after %d newcomers; want after at least one and at most %d", served, want)
+	}
+}
+
+// podsAskedFor: a job's parallelism, at most its indexes not yet
+// succeeded, less its active pods; none while suspended or once finished.
+func TestPodsAskedFor(t *testing.T) {
+	for _, c := range []struct {
+		name                                   string
+		completions, parallelism, succ, active int32
+		suspend, finished                      bool
+		want                                   int64
+	}{
+		{name: "new", completions: 10, parallelism: 3, want: 3},
+		{name: "wide", completions: 10, parallelism: 100, want: 10},
+		{name: "nearly done", completions: 10, parallelism: 3, succ: 9, want: 1},
+		{name: "running", completions: 10, parallelism: 3, active: 2, want: 1},
+		{name: "more active than wanted", completions: 10, parallelism: 3, succ: 9, active: 3, want: 0},
+		{name: "suspended", completions: 10, parallelism: 3, suspend: true, want: 0},
+		{name: "finished", completions: 10, parallelism: 3, finished: true, want: 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := harness.MakeIndexedBatchJob("j", "ns").Completions(c.completions).Parallelism(c.parallelism).Obj()
+			job.Spec.Suspend = &c.suspend
+			job.Status.Succeeded, job.Status.Active = c.succ, c.active
+			if c.finished {
+				job.Status.Conditions = []metav1.Condition{{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue}}
+			}
+			if got := podsAskedFor(job); got != c.want {
+				t.Fatalf("podsAskedFor = %d, want %d", got, c.want)
+			}
+		})
 	}
 }

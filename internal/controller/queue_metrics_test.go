@@ -22,7 +22,7 @@ func TestQueueDepthIsOneSeriesWhateverThePriorities(t *testing.T) {
 	name := fmt.Sprintf("ranked-queue-metrics-test-%d", time.Now().UnixNano())
 	clk := clocktesting.NewFakeClock(time.Now())
 	order := newJobOrder(clk, 10)
-	q := newRankedQueue(name, order, logr.Discard(), workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	q := newRankedQueue(name, order, nil, logr.Discard(), workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
 	const jobs = 20
 	priorities := map[int]bool{}
