@@ -135,6 +135,13 @@ func main() {
 		os.Exit(1)
 	}
 	cfg := ctrl.GetConfigOrDie()
+	// Answers come uncompressed. kube-apiserver gzips a watch that starts
+	// with a list (WatchListCompression, on by default from 1.37) one gzip
+	// member per event, so that the pod watch would pay a gzip header, a
+	// Huffman table and a checksum on every pod change, and the API server
+	// the compressing; the operator runs beside the API server, where
+	// bandwidth is cheap and CPU is not.
+	cfg.DisableCompression = true
 	// The webhook's dry runs get a client of their own (rate limit
 	// included), so that admission never waits behind the controller's pod
 	// creates at --kube-api-qps.
