@@ -134,14 +134,7 @@ func main() {
 		setupLog.Error(err, "Invalid Kueue setting")
 		os.Exit(1)
 	}
-	cfg := ctrl.GetConfigOrDie()
-	// Answers come uncompressed. kube-apiserver gzips a watch that starts
-	// with a list (WatchListCompression, on by default from 1.37) one gzip
-	// member per event, so that the pod watch would pay a gzip header, a
-	// Huffman table and a checksum on every pod change, and the API server
-	// the compressing; the operator runs beside the API server, where
-	// bandwidth is cheap and CPU is not.
-	cfg.DisableCompression = true
+	cfg := uncompressed(ctrl.GetConfigOrDie())
 	// The webhook's dry runs get a client of their own (rate limit
 	// included), so that admission never waits behind the controller's pod
 	// creates at --kube-api-qps.
@@ -239,6 +232,18 @@ func main() {
 		setupLog.Error(err, "Problem running manager")
 		os.Exit(1)
 	}
+}
+
+// uncompressed is cfg asking for its answers uncompressed, as every client
+// of the process does. kube-apiserver gzips a watch that starts with a list
+// (WatchListCompression, on by default from 1.37) one gzip member per
+// event, so that the pod watch would pay a gzip header, a Huffman table and
+// a checksum on every pod change, and the API server the compressing; the
+// operator runs beside the API server, where bandwidth is cheap and CPU is
+// not.
+func uncompressed(cfg *rest.Config) *rest.Config {
+	cfg.DisableCompression = true
+	return cfg
 }
 
 // apiChecker probes kube-apiserver every 2 s on a client of its own (never
