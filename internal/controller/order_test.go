@@ -384,12 +384,14 @@ func TestQueueServesAJobWithManyPodsToCreateInTheEnd(t *testing.T) {
 	}
 }
 
-// podsAskedFor: a job's parallelism, at most its indexes not yet
-// succeeded, less its active pods; none while suspended or once finished.
+// podsAskedFor: a job's parallelism, at most its indexes (those
+// spec.indexes lists) not yet succeeded, less its active pods; none while
+// suspended or once finished.
 func TestPodsAskedFor(t *testing.T) {
 	for _, c := range []struct {
 		name                                   string
 		completions, parallelism, succ, active int32
+		indexes                                string
 		suspend, finished                      bool
 		want                                   int64
 	}{
@@ -398,12 +400,18 @@ func TestPodsAskedFor(t *testing.T) {
 		{name: "nearly done", completions: 10, parallelism: 3, succ: 9, want: 1},
 		{name: "running", completions: 10, parallelism: 3, active: 2, want: 1},
 		{name: "more active than wanted", completions: 10, parallelism: 3, succ: 9, active: 3, want: 0},
+		{name: "a subset of its indexes", completions: 100, parallelism: 100, indexes: "0-4,90", want: 6},
+		{name: "a subset, partly done", completions: 100, parallelism: 100, indexes: "0-4,90", succ: 2, active: 1, want: 3},
+		{name: "unreadable indexes: all of them", completions: 10, parallelism: 100, indexes: "x", want: 10},
 		{name: "suspended", completions: 10, parallelism: 3, suspend: true, want: 0},
 		{name: "finished", completions: 10, parallelism: 3, finished: true, want: 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			job := harness.MakeIndexedBatchJob("j", "ns").Completions(c.completions).Parallelism(c.parallelism).Obj()
 			job.Spec.Suspend = &c.suspend
+			if c.indexes != "" {
+				job.Spec.Indexes = &c.indexes
+			}
 			job.Status.Succeeded, job.Status.Active = c.succ, c.active
 			if c.finished {
 				job.Status.Conditions = []metav1.Condition{{Type: ibjv1.ConditionComplete, Status: metav1.ConditionTrue}}
