@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // jobOrder decides which waiting job a worker takes next: jobs are served
@@ -260,20 +259,18 @@ func (o *jobOrder) arriving(key types.NamespacedName, work func(types.Namespaced
 }
 
 // podsAskedFor is how many pods the job asks to be created now, as its spec
-// and status say: its parallelism, at most its indexes (those spec.indexes
-// lists, when it reads) not yet succeeded, less its active pods; none while
-// it is suspended or once it finished.
+// and status say: its parallelism, at most its indexes (jobIndexes) not yet
+// succeeded, less its active pods; none while it is suspended, once it
+// finished, or when spec.indexes cannot be read (the sync starts none).
 func podsAskedFor(job *ibjv1.IndexedBatchJob) int64 {
 	if ptr.Deref(job.Spec.Suspend, false) || IsFinished(job) {
 		return 0
 	}
-	indexes := int64(job.Spec.Completions)
-	if listed := job.Spec.Indexes; listed != nil {
-		if set, err := indexset.Parse(*listed, job.Spec.Completions); err == nil {
-			indexes = int64(set.Len())
-		}
+	indexes, err := jobIndexes(job)
+	if err != nil {
+		return 0
 	}
-	want := min(int64(ptr.Deref(job.Spec.Parallelism, 1)), indexes-int64(job.Status.Succeeded)) - int64(job.Status.Active)
+	want := min(int64(ptr.Deref(job.Spec.Parallelism, 1)), int64(indexes.Len())-int64(job.Status.Succeeded)) - int64(job.Status.Active)
 	return max(want, 0)
 }
 

@@ -402,7 +402,7 @@ func TestPodsAskedFor(t *testing.T) {
 		{name: "more active than wanted", completions: 10, parallelism: 3, succ: 9, active: 3, want: 0},
 		{name: "a subset of its indexes", completions: 100, parallelism: 100, indexes: "0-4,90", want: 6},
 		{name: "a subset, partly done", completions: 100, parallelism: 100, indexes: "0-4,90", succ: 2, active: 1, want: 3},
-		{name: "unreadable indexes: all of them", completions: 10, parallelism: 100, indexes: "x", want: 10},
+		{name: "unreadable indexes: none, as the sync starts none", completions: 10, parallelism: 100, indexes: "x", want: 0},
 		{name: "suspended", completions: 10, parallelism: 3, suspend: true, want: 0},
 		{name: "finished", completions: 10, parallelism: 3, finished: true, want: 0},
 	} {

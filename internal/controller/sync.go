@@ -265,17 +265,25 @@ func newSyncState(in syncInput) *syncState {
 	s.status = &s.plan.status
 	s.status.ObservedGeneration = in.job.Generation
 	s.backoff = in.backoff.ForJob(in.job)
-	s.wanted = indexset.Range(0, in.job.Spec.Completions-1)
-	if listed := in.job.Spec.Indexes; listed != nil {
-		set, err := indexset.Parse(*listed, in.job.Spec.Completions)
-		if err != nil {
-			s.plan.warn("InvalidIndexes", "Started no pod: spec.indexes %q cannot be read: %v", *listed, err)
-			s.unreadableIndexes = true
-		} else {
-			s.wanted = set
-		}
+	set, err := jobIndexes(in.job)
+	if err != nil {
+		s.wanted = indexset.Range(0, in.job.Spec.Completions-1)
+		s.plan.warn("InvalidIndexes", "Started no pod: spec.indexes %q cannot be read: %v", *in.job.Spec.Indexes, err)
+		s.unreadableIndexes = true
+	} else {
+		s.wanted = set
 	}
 	return s
+}
+
+// jobIndexes are the indexes the job runs: those spec.indexes lists, or
+// every index below completions; an error when spec.indexes cannot be read
+// (the sync then starts no pod).
+func jobIndexes(job *ibjv1.IndexedBatchJob) (indexset.Set, error) {
+	if listed := job.Spec.Indexes; listed != nil {
+		return indexset.Parse(*listed, job.Spec.Completions)
+	}
+	return indexset.Range(0, job.Spec.Completions-1), nil
 }
 
 // readRecordedResults reads what earlier syncs recorded: the uncounted pods
