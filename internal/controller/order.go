@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // jobOrder decides which waiting job a worker takes next: jobs are served
@@ -259,14 +260,14 @@ func (o *jobOrder) arriving(key types.NamespacedName, work func(types.Namespaced
 }
 
 // podsAskedFor is how many pods the job asks to be created now, as its spec
-// and status say: its parallelism, at most its indexes (jobIndexes) not yet
+// and status say: its parallelism, at most its indexes (indexset.OfJob) not yet
 // succeeded, less its active pods; none while it is suspended, once it
 // finished, or when spec.indexes cannot be read (the sync starts none).
 func podsAskedFor(job *ibjv1.IndexedBatchJob) int64 {
 	if ptr.Deref(job.Spec.Suspend, false) || IsFinished(job) {
 		return 0
 	}
-	indexes, err := jobIndexes(job)
+	indexes, err := indexset.OfJob(job)
 	if err != nil {
 		return 0
 	}

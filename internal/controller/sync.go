@@ -265,7 +265,7 @@ func newSyncState(in syncInput) *syncState {
 	s.status = &s.plan.status
 	s.status.ObservedGeneration = in.job.Generation
 	s.backoff = in.backoff.ForJob(in.job)
-	set, err := jobIndexes(in.job)
+	set, err := indexset.OfJob(in.job)
 	if err != nil {
 		s.wanted = indexset.Range(0, in.job.Spec.Completions-1)
 		s.plan.warn("InvalidIndexes", "Started no pod: spec.indexes %q cannot be read: %v", *in.job.Spec.Indexes, err)
@@ -274,16 +274,6 @@ func newSyncState(in syncInput) *syncState {
 		s.wanted = set
 	}
 	return s
-}
-
-// jobIndexes are the indexes the job runs: those spec.indexes lists, or
-// every index below completions; an error when spec.indexes cannot be read
-// (the sync then starts no pod).
-func jobIndexes(job *ibjv1.IndexedBatchJob) (indexset.Set, error) {
-	if listed := job.Spec.Indexes; listed != nil {
-		return indexset.Parse(*listed, job.Spec.Completions)
-	}
-	return indexset.Range(0, job.Spec.Completions-1), nil
 }
 
 // readRecordedResults reads what earlier syncs recorded: the uncounted pods

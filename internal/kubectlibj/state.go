@@ -141,16 +141,10 @@ func appendIndex(ivs []indexset.Interval, ix, n int32) []indexset.Interval {
 	return append(ivs, indexset.Interval{First: ix, Last: ix + n - 1})
 }
 
-// wantedIndexes is spec.indexes, or every index below completions.
+// wantedIndexes is spec.indexes, or every index below completions; none
+// when spec.indexes cannot be read, as the operator starts none.
 func wantedIndexes(job *ibjv1.IndexedBatchJob) indexset.Set {
-	all := indexset.Range(0, job.Spec.Completions-1)
-	if job.Spec.Indexes == nil {
-		return all
-	}
-	set, err := indexset.Parse(*job.Spec.Indexes, job.Spec.Completions)
-	if err != nil {
-		return all
-	}
+	set, _ := indexset.OfJob(job)
 	return set
 }
 

@@ -270,15 +270,8 @@ func (j *Job) SetManagedBy(m *string) { j.Spec.ManagedBy = m }
 // wantedIndexes are the indexes the job runs: spec.indexes, or all of
 // 0..completions-1.
 func (j *Job) wantedIndexes() indexset.Set {
-	if j.Spec.Indexes != nil {
-		// Validated at admission; unreadable, the job runs nothing.
-		set, _ := indexset.Parse(*j.Spec.Indexes, j.Spec.Completions)
-		return set
-	}
-	if j.Spec.Completions == 0 {
-		return indexset.Set{}
-	}
-	return indexset.Range(0, j.Spec.Completions-1)
+	set, _ := indexset.OfJob((*ibjv1.IndexedBatchJob)(j)) // unreadable: the job runs nothing
+	return set
 }
 
 // finishedIndexes counts the job's indexes that completed or failed for

@@ -108,13 +108,13 @@ func Background(ctx context.Context) context.Context {
 // IsBackground is whether ctx marks its requests as background (Background).
 func IsBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) != nil }
 
-// waitSpare waits, polling every tick (or every token's time without a
-// tick), for a spare token (see Background).
+// waitSpare waits for a spare token (see Background), looking again on
+// every tick of the wall clock (every token's time without a tick). The
+// waiters share the ticks, as the foreground's do: those that find no
+// token wake together on the next tick, share what the bucket gathered
+// meanwhile, and their requests go out together, where waiters each on a
+// timer of their own would take the tokens one at a time as they come.
 func (l *Limiter) waitSpare(ctx context.Context) error {
-	poll := l.tick
-	if poll <= 0 {
-		poll = time.Duration(float64(time.Second) / float64(l.bucket.Limit()))
-	}
 	var t *time.Timer
 	for {
 		now := time.Now()
@@ -125,6 +125,7 @@ func (l *Limiter) waitSpare(ctx context.Context) error {
 		if l.bucket.TokensAt(now) >= reserve+1 && l.bucket.AllowN(now, 1) {
 			return nil
 		}
+		poll := l.nextLook(now)
 		if t == nil {
 			t = time.NewTimer(poll)
 			defer t.Stop()
@@ -137,6 +138,16 @@ func (l *Limiter) waitSpare(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// nextLook is how long a background waiter that found no spare token at now
+// sleeps: to the next tick of the wall clock, strictly after now, or the
+// time of one token without a tick.
+func (l *Limiter) nextLook(now time.Time) time.Duration {
+	if l.tick <= 0 {
+		return time.Duration(float64(time.Second) / float64(l.bucket.Limit()))
+	}
+	return now.Truncate(l.tick).Add(l.tick).Sub(now)
 }
 
 // releaseDelay is how long a waiter whose token is due after delay waits:

@@ -141,3 +141,56 @@ func backgroundGoesWithin(l *Limiter, d time.Duration) bool {
 	defer cancel()
 	return l.Wait(ctx) == nil
 }
+
+func TestBackgroundWaiterLooksAgainOnTheNextTickOfTheClock(t *testing.T) {
+	base := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		tick time.Duration
+		now  time.Time
+		want time.Duration
+	}{
+		{"early in a tick", 250 * time.Millisecond, base.Add(10 * time.Millisecond), 240 * time.Millisecond},
+		{"late in a tick", 250 * time.Millisecond, base.Add(240 * time.Millisecond), 10 * time.Millisecond},
+		{"on a tick: the next one", 250 * time.Millisecond, base, 250 * time.Millisecond},
+		{"no tick: one token's time", 0, base.Add(3 * time.Millisecond), 5 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(200, 10, tc.tick)
+			if got := l.nextLook(tc.now); got != tc.want {
+				t.Errorf("looks again after %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Background waiters that started at different moments of a tick get their
+// tokens on the same tick, so their requests go out together. (Each on a
+// timer of its own, they would go a tick after their own start, 200 ms
+// apart here.)
+func TestBackgroundWaitersGoTogetherOnTheTick(t *testing.T) {
+	const tick = 400 * time.Millisecond
+	l := New(20, 10, tick)
+	// Start just after a tick, so that the two waiters' starts share it.
+	time.Sleep(time.Until(time.Now().Truncate(tick).Add(tick + 20*time.Millisecond)))
+	released := make(chan time.Time, 2)
+	wait := func() {
+		if err := l.Wait(Background(context.Background())); err != nil {
+			t.Error(err)
+		}
+		released <- time.Now()
+	}
+	// Each waiter finds the bucket just drained: its next token is 50 ms
+	// away.
+	for l.TryAccept() {
+	}
+	go wait()
+	time.Sleep(200 * time.Millisecond)
+	for l.TryAccept() {
+	}
+	go wait()
+	first, second := <-released, <-released
+	if gap := second.Sub(first).Abs(); gap > 100*time.Millisecond {
+		t.Errorf("the two background waiters went %v apart, not on one tick", gap)
+	}
+}

@@ -123,12 +123,7 @@ func MinCount(job *ibjv1.IndexedBatchJob) int32 {
 	if g := job.Spec.GangScheduling; g != nil && g.MinCount != nil {
 		n = min(n, *g.MinCount)
 	}
-	wanted := indexset.Range(0, job.Spec.Completions-1)
-	if listed := job.Spec.Indexes; listed != nil {
-		if set, err := indexset.Parse(*listed, job.Spec.Completions); err == nil {
-			wanted = set
-		}
-	}
+	wanted, _ := indexset.OfJob(job) // unreadable: the operator starts no pod
 	if done, err := indexset.Parse(job.Status.CompletedIndexes, 0); err == nil {
 		wanted = wanted.Difference(done)
 	}
