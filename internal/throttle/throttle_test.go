@@ -166,11 +166,14 @@ func TestBackgroundWaiterLooksAgainOnTheNextTickOfTheClock(t *testing.T) {
 
 // Background waiters that started at different moments of a tick get their
 // tokens on the same tick, so their requests go out together. (Each on a
-// timer of its own, they would go a tick after their own start, 200 ms
+// timer of its own, they would go a tick after their own start, 300 ms
 // apart here.)
 func TestBackgroundWaitersGoTogetherOnTheTick(t *testing.T) {
-	const tick = 400 * time.Millisecond
-	l := New(20, 10, tick)
+	// A token every 200 ms: a waiter that starts up to 200 ms late still
+	// finds the bucket empty; the 680 ms between the second drain and the
+	// tick gather a token for each of the two.
+	const tick, qps = time.Second, 5
+	l := New(qps, 10, tick)
 	// Start just after a tick, so that the two waiters' starts share it.
 	time.Sleep(time.Until(time.Now().Truncate(tick).Add(tick + 20*time.Millisecond)))
 	released := make(chan time.Time, 2)
@@ -180,17 +183,15 @@ func TestBackgroundWaitersGoTogetherOnTheTick(t *testing.T) {
 		}
 		released <- time.Now()
 	}
-	// Each waiter finds the bucket just drained: its next token is 50 ms
-	// away.
 	for l.TryAccept() {
 	}
 	go wait()
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
 	for l.TryAccept() {
 	}
 	go wait()
 	first, second := <-released, <-released
-	if gap := second.Sub(first).Abs(); gap > 100*time.Millisecond {
+	if gap := second.Sub(first).Abs(); gap > 150*time.Millisecond {
 		t.Errorf("the two background waiters went %v apart, not on one tick", gap)
 	}
 }
