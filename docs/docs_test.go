@@ -2,8 +2,10 @@
 // they hold together: every relative link of README.md, DEVELOPERS.md and the
 // pages under docs/ points at a file that exists (and, with a #fragment, at a
 // heading of it), every page under docs/ can be reached from README.md by
-// following links, README.md stays short, and docs/layout.md names every
-// directory of the repository that holds Go code (layout_test.go).
+// following links, README.md stays short, docs/layout.md names every
+// directory of the repository that holds Go code (layout_test.go), and every
+// path and Go name in backticks on DEVELOPERS.md and docs/layout.md resolves
+// against the tree (names_test.go).
 package docs
 
 import (

@@ -16,9 +16,11 @@ package docs
 //     `make test`), flags (-x), variables ($X, X=y), absolute or home paths
 //     (/etc/..., ~/.kube), URLs and host:port, module and domain paths
 //     (whose first element holds a '.': sigs.k8s.io/kueue,
-//     kwok.indexedjob.dev/*), API group versions (batch/v1), and what the
+//     kwok.indexedjob.dev/*), API group versions whose group is no
+//     top-level directory (batch/v1, not api/v1alpha1), and what the
 //     build writes under buildOutputs (bin/, dist/), which a fresh clone
-//     does not hold.
+//     does not hold, or under a directory the reader picks (<dir>/out).
+//     A trailing /... (a package pattern) names its directory.
 //   - A Go name is a span of Go identifiers joined by '.', with at most one
 //     call suffix ("(...)") at its end. A single identifier is checked only
 //     when it has an upper-case letter after its first (syncState,
@@ -28,12 +30,20 @@ package docs
 //     literal or struct tag (Kubernetes API fields such as restartPolicy,
 //     event reasons, kinds) or as the name picked from an imported package
 //     (corev1.LimitRange). A selector a.b.c resolves step by step from a
-//     package of the tree (by name or by the alias an import gives it), a
+//     package of the tree (by name or by the alias an import gives it; b a
+//     top-level name or a member of one of its types, as
+//     controlplane.StartComponent), a
 //     type of the tree (by name, in any package), or an outside package the
 //     tree imports, whose a.b the tree itself must use (workqueue.ParallelizeUntil).
 //     A selector whose first element is none of these is an API or YAML
 //     path (spec.indexes) and is not checked, unless that element has an
-//     upper-case letter and is nowhere in the tree.
+//     upper-case letter and is nowhere in the tree. The few names of the
+//     outside world that look like Go and appear nowhere in the tree are in
+//     outsideNames.
+//
+// A check that fails names the page, the line, the span and the step that
+// found nothing ("Reconciler declares no gangs"), so that after a rename a
+// reader greps for the new name and fixes each line in turn.
 //
 // The Go files read are every .go file of the tree but those goDirs skips
 // (build output, testdata, vendor), of every module in it, parsed without
@@ -55,6 +65,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // namedPages are the pages whose code spans must resolve against the tree.
@@ -91,6 +103,7 @@ var (
 	// apiGroupVersion is a Kubernetes API group and version, batch/v1.
 	apiGroupVersion = regexp.MustCompile(`^[a-z.]+/v[0-9]+(?:(?:alpha|beta)[0-9]+)?$`)
 	placeholder     = regexp.MustCompile(`<[^<>/]*>`)
+	majorVersion    = regexp.MustCompile(`^v[0-9]+$`)
 	wordOf          = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 )
 
@@ -172,6 +185,7 @@ type goType struct {
 // goPkg is what one package of the tree declares at its top level.
 type goPkg struct {
 	dir   string
+	name  string
 	decls map[string]bool
 	types map[string]*goType
 }
@@ -247,7 +261,7 @@ func importName(spec *ast.ImportSpec) (string, string) {
 	}
 	elems := strings.Split(p, "/")
 	name := elems[len(elems)-1]
-	if len(elems) > 1 && regexp.MustCompile(`^v[0-9]+$`).MatchString(name) && strings.Contains(p, ".") && !strings.HasPrefix(p, "k8s.io/api/") {
+	if len(elems) > 1 && majorVersion.MatchString(name) && strings.Contains(p, ".") && !strings.HasPrefix(p, "k8s.io/api/") {
 		name = elems[len(elems)-2]
 	}
 	return strings.TrimPrefix(name, "go-"), p
@@ -257,7 +271,7 @@ func importName(spec *ast.ImportSpec) (string, string) {
 func newGoIndex(root string) (*goIndex, error) {
 	x := &goIndex{pkgs: map[string][]*goPkg{}, types: map[string][]*goType{}, declared: map[string]bool{},
 		members: map[string]bool{}, words: map[string]bool{}, external: map[string]map[string]bool{}, picked: map[string]bool{}}
-	byKey := map[string]*goPkg{}      // dir and package name
+	byKey := map[string]*goPkg{}     // dir and package name
 	aliases := map[string][]string{} // alias of a tree package -> its dirs
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(file string, d fs.DirEntry, err error) error {
@@ -286,7 +300,7 @@ func newGoIndex(root string) (*goIndex, error) {
 		key := dir + " " + f.Name.Name
 		pkg := byKey[key]
 		if pkg == nil {
-			pkg = &goPkg{dir: dir, decls: map[string]bool{}, types: map[string]*goType{}}
+			pkg = &goPkg{dir: dir, name: f.Name.Name, decls: map[string]bool{}, types: map[string]*goType{}}
 			byKey[key] = pkg
 			x.pkgs[f.Name.Name] = append(x.pkgs[f.Name.Name], pkg)
 			x.declared[f.Name.Name] = true
@@ -305,22 +319,13 @@ func newGoIndex(root string) (*goIndex, error) {
 	for alias, dirs := range aliases {
 		for _, dir := range dirs {
 			for _, pkg := range byKey {
-				if pkg.dir == dir && !slices.Contains(x.pkgs[alias], pkg) && !strings.HasSuffix(pkgName(pkg, byKey), "_test") {
+				if pkg.dir == dir && !slices.Contains(x.pkgs[alias], pkg) && !strings.HasSuffix(pkg.name, "_test") {
 					x.pkgs[alias] = append(x.pkgs[alias], pkg)
 				}
 			}
 		}
 	}
 	return x, nil
-}
-
-func pkgName(p *goPkg, byKey map[string]*goPkg) string {
-	for key, q := range byKey {
-		if q == p {
-			return strings.TrimPrefix(key, p.dir+" ")
-		}
-	}
-	return ""
 }
 
 // readFile records what one file declares, the tree packages it imports
@@ -645,5 +650,98 @@ func TestNamesInDocsResolve(t *testing.T) {
 		for _, s := range stale {
 			t.Error(s)
 		}
+	}
+}
+
+// The names check must fail on a name renamed away and a path moved, and
+// only on those: a tree written for the test, whose page names what the
+// tree declares, what it no longer does, and what is no path or Go name.
+func TestStaleNamesAreFound(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"internal/widget/widget.go": `package widget
+
+import "k8s.io/client-go/util/workqueue"
+
+// Widget is one.
+type Widget struct {
+	Size  int
+	parts []part
+	Spec  WidgetSpec ` + "`json:\"spec\"`" + `
+}
+
+type WidgetSpec struct {
+	RestartPolicy string ` + "`json:\"restartPolicy\"`" + `
+}
+
+type part struct{ weight int }
+
+func (w *Widget) Grow() { workqueue.ParallelizeUntil(nil, 1, 1, nil) }
+
+func NewWidget() *Widget { return nil }
+
+var defaultSize = 3
+
+func reasonOf() string { return "WidgetGrown" }
+`,
+		"internal/widget/widget_test.go": "package widget\n\nfunc TestWidgetGrows() {}\n",
+		"cmd/main.go": "package main\n\nimport w \"github.com/indexed-batch-job/indexed-batch-job/internal/widget\"\n\n" +
+			"func main() { _ = w.NewWidget() }\n",
+		"hack/demo.sh":  "#!/bin/sh\n",
+		"config/a.yaml": "a: 1\n",
+		"PAGE.md": "# Page\n\n" +
+			"Present: `widget.NewWidget()`, `w.NewWidget`, `Widget.Grow()`, `Widget.Size`, `widget.Widget.parts`,\n" +
+			"`Widget.Spec.RestartPolicy`, `defaultSize`, `TestWidgetGrows`, `internal/widget/widget.go`, `internal/widget/`,\n" +
+			"`internal/{widget,widget}`, `cmd/*.go`, `main.go`, `config/<file>.yaml`, `internal/...`, `workqueue.ParallelizeUntil`,\n" +
+			"`restartPolicy`, `WidgetGrown`, `Widget.Grow(ctx,\n  n)`.\n\n" +
+			"Not names: `make test`, `go test ./...`, `--flag-name`, `IBJ_X=1`, `/etc/widget`, `~/.kube/config`, `bin/tool`,\n" +
+			"`dist/install.yaml`, `batch/v1`, `sigs.k8s.io/kueue`, `kwok.indexedjob.dev/*`, `spec.indexes`, `Failed`,\n" +
+			"`https://example.com/a/b.md`, `<dir>/out`, `JOB_COMPLETION_INDEX`.\n\n" +
+			"```\n`oldHelper` in a fence\n```\n\n" +
+			"Stale: `oldHelper`, `widget.OldWidget`, `Widget.Shrink()`, `Widget.parts.mass`, `w.Gone`, `Gadget.Size`,\n" +
+			"`internal/gadget/gadget.go`, `hack/{demo,lib}.sh`, `old.go`, `workqueue.Parallelize`.\n",
+	} {
+		file := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, err := newGoIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := repoPaths(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := staleNames(dir, "PAGE.md", x, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"PAGE.md:17: `oldHelper`: no Go declaration, string or struct tag of the tree holds it",
+		"PAGE.md:17: `widget.OldWidget`: widget declares no OldWidget",
+		"PAGE.md:17: `Widget.Shrink()`: Widget declares no Shrink",
+		"PAGE.md:17: `Widget.parts.mass`: Widget.parts declares no mass",
+		"PAGE.md:17: `w.Gone`: w declares no Gone",
+		"PAGE.md:17: `Gadget.Size`: Gadget is no package, type or imported package of the tree",
+		"PAGE.md:18: `internal/gadget/gadget.go`: the tree holds no internal/gadget/gadget.go",
+		"PAGE.md:18: `hack/{demo,lib}.sh`: the tree holds no hack/lib.sh",
+		"PAGE.md:18: `old.go`: the tree holds no old.go",
+		"PAGE.md:18: `workqueue.Parallelize`: workqueue declares no Parallelize",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stale names (-want +got):\n%s", diff)
+	}
+}
+
+func TestCodeSpans(t *testing.T) {
+	got := codeSpans("a `one` b ``two `x` two``\n`three\nlines` `not\n\nclosed `four`\n```\n`fenced`\n```\n`five`\n")
+	want := []docSpan{{"one", 1}, {"two `x` two", 1}, {"three lines", 2}, {"four", 5}, {"five", 9}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(docSpan{})); diff != "" {
+		t.Errorf("codeSpans (-want +got):\n%s", diff)
 	}
 }
