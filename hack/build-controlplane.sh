@@ -8,7 +8,8 @@
 # supported); the module that builds it is the hack/controlplane*/ whose
 # go.mod requires that k8s.io/kubernetes: hack/controlplane for the newest,
 # hack/controlplane-v1.<minor> for the older ones of the supported-versions
-# matrix (make test-compat). Each module builds the etcd its Kubernetes
+# matrix (make test-compat), hack/controlplane-next for the next minor's
+# pre-release (make test-full). Each module builds the etcd its Kubernetes
 # version requires (go.etcd.io/etcd/server/v3 in k8s.io/kubernetes's
 # go.mod), in the same go build as the Kubernetes binaries.
 #
@@ -62,13 +63,28 @@ for t in "${targets[@]}"; do
 done
 
 [ ${#k8s[@]} -gt 0 ] || exit 0
+
+# A module may need a newer Go than the installed one: the next minor's
+# Kubernetes requires the Go that comes out with it. Such a module builds with
+# the toolchain its go.mod names (its toolchain line, else its go line), which
+# GOTOOLCHAIN makes the go command fetch from the module proxy, for this build
+# only; every other module builds with the installed Go.
+gotoolchain=
+want=$(awk '$1 == "toolchain" { print $2; exit }' "$module/go.mod")
+[ -n "$want" ] || want=go$(awk '$1 == "go" { print $2; exit }' "$module/go.mod")
+if [[ $want =~ ^go[0-9]+\.[0-9]+$ ]]; then want+=.0; fi  # a go line "1.N" means go1.N.0
+have=$(go env GOVERSION)
+if [ "$(printf '%s\n' "${have#go}" "${want#go}" | sort -V | tail -n 1)" != "${have#go}" ]; then
+  gotoolchain=$want
+fi
 start=$(date +%s)
-echo "building ${k8s[*]} ($k8s_version) into $out; the first build takes a few minutes..." >&2
+echo "building ${k8s[*]} ($k8s_version${gotoolchain:+, with $gotoolchain}) into $out; the first build takes a few minutes..." >&2
 tmp="$out/.build.tmp"
 rm -rf "$tmp" && mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 pkgs=()
 for t in "${k8s[@]}"; do pkgs+=("./cmd/$t"); done
-(cd "$module" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+(cd "$module" && if [ -n "$gotoolchain" ]; then export GOTOOLCHAIN=$gotoolchain; fi &&
+  go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
 for t in "${k8s[@]}"; do mv "$tmp/$t" "$out/$t"; done
 echo "built ${k8s[*]} in $(( $(date +%s) - start ))s" >&2

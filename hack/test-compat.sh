@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The supported-versions matrix (make test-compat). For each version of
-# COMPAT_VERSIONS (the oldest supported and the newest): build its control
-# plane once (hack/build-controlplane.sh), then run against it the CRD
-# validation suite, the CRD's floor test and the e2e seed example with the
-# operator binary. Then, for COMPAT_BELOW (one minor below the oldest
-# supported; empty skips it), run the floor test alone: there the CRD must be
-# refused, for the reason docs/versions.md gives. COMPAT_FULL=1 runs every
-# integration suite and the whole e2e suite instead, at each version.
+# COMPAT_VERSIONS (the oldest supported and the newest; make test-full adds
+# the next minor's pre-release): build its control plane once
+# (hack/build-controlplane.sh), then run against it the CRD validation suite,
+# the CRD's floor test and the e2e seed example with the operator binary.
+# Then, for COMPAT_BELOW (one minor below the oldest supported; empty skips
+# it), run the floor test alone: there the CRD must be refused, for the reason
+# docs/versions.md gives. COMPAT_FULL=1 runs every integration suite and the
+# whole e2e suite instead, at each version.
 #
 # usage: COMPAT_VERSIONS="v1.33.13 v1.37.2" COMPAT_BELOW=v1.32.13 [COMPAT_FULL=1] hack/test-compat.sh
 set -euo pipefail
