@@ -2,6 +2,8 @@ package podsim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -398,6 +401,19 @@ func TestAnOutcomeARestartRuleMatchesRestartsTheContainerInPlaceUntilThePodIsDel
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			cs := fakeAPI(t, podWithRules("j-0"))
+			// The fake API server checks no resourceVersion: a status write
+			// made from the pod as it was before its deletion would undo the
+			// deletion, where the real one answers Conflict.
+			cs.PrependReactor("update", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				update := action.(k8stesting.UpdateAction)
+				if update.GetSubresource() != "status" || update.GetObject().(*corev1.Pod).DeletionTimestamp != nil {
+					return false, nil, nil
+				}
+				if p := get(t, cs, "j-0"); p != nil && p.DeletionTimestamp != nil {
+					return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), "j-0", errors.New("the pod was deleted since"))
+				}
+				return false, nil, nil
+			})
 			sim := start(t, ForJob(cs, "ns", "j", func(int, int) Plan { return tc.plan }))
 			var last corev1.ContainerStatus
 			eventually(t, "three restarts in place", func() bool {
@@ -421,9 +437,10 @@ func TestAnOutcomeARestartRuleMatchesRestartsTheContainerInPlaceUntilThePodIsDel
 				t.Errorf("state %+v, want running again", last.State)
 			}
 
-			p := get(t, cs, "j-0").DeepCopy()
-			p.DeletionTimestamp, p.DeletionGracePeriodSeconds = ptr.To(metav1.Now()), ptr.To[int64](30)
-			if err := cs.Tracker().Update(podsGVR, p, "ns"); err != nil {
+			// A graceful delete, as a patch: an update of the pod as read
+			// would undo the restarts the simulator wrote since.
+			deletion := fmt.Sprintf(`{"metadata":{"deletionTimestamp":%q,"deletionGracePeriodSeconds":30}}`, time.Now().UTC().Format(time.RFC3339))
+			if _, err := cs.CoreV1().Pods("ns").Patch(context.Background(), "j-0", types.MergePatchType, []byte(deletion), metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, "the final delete", func() bool { return get(t, cs, "j-0") == nil })
