@@ -367,4 +367,4 @@ echo "\$ kubectl describe ibj $in_place_job   (events)"
 "$kubectl" describe ibj "$in_place_job" | sed -n '/^Events:/,$p'
 # Index 1 exits 75 on each run: three restarts in place, each a failure, the
 # third over backoffLimitPerIndex 2; stopping its pod adds none.
-final_status "$in_place_job" 'Failed/FailedIndexes: completedIndexes "0,2-3", failedIndexes "1", succeeded 3, failed 3'
+final_status "$in_place_job" 'Failed/FailedIndexes: completedIndexes "0,2,3", failedIndexes "1", succeeded 3, failed 3'
