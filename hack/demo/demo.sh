@@ -10,7 +10,11 @@
 # final status; then does the same with
 # config/samples/batch_v1alpha1_indexedbatchjob_restart.yaml, a group of pods
 # restarted together once (status.restarts 1, the RESTARTS column of
-# kubectl get ibj -o wide). Everything it started stops
+# kubectl get ibj -o wide); then with hack/demo/retry_in_place.yaml, a
+# retry InPlace rule: the failing index keeps its one pod, its container
+# restarted in place by its restart rules, until its failures go over
+# backoffLimitPerIndex (the demo dies if the index gets a second pod or its
+# pod fails at the first exit). Everything it started stops
 # when it ends or on Ctrl-C; with KEEP=1 a demo that finished leaves the
 # cluster and the operator running and says how to use and stop them.
 #
@@ -50,6 +54,10 @@ job=per-index
 restart_sample=config/samples/batch_v1alpha1_indexedbatchjob_restart.yaml
 restart_job=restart-group
 restart_ran=0
+# The third: a retry InPlace rule (plain demo only).
+in_place_sample=hack/demo/retry_in_place.yaml
+in_place_job=retry-in-place
+in_place_ran=0
 keep=${KEEP:-0}
 kueue=${DEMO_KUEUE:-0}
 gang=${DEMO_GANG:-0}
@@ -107,6 +115,15 @@ EOF
   kubectl delete ibj $restart_job && kubectl apply -f $restart_sample
                                       # the restart sample again: index 2 exits 3,
                                       # every pod restarts together, once
+EOF
+    fi
+    if [ "$in_place_ran" = 1 ]; then
+      cat <<EOF
+  kubectl ibj indexes $in_place_job    # IN-PLACE: each index's restarts in place
+  kubectl delete ibj $in_place_job && kubectl apply -f $in_place_sample
+  kubectl get pods -l batch.indexedjob.dev/job-name=$in_place_job -w
+                                      # the retry InPlace job again: index 1
+                                      # keeps one pod, its RESTARTS growing
 EOF
     fi
     cat <<EOF
@@ -303,3 +320,51 @@ echo "\$ kubectl describe ibj $restart_job   (events)"
 # succeeds; neither that exit nor the ends of the pods the restart stopped
 # count as failed.
 final_status "$restart_job" 'Complete/CompletionsReached: completedIndexes "0-3", failedIndexes "", succeeded 4, failed 0, restarts 1' ', restarts {{or .status.restarts 0}}'
+
+say "Applying $in_place_sample"
+sed -n '1,/^apiVersion/{/^#/p}' "$in_place_sample"
+"$kubectl" apply -f "$in_place_sample"
+in_place_ran=1
+
+# restarted_in_place JOB INDEX TIMEOUT: waits until the index's one pod has
+# restarted its container in place, and dies if the index gets a second pod
+# or its pod fails: the simulated nodes must restart a container on an exit
+# its restart rules match, as a kubelet does, not fail its pod.
+restarted_in_place() {
+  local job=$1 index=$2 deadline out pods name pod_phase restarts
+  deadline=$(( $(date +%s) + $3 ))
+  while :; do
+    out=$("$kubectl" get pods -l "batch.indexedjob.dev/job-name=$job,batch.indexedjob.dev/completion-index=$index" \
+      -o go-template='{{range .items}}{{.metadata.name}} {{.status.phase}}{{range .status.containerStatuses}} {{.restartCount}}{{end}}{{"\n"}}{{end}}')
+    mapfile -t pods < <(sed '/^$/d' <<<"$out")
+    [ "${#pods[@]}" -le 1 ] || die "index $index of $job got a second pod, not a restart in place: ${pods[*]}"
+    if [ "${#pods[@]}" = 1 ]; then
+      read -r name pod_phase restarts <<<"${pods[0]}"
+      [ "$pod_phase" != Failed ] || die "pod $name of $job failed at its container's first exit: not restarted in place by its restart rules"
+      if [ "${restarts:-0}" -ge 1 ]; then
+        echo "  pod $name: container restarted in place ($restarts), phase $pod_phase"
+        return
+      fi
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || die "index $index of $job was not restarted in place within ${3}s; see $dir"
+    sleep 0.2
+  done
+}
+
+say "Waiting for index 1's container to exit 75 and restart in place"
+restarted_in_place "$in_place_job" 1 "$timeout"
+echo "\$ kubectl get pods -l batch.indexedjob.dev/job-name=$in_place_job"
+"$kubectl" get pods -l "batch.indexedjob.dev/job-name=$in_place_job"
+
+say "Watching it (kubectl get ibj -o wide -w)"
+watch_job "$in_place_job" "$timeout"
+
+say "Finished: $phase after $(elapsed)"
+echo "\$ kubectl ibj indexes $in_place_job"
+"$bin/kubectl-ibj" indexes "$in_place_job"
+echo
+echo "\$ kubectl describe ibj $in_place_job   (events)"
+"$kubectl" describe ibj "$in_place_job" | sed -n '/^Events:/,$p'
+# Index 1 exits 75 on each run: three restarts in place, each a failure, the
+# third over backoffLimitPerIndex 2; stopping its pod adds none.
+final_status "$in_place_job" 'Failed/FailedIndexes: completedIndexes "0,2,3", failedIndexes "1", succeeded 3, failed 3'

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
@@ -28,7 +29,8 @@ const (
 	// SimulatedKubelets are the test harness's pod simulator (podsim) in
 	// this process, which reads the same annotations (but for
 	// ShutdownDurationAnnotation: a deleted pod stops at once) and
-	// FailRestartAttemptsAnnotation. No kwok
+	// FailRestartAttemptsAnnotation, and, as a kubelet does, restarts a
+	// container in place on an exit its restart rules match. No kwok
 	// binary is needed: `make demo` runs on these.
 	SimulatedKubelets
 )
@@ -59,13 +61,7 @@ func (c *Cluster) startSimulatedKubelets(ctx context.Context) error {
 		}
 	}
 	simCtx, stop := context.WithCancel(context.Background())
-	sim := podsim.New(podsim.Options{
-		Client:        clientset,
-		IndexLabels:   []string{ibjv1.CompletionIndexLabel, "batch.kubernetes.io/job-completion-index"},
-		JobLabel:      ibjv1.JobNameLabel,
-		Script:        annotatedPlan,
-		ReportRunning: true,
-	})
+	sim := podsim.New(simulatedKubeletOptions(clientset))
 	if err := sim.Run(simCtx); err != nil {
 		stop()
 		return err
@@ -75,6 +71,22 @@ func (c *Cluster) startSimulatedKubelets(ctx context.Context) error {
 		sim.Stop()
 	}
 	return nil
+}
+
+// simulatedKubeletOptions are the pod simulator's options for the
+// simulated nodes: every pod of the cluster (the binder binds them), each
+// run by its annotations (annotatedPlan) and reported Running first. The
+// simulator, as a kubelet, restarts a container in place on an exit its
+// restart rules match (a job's retry InPlace rules): the pod keeps running
+// and its container's restartCount grows, until the operator stops it.
+func simulatedKubeletOptions(cs kubernetes.Interface) podsim.Options {
+	return podsim.Options{
+		Client:        cs,
+		IndexLabels:   []string{ibjv1.CompletionIndexLabel, "batch.kubernetes.io/job-completion-index"},
+		JobLabel:      ibjv1.JobNameLabel,
+		Script:        annotatedPlan,
+		ReportRunning: true,
+	}
 }
 
 // nodeCapacity is what a simulated node offers.
@@ -92,7 +104,9 @@ func nodeCapacity() corev1.ResourceList {
 // unless its index is in FailIndexesAnnotation (and its generation in
 // FailRestartAttemptsAnnotation, when set), when it runs FailDurationAnnotation
 // (default the duration) and fails with ExitCodeAnnotation (default 1). A
-// value that cannot be read counts as unset.
+// value that cannot be read counts as unset. A failure is an exit of the
+// pod's containers: where a restart rule of the first one takes its code,
+// the simulator restarts it in place and it fails again each run.
 func annotatedPlan(pod *corev1.Pod, index int) podsim.Plan {
 	ann := pod.Annotations
 	run := annotatedDuration(ann[DurationAnnotation], time.Second)

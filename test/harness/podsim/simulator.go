@@ -76,6 +76,14 @@ type Plan struct {
 	// its lastState is that exit, the pod stays Running, and the plan goes
 	// on. The first that none matches ends the pod with that code instead
 	// of ExitCode, as a kubelet would.
+	//
+	// The outcome itself (ExitCode, or OOMKilled's 137) is an exit of the
+	// first container too: where a restart rule of it matches, the kubelet
+	// restarts it in place instead of ending the pod, and the container,
+	// run again, exits the same way after Run (at least Options.Recheck),
+	// until the pod is deleted. A script that fails a pod "as its
+	// annotations say" thus crash-loops in place on a pod whose restart
+	// rules take its code, and ends it on any other.
 	InPlace []int32
 }
 
@@ -134,7 +142,8 @@ type Record struct {
 	// ExitCode of its containers, as the simulator wrote it.
 	ExitCode int32
 	// InPlace is how many times the simulator restarted its first
-	// container in place (Plan.InPlace).
+	// container in place (Plan.InPlace, and the plan's outcome where a
+	// restart rule matched it).
 	InPlace int32
 	// Finished is when the simulator's terminal status write was
 	// acknowledged (or, for a write whose answer was lost, when the watch
@@ -528,12 +537,30 @@ func (s *Simulator) sync(ctx context.Context, key string) error {
 		s.queue.AddAfter(key, wait)
 		return nil
 	case inPlace < len(plan.InPlace) && !deleted:
-		return s.exitInPlace(ctx, key, pod, r, plan.InPlace[inPlace])
+		return s.exitInPlace(ctx, key, pod, r, plan.InPlace[inPlace], false)
 	case plan.Hold && !deleted:
 		s.queue.AddAfter(key, s.opts.Recheck)
 		return nil
+	case !deleted && restartsAtEnd(pod, plan):
+		return s.exitInPlace(ctx, key, pod, r, endExit(plan), true)
 	}
 	return s.end(ctx, pod, r, plan, deleted)
+}
+
+// endExit is the exit code of the pod's containers at the plan's outcome,
+// but for an eviction (Disrupted), which no container restart rule sees.
+func endExit(plan Plan) int32 {
+	if plan.OOMKilled {
+		return ExitKilled
+	}
+	return plan.ExitCode
+}
+
+// restartsAtEnd: the plan's outcome is an exit of the pod's first
+// container that one of its restart rules matches, so the kubelet
+// restarts the container in place rather than end the pod.
+func restartsAtEnd(pod *corev1.Pod, plan Plan) bool {
+	return !plan.Disrupted && len(pod.Spec.Containers) > 0 && RestartRuleMatches(&pod.Spec.Containers[0], endExit(plan))
 }
 
 // bind binds the pod to Options.Node, as a scheduler does; the watch
@@ -566,8 +593,10 @@ func (s *Simulator) markRunning(ctx context.Context, key string, pod *corev1.Pod
 
 // exitInPlace has the pod's first container exit with code: restarted in
 // place where a restart rule of it matches the code (the plan then goes
-// on, Run later), else the pod's end with that code.
-func (s *Simulator) exitInPlace(ctx context.Context, key string, pod *corev1.Pod, r *run, code int32) error {
+// on, Run later), else the pod's end with that code. atEnd: the exit is
+// the plan's outcome (an OOM kill where the plan says OOMKilled), which
+// the container, run again, repeats at least Recheck later.
+func (s *Simulator) exitInPlace(ctx context.Context, key string, pod *corev1.Pod, r *run, code int32, atEnd bool) error {
 	if len(pod.Spec.Containers) == 0 || !RestartRuleMatches(&pod.Spec.Containers[0], code) {
 		s.mu.Lock()
 		plan := r.plan
@@ -585,13 +614,28 @@ func (s *Simulator) exitInPlace(ctx context.Context, key string, pod *corev1.Pod
 	if len(out.Status.ContainerStatuses) == 0 {
 		MarkRunning(out, now) // a restart in place reports the pod Running
 	}
-	MarkRestartedInPlace(out, pod.Spec.Containers[0].Name, code, now)
+	name := pod.Spec.Containers[0].Name
+	MarkRestartedInPlace(out, name, code, now)
+	s.mu.Lock()
+	oom := atEnd && r.plan.OOMKilled
+	s.mu.Unlock()
+	for i := range out.Status.ContainerStatuses {
+		if cs := &out.Status.ContainerStatuses[i]; oom && cs.Name == name && cs.LastTerminationState.Terminated != nil {
+			cs.LastTerminationState.Terminated.Reason = "OOMKilled"
+		}
+	}
 	if _, err := s.opts.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
 		return err // a conflict: tried again from the newest state
 	}
 	s.mu.Lock()
 	r.inPlace++
-	r.due = now.Add(r.plan.Run)
+	next := r.plan.Run
+	if atEnd {
+		// A crash loop at the plan's outcome: never a tighter loop of
+		// status writes than Recheck.
+		next = max(next, s.opts.Recheck)
+	}
+	r.due = now.Add(next)
 	wait := time.Until(r.due)
 	s.mu.Unlock()
 	s.queue.AddAfter(key, wait)

@@ -2,6 +2,8 @@ package podsim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -363,6 +366,110 @@ func TestPlannedExitsRestartTheContainerInPlaceWhereItsRulesSay(t *testing.T) {
 				if truth := sim.Truth(); len(truth) != 1 || truth[0].InPlace != tc.wantRestarts {
 					t.Errorf("truth %+v, want one record of %d restarts in place", truth, tc.wantRestarts)
 				}
+			}
+		})
+	}
+}
+
+// inPlaceRules restart a container in place on exit code 3 and on 137 (an
+// OOM kill), as the operator writes them for a retry InPlace rule.
+var inPlaceRules = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+	ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{3, ExitKilled}}}}
+
+// podWithRules is jobPod with inPlaceRules on its container.
+func podWithRules(name string) *corev1.Pod {
+	pod := jobPod(name, 0, 0)
+	pod.Spec.Containers[0].RestartPolicy = ptr.To(corev1.ContainerRestartPolicyNever)
+	pod.Spec.Containers[0].RestartPolicyRules = inPlaceRules
+	return pod
+}
+
+// A plan's outcome is an exit of the first container too: where a restart
+// rule of it matches, the kubelet restarts the container in place, and the
+// container, which exits the same way each run, again and again until the
+// pod is deleted; the pod never fails on that exit.
+func TestAnOutcomeARestartRuleMatchesRestartsTheContainerInPlaceUntilThePodIsDeleted(t *testing.T) {
+	cases := map[string]struct {
+		plan       Plan
+		wantExit   int32
+		wantReason string
+	}{
+		"an exit code":  {plan: Plan{Run: 20 * time.Millisecond, ExitCode: 3}, wantExit: 3, wantReason: "Error"},
+		"an OOM kill":   {plan: Plan{Run: 20 * time.Millisecond, OOMKilled: true}, wantExit: ExitKilled, wantReason: "OOMKilled"},
+		"with no delay": {plan: Plan{ExitCode: 3}, wantExit: 3, wantReason: "Error"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cs := fakeAPI(t, podWithRules("j-0"))
+			// The fake API server checks no resourceVersion: a status write
+			// made from the pod as it was before its deletion would undo the
+			// deletion, where the real one answers Conflict.
+			cs.PrependReactor("update", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				update := action.(k8stesting.UpdateAction)
+				if update.GetSubresource() != "status" || update.GetObject().(*corev1.Pod).DeletionTimestamp != nil {
+					return false, nil, nil
+				}
+				if p := get(t, cs, "j-0"); p != nil && p.DeletionTimestamp != nil {
+					return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), "j-0", errors.New("the pod was deleted since"))
+				}
+				return false, nil, nil
+			})
+			sim := start(t, ForJob(cs, "ns", "j", func(int, int) Plan { return tc.plan }))
+			var last corev1.ContainerStatus
+			eventually(t, "three restarts in place", func() bool {
+				p := get(t, cs, "j-0")
+				if p == nil {
+					t.Fatal("pod gone: its container should have restarted in place")
+				}
+				if terminal(p) {
+					t.Fatalf("pod ended %+v: its container should have restarted in place", stateOf(p))
+				}
+				if len(p.Status.ContainerStatuses) == 0 {
+					return false
+				}
+				last = p.Status.ContainerStatuses[0]
+				return last.RestartCount >= 3
+			})
+			if got := last.LastTerminationState.Terminated; got == nil || got.ExitCode != tc.wantExit || got.Reason != tc.wantReason {
+				t.Fatalf("lastState %+v, want terminated with exit code %d, reason %s", last.LastTerminationState, tc.wantExit, tc.wantReason)
+			}
+			if last.State.Running == nil {
+				t.Errorf("state %+v, want running again", last.State)
+			}
+
+			// A graceful delete, as a patch: an update of the pod as read
+			// would undo the restarts the simulator wrote since.
+			deletion := fmt.Sprintf(`{"metadata":{"deletionTimestamp":%q,"deletionGracePeriodSeconds":30}}`, time.Now().UTC().Format(time.RFC3339))
+			if _, err := cs.CoreV1().Pods("ns").Patch(context.Background(), "j-0", types.MergePatchType, []byte(deletion), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the final delete", func() bool { return get(t, cs, "j-0") == nil })
+			truth := sim.Truth()
+			if len(truth) != 1 || !truth[0].Deleted || truth[0].ExitCode != ExitKilled || truth[0].InPlace < 3 {
+				t.Errorf("Truth() = %+v, want one pod killed on its deletion after 3 or more restarts in place", truth)
+			}
+		})
+	}
+}
+
+// An outcome no restart rule of the container matches ends the pod, as an
+// eviction does whatever the rules say.
+func TestAnOutcomeNoRestartRuleMatchesEndsThePod(t *testing.T) {
+	cases := map[string]struct {
+		plan Plan
+		want podState
+	}{
+		"another exit code": {plan: Plan{ExitCode: 4}, want: podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: 4}},
+		"success":           {plan: Plan{}, want: podState{Phase: corev1.PodSucceeded, Node: EnvtestNode, ExitCode: 0}},
+		"an eviction":       {plan: Plan{Disrupted: true}, want: podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled, Disrupted: true}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cs := fakeAPI(t, podWithRules("j-0"))
+			start(t, ForJob(cs, "ns", "j", func(int, int) Plan { return tc.plan }))
+			settled(t, cs, "j-0", tc.want)
+			if n := get(t, cs, "j-0").Status.ContainerStatuses[0].RestartCount; n != 0 {
+				t.Errorf("restartCount %d, want 0", n)
 			}
 		})
 	}
