@@ -68,8 +68,16 @@ controlplane: ## Build the pinned etcd, kube-apiserver and kubectl (CONTROLPLANE
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh $(CONTROLPLANE); fi
 
 .PHONY: test
+# -race where the code runs goroutines of its own: the operator and its
+# packages. The API types, the docs, the test harness and the benchmark's
+# packages run without it, which spares a race build of every package only
+# they import (Kueue's controllers, the plotting library).
+RACE_PACKAGES ?= ./internal/... ./cmd/...
+PLAIN_PACKAGES ?= ./api/... ./test/harness/... ./test/bench/... ./docs/...
+
 test: manifests generate vet controlplane ## Run unit tests (with the fuzz seed corpora) and the envtest integration suites.
-	go test -race -count=1 ./api/... ./internal/... ./cmd/... ./test/harness/... ./test/bench/... ./docs/...
+	go test -race -count=1 $(RACE_PACKAGES)
+	go test -count=1 $(PLAIN_PACKAGES)
 	go test -count=1 -timeout 40m ./test/integration/...
 
 # Each fuzz target runs for FUZZTIME (default 10m); CI runs a short time per target.
@@ -311,9 +319,13 @@ demo-kueue: demo-binaries ## Run two jobs queued by Kueue (its CRDs from the mod
 	go build -o $(LOCALBIN)/kueue-demo ./test/harness/cmd/kueue-demo
 	DEMO_KUEUE=1 KEEP=$(KEEP) LOCALBIN=$(LOCALBIN) hack/demo/demo.sh
 
+# E2E_LABELS: a Ginkgo label filter for test-e2e ('!tenant', 'chaos || fleet').
+E2E_LABELS ?=
+
 .PHONY: test-e2e
 test-e2e: e2e-binaries kueue-manager ## Run the end-to-end suite: the operator binary (and Kueue's manager) against a kwok cluster, driven through the API and kubectl.
-	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v
+	IBJ_E2E=1 IBJ_MANAGER=$(LOCALBIN)/manager IBJ_PLUGIN=$(LOCALBIN)/kubectl-ibj IBJ_KUEUE_MANAGER=$(KUEUE_MANAGER) go test -count=1 -timeout 100m ./test/e2e -v -ginkgo.v \
+	  $(if $(E2E_LABELS),-ginkgo.label-filter='$(E2E_LABELS)' -ginkgo.fail-on-empty)
 
 # MultiKueue (test/multikueue): a manager cluster and two workers, each a
 # kwok cluster with kube-controller-manager's garbage collector, Kueue's
@@ -397,6 +409,9 @@ COMPAT_VERSIONS ?= $(COMPAT_OLDEST) $(K8S_VERSION)
 # One minor below the oldest supported, where the CRD must be refused (empty
 # skips it).
 COMPAT_BELOW ?= v1.32.13
+# The next minor's pre-release (hack/controlplane-next, built with the Go
+# toolchain its go.mod names), checked by make test-full.
+COMPAT_NEXT ?= v1.38.0-beta.0
 # COMPAT_FULL=1: every integration suite and the whole e2e suite at each
 # version, instead of the validation suite and the seed example.
 COMPAT_FULL ?=
@@ -418,3 +433,30 @@ bench: ## Benchmark the operator against the built-in Job controller side by sid
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o $(LOCALBIN)/bench-manager ./cmd
 	go build -o $(LOCALBIN)/bench ./test/bench
 	$(LOCALBIN)/bench -out $(BENCH_OUT) -manager $(LOCALBIN)/bench-manager -assets $(KUBEBUILDER_ASSETS) $(if $(BENCH_QUICK),-quick) $(BENCH_ARGS)
+
+##@ Test tiers
+
+# The Go binaries the suites run, in one go build: the operator, the plugin
+# and the harness's cluster commands.
+HARNESS_COMMANDS = ./cmd/kubectl-ibj ./test/harness/cmd/kwok-cluster ./test/harness/cmd/node-cluster \
+  ./test/harness/cmd/multikueue-cluster ./test/harness/cmd/kueue-demo
+
+.PHONY: ci-binaries
+ci-binaries: ## Build every binary the test tiers run, once, side by side: Kubernetes' (NODE_BINARIES), kwok, Kueue's manager, Helm, kustomize, golangci-lint, the operator's and the node images.
+	@# On a cold build cache each build has serial stretches (a large
+	@# package, a link) that the others fill.
+	$(MAKE) --no-print-directory -j4 controlplane CONTROLPLANE="$(NODE_BINARIES)" kwok kueue-manager helm kustomize golangci-lint go-binaries
+	$(MAKE) --no-print-directory node-images
+
+.PHONY: go-binaries
+go-binaries:
+	go build -o $(LOCALBIN)/manager ./cmd
+	go build -o $(LOCALBIN)/ $(HARNESS_COMMANDS)
+
+.PHONY: test-ci
+test-ci: ## What CI runs (.ci/run): every suite and demo, the e2e fleet and chaos specs at CI sizes, against K8S_VERSION; each step timed (hack/ci.sh, docs/bench/ci.md).
+	hack/ci.sh ci
+
+.PHONY: test-full
+test-full: ## Everything at full size: the e2e specs at docs/guarantees.md's sizes, every tenant budget, and the supported-versions checks at both ends, below and at the next minor (hours; needs root).
+	hack/ci.sh full
