@@ -27,12 +27,12 @@ help: ## Display this help.
 
 .PHONY: manifests
 manifests: ## Generate the CRD (with the CEL rules controller-gen cannot place) and RBAC.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd:generateEmbeddedObjectMeta=true webhook paths="{./api/...,./internal/...,./cmd/...}" output:crd:artifacts:config=config/crd/bases
 	$(CRD_PATCH) $(CURDIR)/config/crd/bases/batch.indexedjob.dev_indexedbatchjobs.yaml
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods.
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="{./api/...,./internal/...,./cmd/...}"
 
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
