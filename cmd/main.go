@@ -26,6 +26,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	ibjkueue "github.com/indexed-batch-job/indexed-batch-job/internal/kueue"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
@@ -89,9 +90,9 @@ func main() {
 		"Requests held back by --kube-api-qps are released together on this tick (0: each as soon as its token is due).")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 5, "How many IndexedBatchJobs are synced at once.")
 	flag.StringVar(&namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
-	flag.DurationVar(&backoffBase, "pod-failure-backoff", controller.DefaultBackoff.Base,
+	flag.DurationVar(&backoffBase, "pod-failure-backoff", jobpod.DefaultBackoff.Base,
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
-	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", controller.DefaultBackoff.Max,
+	flag.DurationVar(&backoffMax, "pod-failure-backoff-max", jobpod.DefaultBackoff.Max,
 		"Cap of the replacement delay.")
 	kq.bind(flag.CommandLine)
 	wh.bind(flag.CommandLine)

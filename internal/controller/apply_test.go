@@ -40,7 +40,7 @@ func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(10)
-	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 
 	pod := &jobpod.Pod{}
 	pod.Name, pod.Namespace = stray.Name, stray.Namespace
@@ -78,7 +78,7 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 	c := interceptor.NewClient(api, interceptor.Funcs{
 		SubResourceUpdate: countStatusWrites(&writes),
 	})
-	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	succeeded := &jobpod.Pod{}
 	succeeded.Name, succeeded.Namespace, succeeded.UID = "a-0-0", "ns", "pod-uid"
 
@@ -118,7 +118,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	c := interceptor.NewClient(api, interceptor.Funcs{
 		SubResourceUpdate: countStatusWrites(&writes),
 	})
-	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	start := time.Now().Truncate(time.Second)
 	first := *job.Status.DeepCopy()
 	first.StartTime, first.Active, first.ObservedGeneration = &metav1.Time{Time: start}, 0, job.Generation
@@ -152,7 +152,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	if err := api.Create(context.Background(), job2); err != nil {
 		t.Fatal(err)
 	}
-	r2 := NewReconciler(refusing, nil, clock.RealClock{}, DefaultBackoff)
+	r2 := NewReconciler(refusing, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	refused := held
 	refused.create = []podToCreate{{index: 0}}
 	refused.status.Active = 1
@@ -208,7 +208,7 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(100)
-	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 	creates := make([]podToCreate, 100)
 	for i := range creates {
 		creates[i] = podToCreate{index: int32(i)}
@@ -267,7 +267,7 @@ func TestApplyWaitsCreateRefusedDelayAfterARefusal(t *testing.T) {
 			if tc.refuse {
 				funcs.Create = quotaFull
 			}
-			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), DefaultBackoff)
+			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), jobpod.DefaultBackoff)
 			// An earlier refusal, which a create that goes through forgets.
 			r.jobs.createsRefused(job.UID, true, testNow.Add(-time.Hour))
 			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podToCreate{{index: 0}}})
@@ -316,7 +316,7 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 				},
 			})
 			clk := clocktesting.NewFakeClock(time.Now())
-			r := NewReconciler(c, nil, clk, DefaultBackoff)
+			r := NewReconciler(c, nil, clk, jobpod.DefaultBackoff)
 			r.writes, r.order = 4, newJobOrder(clk, 4)
 			other := types.NamespacedName{Namespace: "ns", Name: "other"}
 			if tc.other != nil && *tc.other < 0 {
@@ -352,7 +352,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	mine := newPod(job, podToCreate{index: 1})
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, old, mine).WithStatusSubresource(job).Build()
 	recorder := events.NewFakeRecorder(10)
-	r := NewReconciler(api, recorder, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(api, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 
 	took, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
 	created := countTaken(took)

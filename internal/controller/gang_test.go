@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
@@ -163,7 +164,7 @@ func TestEnsureGang(t *testing.T) {
 			if w.stored == nil {
 				w.stored = map[string]*unstructured.Unstructured{}
 			}
-			r := NewReconciler(w.client(t), nil, testingclock.NewFakeClock(testNow), DefaultBackoff)
+			r := NewReconciler(w.client(t), nil, testingclock.NewFakeClock(testNow), jobpod.DefaultBackoff)
 			got, err := r.ensureGang(context.Background(), tc.job)
 			if (err != nil) != tc.wantErr {
 				t.Errorf("error = %v, want error %v", err, tc.wantErr)

@@ -136,7 +136,7 @@ func newCluster(t testing.TB, job *ibjv1.IndexedBatchJob) *cluster {
 		job.Generation = 1
 	}
 	c := &cluster{
-		t: t, job: job, now: testNow, backoff: DefaultBackoff,
+		t: t, job: job, now: testNow, backoff: jobpod.DefaultBackoff,
 		clock:        testingclock.NewFakePassiveClock(testNow),
 		order:        map[types.UID]int{},
 		deletedAt:    map[types.UID]time.Time{},

@@ -631,7 +631,7 @@ func TestSyncJob(t *testing.T) {
 				if tc.pods != nil {
 					pods = tc.pods(tc.job)
 				}
-				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
+				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true}
 				if tc.createRefusedAgo > 0 {
 					in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
 				}

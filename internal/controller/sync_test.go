@@ -21,7 +21,7 @@ import (
 
 // syncOnce runs the core at testNow with a cache that is current.
 func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*jobpod.Pod) plan {
-	return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true})
+	return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true})
 }
 
 func createdIndexes(p plan) []int32 {
@@ -136,7 +136,7 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 func TestNoCreateWhileExpectationsUnsatisfied(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(4).Parallelism(4).Obj()
 	pod := makePod(job, 0).running().obj()
-	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{pod}, now: testNow, backoff: DefaultBackoff})
+	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{pod}, now: testNow, backoff: jobpod.DefaultBackoff})
 	if len(p.create) != 0 {
 		t.Errorf("created %v from a cache that may not show this controller's own creates", createdIndexes(p))
 	}
@@ -558,7 +558,7 @@ func TestCompleteWaitsForExpectations(t *testing.T) {
 	job.Status.CompletedIndexes = "0"
 	job.Status.Succeeded = 1
 	job.Status.Conditions = []metav1.Condition{cond(ibjv1.ConditionSuccessCriteriaMet, testNow)}
-	p := syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff})
+	p := syncJob(syncInput{job: job, now: testNow, backoff: jobpod.DefaultBackoff})
 	wantCondition(t, p.status, ibjv1.ConditionComplete, "")
 }
 
@@ -973,7 +973,7 @@ func TestCounterOnlyStatusWaitsForTheNextWrite(t *testing.T) {
 	succeeded := makePod(job, 0).succeededAt(testNow).obj()
 	failed := makePod(job, 1).failedAt(testNow, 1).obj()
 	sync := func(lastWrite time.Time, pods ...*jobpod.Pod) plan {
-		return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff,
+		return syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff,
 			expectationsSatisfied: true, lastStatusWrite: lastWrite})
 	}
 	for _, tc := range []struct {
@@ -1005,7 +1005,7 @@ func TestFirstStatusWaitsAMomentFromItsStart(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
 	start := testNow.Add(-300 * time.Millisecond)
 	sync := func(j *ibjv1.IndexedBatchJob, now, heldStart time.Time, pods ...*jobpod.Pod) plan {
-		return syncJob(syncInput{job: j, pods: pods, now: now, backoff: DefaultBackoff,
+		return syncJob(syncInput{job: j, pods: pods, now: now, backoff: jobpod.DefaultBackoff,
 			expectationsSatisfied: true, heldStart: heldStart})
 	}
 	running := []*jobpod.Pod{makePod(job, 0).running().obj(), makePod(job, 1).running().obj()}
