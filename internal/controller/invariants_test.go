@@ -74,6 +74,9 @@ type cluster struct {
 	lagging bool
 	// ignores is the oracle of the failure policy's Ignore rules.
 	ignores func(*corev1.Pod) bool
+	// sparseIndexes makes every sync keep the indexes' states in a map
+	// (syncInput.sparseIndexes).
+	sparseIndexes bool
 
 	// applying is the apply under way, for the interceptor.
 	applying *applying
@@ -424,6 +427,7 @@ func (c *cluster) sync() plan {
 		// The cache lists in no order; creation order keeps a run
 		// repeatable.
 		slices.SortFunc(in.pods, func(a, b *jobpod.Pod) int { return cmp.Compare(c.order[a.UID], c.order[b.UID]) })
+		in.sparseIndexes = c.sparseIndexes
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -1227,8 +1231,7 @@ func FuzzSyncInvariants(f *testing.F) {
 			return
 		}
 		// Half the inputs keep the indexes' states in a map (indexTable).
-		sparseIndexTables = len(data)%2 == 1
-		defer func() { sparseIndexTables = false }()
+		sparse := len(data)%2 == 1
 		job, ignores := fuzzJob(data)
 		if len(data) >= 4 {
 			data = data[4:]
@@ -1236,7 +1239,7 @@ func FuzzSyncInvariants(f *testing.F) {
 			data = nil
 		}
 		c := newCluster(t, job)
-		c.ignores = ignores
+		c.ignores, c.sparseIndexes = ignores, sparse
 		codes := []int32{1, 42, 43, 44, 2, 137}
 		c.sync()
 		for i := 0; i+1 < len(data) && !t.Failed(); i += 2 {

@@ -62,6 +62,10 @@ type syncInput struct {
 	// among them; empty when pods are all of the job's.
 	settled        indexset.Set
 	settledSuccess time.Time
+	// sparseIndexes keeps the indexes' states in a map whatever the job's
+	// size (newIndexTable), as the tests of the decisions ask for; the
+	// reconciler leaves it false.
+	sparseIndexes bool
 }
 
 // syncState is one sync's view of its job: what the last status recorded,
@@ -276,7 +280,7 @@ func newSyncState(in syncInput) *syncState {
 // index's first pod is a slice of s.pods itself (of capacity one, so that a
 // second pod's append copies it out rather than write into s.pods).
 func (s *syncState) groupPodsByIndex() {
-	s.indexes = newIndexTable(s.job.Spec.Completions, len(s.pods))
+	s.indexes = newIndexTable(s.job.Spec.Completions, len(s.pods), s.sparseIndexes)
 	states := make([]indexState, 0, len(s.pods))
 	// several are the indexes with more than one pod, to sort by attempt.
 	var several []*indexState

@@ -624,14 +624,13 @@ func TestSyncJob(t *testing.T) {
 	// Each row decides the same with the indexes' states in a slice and in
 	// a map (indexTable).
 	for _, sparse := range []bool{false, true} {
-		sparseIndexTables = sparse
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/sparse=%v", tc.name, sparse), func(t *testing.T) {
 				var pods []*jobpod.Pod
 				if tc.pods != nil {
 					pods = tc.pods(tc.job)
 				}
-				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true}
+				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true, sparseIndexes: sparse}
 				if tc.createRefusedAgo > 0 {
 					in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
 				}
@@ -643,7 +642,6 @@ func TestSyncJob(t *testing.T) {
 			})
 		}
 	}
-	sparseIndexTables = false
 }
 
 // parseError is the error indexset.Parse gives for s.
