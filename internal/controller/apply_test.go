@@ -367,6 +367,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 		t.Errorf("events %q, want one PodNameTaken for a-0-0", got)
 	}
 	// The next sync names index 0's first pod past the taken name.
+	r.pods = newFixedPods()
 	in := r.syncInput(job, nil, nil, true)
 	p := syncJob(in)
 	if len(p.create) == 0 || p.create[0] != (podToCreate{index: 0, attempt: 1}) {
