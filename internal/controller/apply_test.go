@@ -25,6 +25,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -154,7 +155,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	}
 	r2 := NewReconciler(refusing, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	refused := held
-	refused.create = []podToCreate{{index: 0}}
+	refused.create = []podbuild.Spec{{Index: 0}}
 	refused.status.Active = 1
 	if _, err := r2.apply(context.Background(), job2, refused); err == nil {
 		t.Fatal("the refused create's error was not returned")
@@ -209,9 +210,9 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 	})
 	recorder := events.NewFakeRecorder(100)
 	r := NewReconciler(c, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
-	creates := make([]podToCreate, 100)
+	creates := make([]podbuild.Spec, 100)
 	for i := range creates {
-		creates[i] = podToCreate{index: int32(i)}
+		creates[i] = podbuild.Spec{Index: int32(i)}
 	}
 	took, _, errs := r.createPods(context.Background(), job, creates)
 	created := countTaken(took)
@@ -270,7 +271,7 @@ func TestApplyWaitsCreateRefusedDelayAfterARefusal(t *testing.T) {
 			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), jobpod.DefaultBackoff)
 			// An earlier refusal, which a create that goes through forgets.
 			r.jobs.createsRefused(job.UID, true, testNow.Add(-time.Hour))
-			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podToCreate{{index: 0}}})
+			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podbuild.Spec{{Index: 0}}})
 			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("apply = %+v, %v; want requeue after %v, error %v", res, err, tc.wantRequeue, tc.wantErr)
 			}
@@ -328,9 +329,9 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 				clk.Step(*tc.other)
 				r.order.enqueue(other, priorityqueue.AddOpts{})
 			}
-			creates := make([]podToCreate, 20)
+			creates := make([]podbuild.Spec, 20)
 			for i := range creates {
-				creates[i] = podToCreate{index: int32(i)}
+				creates[i] = podbuild.Spec{Index: int32(i)}
 			}
 			took, yielded, errs := r.createPods(context.Background(), job, creates)
 			created := countTaken(took)
@@ -348,13 +349,13 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 // same name that the job controls is its own.
 func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
-	old := newPod(harness.MakeIndexedBatchJob("a", "ns").UID("old-uid").Completions(2).Obj(), podToCreate{index: 0})
-	mine := newPod(job, podToCreate{index: 1})
+	old := podbuild.New(harness.MakeIndexedBatchJob("a", "ns").UID("old-uid").Completions(2).Obj(), podbuild.Spec{Index: 0})
+	mine := podbuild.New(job, podbuild.Spec{Index: 1})
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, old, mine).WithStatusSubresource(job).Build()
 	recorder := events.NewFakeRecorder(10)
 	r := NewReconciler(api, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 
-	took, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	took, _, errs := r.createPods(context.Background(), job, []podbuild.Spec{{Index: 0}, {Index: 1}})
 	created := countTaken(took)
 	if created != 1 || firstError(errs) != nil {
 		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
@@ -370,7 +371,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	r.pods = newFixedPods()
 	in := r.syncInput(job, nil, nil, true)
 	p := syncJob(in)
-	if len(p.create) == 0 || p.create[0] != (podToCreate{index: 0, attempt: 1}) {
+	if len(p.create) == 0 || p.create[0] != (podbuild.Spec{Index: 0, Attempt: 1}) {
 		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)
 	}
 }

@@ -116,8 +116,8 @@ func TestGlobalBackoffCountsAGoneDeletedPod(t *testing.T) {
 			if got := len(p.create) > 0; got != tc.wantCreate || p.requeueAfter != tc.wantRequeue {
 				t.Fatalf("created %v, requeueAfter %v; want %v, %v", p.create, p.requeueAfter, tc.wantCreate, tc.wantRequeue)
 			}
-			if tc.wantCreate && p.create[0].attempt != 1 {
-				t.Errorf("the replacement is attempt %d, want 1: past the gone pod's name", p.create[0].attempt)
+			if tc.wantCreate && p.create[0].Attempt != 1 {
+				t.Errorf("the replacement is attempt %d, want 1: past the gone pod's name", p.create[0].Attempt)
 			}
 		})
 	}

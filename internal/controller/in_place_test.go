@@ -242,7 +242,7 @@ func TestNextPodCarriesTheFailuresInPlace(t *testing.T) {
 	}
 	job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Failed: []types.UID{failed.UID}}
 	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{failed}, now: testNow.Add(time.Minute), backoff: jobpod.DefaultBackoff, expectationsSatisfied: true})
-	if len(p.create) != 1 || p.create[0].failures != 3 {
+	if len(p.create) != 1 || p.create[0].Failures != 3 {
 		t.Errorf("creates = %+v, want one pod carrying 3 failures", p.create)
 	}
 }

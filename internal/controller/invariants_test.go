@@ -595,7 +595,7 @@ func newApplying(in syncInput, p plan, fault *writeFault, seen []*corev1.Pod) *a
 		}
 	}
 	for i, pc := range p.create {
-		a.creates[podName(in.job, pc.index, pc.attempt)] = i
+		a.creates[podName(in.job, pc.Index, pc.Attempt)] = i
 	}
 	for i, pod := range p.removeFinalizer {
 		a.releases[pod.Name] = i
@@ -983,24 +983,24 @@ func (c *cluster) checkPlan(in syncInput, p plan) {
 	}
 	seen := sets.New[int32]()
 	for _, pc := range p.create {
-		if pc.index < 0 || pc.index >= n {
-			c.errorf("create for index %d of %d", pc.index, n)
+		if pc.Index < 0 || pc.Index >= n {
+			c.errorf("create for index %d of %d", pc.Index, n)
 		}
 		// A restart of every index (restartIndexes All) runs the finished
 		// ones again.
 		restartedAll := p.status.Restarts > in.job.Status.Restarts
-		if !restartedAll && (inCompleted.Has(pc.index) || inFailed.Has(pc.index)) || outCompleted.Has(pc.index) || outFailed.Has(pc.index) {
-			c.errorf("create for finished index %d", pc.index)
+		if !restartedAll && (inCompleted.Has(pc.Index) || inFailed.Has(pc.Index)) || outCompleted.Has(pc.Index) || outFailed.Has(pc.Index) {
+			c.errorf("create for finished index %d", pc.Index)
 		}
-		if seen.Has(pc.index) {
-			c.errorf("two creates for index %d in one sync", pc.index)
+		if seen.Has(pc.Index) {
+			c.errorf("two creates for index %d in one sync", pc.Index)
 		}
-		seen.Insert(pc.index)
+		seen.Insert(pc.Index)
 		if IsFinished(in.job) || ptr.Deref(in.job.Spec.Suspend, false) || !in.expectationsSatisfied {
-			c.errorf("create for index %d while finished, suspended or with expectations pending", pc.index)
+			c.errorf("create for index %d while finished, suspended or with expectations pending", pc.Index)
 		}
-		if c.job.Spec.BackoffLimitPerIndex != nil && pc.failures < failures[pc.index] && !c.stripped.Has(pc.index) {
-			c.errorf("index %d retried with failure count %d, but %d of its failures were counted", pc.index, pc.failures, failures[pc.index])
+		if c.job.Spec.BackoffLimitPerIndex != nil && pc.Failures < failures[pc.Index] && !c.stripped.Has(pc.Index) {
+			c.errorf("index %d retried with failure count %d, but %d of its failures were counted", pc.Index, pc.Failures, failures[pc.Index])
 		}
 	}
 }

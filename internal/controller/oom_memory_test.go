@@ -124,7 +124,7 @@ func TestNewPodRaisesMemoryAfterOOMKills(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod(tc.job, podToCreate{index: 1, oomKills: tc.oomKills})
+			pod := podbuild.New(tc.job, podbuild.Spec{Index: 1, OOMKills: tc.oomKills})
 			got := want{
 				Init: memoryOf(pod.Spec.InitContainers[0]), Main: memoryOf(pod.Spec.Containers[0]), Sidecar: memoryOf(pod.Spec.Containers[1]),
 				Annotations: map[string]string{},
@@ -159,7 +159,7 @@ func TestMostMemoryPodHasEveryRaisedContainerAtMaxMemory(t *testing.T) {
 func TestPodRecordKeepsTheOOMKill(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "4Gi").
 		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
-	killed := jobpod.Read(makePodFor(job, podToCreate{index: 1, attempt: 2, oomKills: 2}).oomKilledAt(testNow).api())
+	killed := jobpod.Read(makePodFor(job, podbuild.Spec{Index: 1, Attempt: 2, OOMKills: 2}).oomKilledAt(testNow).api())
 	if !killed.OOMKilled || killed.OOMKills != 2 {
 		t.Errorf("OOM-killed pod cached with OOMKilled=%v OOMKills=%d, want true, 2", killed.OOMKilled, killed.OOMKills)
 	}
@@ -198,7 +198,7 @@ func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
 	}
 
 	s := newSyncState(syncInput{job: job, now: testNow, memoryCap: limitCap})
-	s.reportRaisedMemory(podToCreate{index: 0, attempt: 2, oomKills: 2, memoryCap: limitCap})
+	s.reportRaisedMemory(podbuild.Spec{Index: 0, Attempt: 2, OOMKills: 2, MemoryCap: limitCap})
 	want := []raisedPod{{pod: "a-0-2", message: "Pod a-0-2 of index 0 gets memory main=1Gi (OOM kills of the index: 2); capped at 1Gi, the container maximum of LimitRange mem"}}
 	if diff := cmp.Diff(want, s.plan.memoryRaised, cmp.AllowUnexported(raisedPod{})); diff != "" {
 		t.Errorf("memoryRaised (-want +got):\n%s", diff)
@@ -210,7 +210,7 @@ func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
 // through gives one MemoryRaised event, not five.
 func TestRaisesAreReportedForCreatedPodsOnly(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Obj()
-	creates := []podToCreate{{index: 0, attempt: 1}, {index: 1, attempt: 2}, {index: 2, attempt: 1}}
+	creates := []podbuild.Spec{{Index: 0, Attempt: 1}, {Index: 1, Attempt: 2}, {Index: 2, Attempt: 1}}
 	raised := []raisedPod{{pod: "a-0-1", message: "zero"}, {pod: "a-2-1", message: "two"}}
 	for _, tc := range []struct {
 		took []bool

@@ -22,6 +22,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -86,7 +87,7 @@ func TestNewPodJoinsTheHeadlessServiceSubdomain(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod(tc.job, podToCreate{index: 1})
+			pod := podbuild.New(tc.job, podbuild.Spec{Index: 1})
 			got := [2]string{pod.Spec.Hostname, pod.Spec.Subdomain}
 			if diff := cmp.Diff([2]string{"tf-1", tc.wantSubdomain}, got); diff != "" {
 				t.Errorf("[hostname, subdomain] (-want +got):\n%s", diff)

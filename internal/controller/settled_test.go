@@ -120,8 +120,8 @@ func TestASyncWithoutTheSettledPodsAsksForThemWhenTheyMatter(t *testing.T) {
 				t.Errorf("%d pods to create, want 4", len(p.create))
 			}
 			for _, c := range p.create {
-				if c.index < 8 {
-					t.Errorf("a pod to create for completed index %d", c.index)
+				if c.Index < 8 {
+					t.Errorf("a pod to create for completed index %d", c.Index)
 				}
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -41,9 +42,9 @@ type decision struct {
 func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	d := decision{Status: p.status, RequeueAfter: p.requeueAfter}
 	for _, c := range p.create {
-		create := fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.index, c.attempt), c.failures, c.ignored)
-		if c.oomKills > 0 {
-			create += fmt.Sprintf(" oomKills=%d", c.oomKills)
+		create := fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.Index, c.Attempt), c.Failures, c.Ignored)
+		if c.OOMKills > 0 {
+			create += fmt.Sprintf(" oomKills=%d", c.OOMKills)
 		}
 		d.Create = append(d.Create, create)
 	}
@@ -117,7 +118,7 @@ func TestSyncJob(t *testing.T) {
 	namedFailJob := nameRules(failJob.DeepCopy(), "Fatal")
 	namedFailIndex := nameRules(failIndex.DeepCopy(), "bad_input")
 	disrupted := func(j *ibjv1.IndexedBatchJob, failures int32, ago time.Duration) *jobpod.Pod {
-		return makePodFor(j, podToCreate{attempt: failures, failures: failures}).failedAt(testNow.Add(-ago), 137).
+		return makePodFor(j, podbuild.Spec{Attempt: failures, Failures: failures}).failedAt(testNow.Add(-ago), 137).
 			condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
 	}
 	ignoreDisruption := base.Clone().Completions(1).BackoffLimitPerIndex(3).
@@ -476,7 +477,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a Count rule's retryDelaySeconds replaces the exponential delay, and the failure counts",
 			job:  countDelayed,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{attempt: 2, failures: 2}).failedAt(testNow.Add(-time.Second), 3).obj()}
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Attempt: 2, Failures: 2}).failedAt(testNow.Add(-time.Second), 3).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -529,7 +530,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a second OOM kill compounds the raise",
 			job:  oomRetry,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
 					makePod(j, 1).running().obj()}
 			},
 			want: decision{
@@ -542,7 +543,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a failure of another kind keeps the raised memory",
 			job:  oomRetry,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
 					makePod(j, 1).running().obj()}
 			},
 			want: decision{

@@ -16,6 +16,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -27,7 +28,7 @@ func syncOnce(job *ibjv1.IndexedBatchJob, pods ...*jobpod.Pod) plan {
 func createdIndexes(p plan) []int32 {
 	out := []int32{}
 	for _, c := range p.create {
-		out = append(out, c.index)
+		out = append(out, c.Index)
 	}
 	return out
 }
@@ -125,8 +126,8 @@ func TestCreatesLowestIndexesFirstUpToParallelism(t *testing.T) {
 				t.Errorf("startTime = %v, phase = %s; want %v, Running", p.status.StartTime, p.status.Phase, testNow)
 			}
 			for _, c := range p.create {
-				if c.attempt != 0 || c.failures != 0 {
-					t.Errorf("first pod of index %d has attempt %d, failures %d", c.index, c.attempt, c.failures)
+				if c.Attempt != 0 || c.Failures != 0 {
+					t.Errorf("first pod of index %d has attempt %d, failures %d", c.Index, c.Attempt, c.Failures)
 				}
 			}
 		})
@@ -308,7 +309,7 @@ func TestIndexPastBackoffLimitPerIndexIsFailedAndNeverRetried(t *testing.T) {
 	c.sync()
 	c.advance(10 * time.Second)
 	p := c.sync()
-	if len(p.create) != 1 || p.create[0].index != 0 || p.create[0].attempt != 1 || p.create[0].failures != 1 {
+	if len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Attempt != 1 || p.create[0].Failures != 1 {
 		t.Fatalf("creates = %+v, want index 0 attempt 1 with one failure", p.create)
 	}
 	c.fail(podOfIndex(c, 0), 1, false)
@@ -398,7 +399,7 @@ func TestIgnoredFailureIsNotCounted(t *testing.T) {
 			p.status.Failed, p.status.UncountedTerminatedPods, *p.status.FailedIndexes)
 	}
 	// An ignored failure is retried at once: no backoff runs for it.
-	if len(p.create) != 1 || p.create[0].index != 0 || p.create[0].ignored != 1 || p.create[0].failures != 0 {
+	if len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Ignored != 1 || p.create[0].Failures != 0 {
 		t.Fatalf("creates = %+v, want index 0 retried with ignored count 1, failures 0", p.create)
 	}
 	retry := podOfIndex(c, 0)
@@ -414,7 +415,7 @@ func TestIgnoredFailureIsNotCounted(t *testing.T) {
 	c.fail(retry, 42, false)
 	c.advance(podEventBatchPeriod)
 	p = c.sync()
-	if len(p.create) != 1 || p.create[0].ignored != 2 {
+	if len(p.create) != 1 || p.create[0].Ignored != 2 {
 		t.Errorf("creates = %+v, want the ignored count at 2", p.create)
 	}
 	if p.status.Failed != 0 || currentTarget(&p.status) != nil {
@@ -433,7 +434,7 @@ func TestIgnoredFailureWithoutPerIndexBackoffReleasesThePodAtOnce(t *testing.T) 
 	if got := names(p.removeFinalizer); !slices.Equal(got, []string{evicted.Name}) {
 		t.Errorf("removeFinalizer = %v", got)
 	}
-	if len(p.create) != 1 || p.create[0].index != 0 || p.create[0].attempt != 1 {
+	if len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Attempt != 1 {
 		t.Errorf("creates = %+v, want index 0 replaced", p.create)
 	}
 }
@@ -461,7 +462,7 @@ func TestFailedReplacementWaitsForTermination(t *testing.T) {
 	// Once it failed, it is counted and replaced.
 	pods[0] = makePod(job, 0).failedAt(testNow.Add(-time.Minute), 137).deletedAt(testNow.Add(-time.Minute)).obj()
 	p = syncOnce(job, pods...)
-	if _, fail := uncounted(p.status); len(fail) != 1 || len(p.create) != 1 || p.create[0].index != 0 || p.create[0].attempt != 1 {
+	if _, fail := uncounted(p.status); len(fail) != 1 || len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Attempt != 1 {
 		t.Errorf("uncounted failed = %v, creates = %+v; want it counted and index 0 retried", fail, p.create)
 	}
 }
@@ -476,7 +477,7 @@ func TestTerminatingOrFailedReplacesTerminatingPodAtOnce(t *testing.T) {
 		if _, fail := uncounted(p.status); !slices.Equal(fail, []types.UID{terminating.UID}) {
 			t.Errorf("uncounted failed = %v, want the terminating pod counted as failed", fail)
 		}
-		if len(p.create) != 1 || p.create[0].index != 0 || p.create[0].attempt != 1 {
+		if len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Attempt != 1 {
 			t.Errorf("creates = %+v, want index 0 replaced without waiting for phase Failed", p.create)
 		}
 		if *p.status.Terminating != 1 || p.status.Active != 2 {
@@ -634,7 +635,7 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(2).BackoffLimitPerIndex(10).Obj()
-			failed := makePodFor(job, podToCreate{index: 0, attempt: tc.failures, failures: tc.failures}).failedAt(testNow.Add(-tc.failedAgo), 1).obj()
+			failed := makePodFor(job, podbuild.Spec{Index: 0, Attempt: tc.failures, Failures: tc.failures}).failedAt(testNow.Add(-tc.failedAgo), 1).obj()
 			p := syncOnce(job, failed)
 			retried := slices.Contains(createdIndexes(p), 0)
 			if retried != tc.wantRetry || p.requeueAfter != tc.wantRequeue {
@@ -644,7 +645,7 @@ func TestPerIndexBackoffDelaysTheRetry(t *testing.T) {
 			if !slices.Contains(createdIndexes(p), 1) {
 				t.Errorf("created %v, want index 1 started meanwhile", createdIndexes(p))
 			}
-			if retried && (p.create[0].attempt != tc.failures+1 || p.create[0].failures != tc.failures+1) {
+			if retried && (p.create[0].Attempt != tc.failures+1 || p.create[0].Failures != tc.failures+1) {
 				t.Errorf("retry = %+v", p.create[0])
 			}
 		})
@@ -804,7 +805,7 @@ func TestActivePodsOfFinishedIndexesAndDuplicatesAreRemoved(t *testing.T) {
 	job.Status.CompletedIndexes = "0"
 	late := makePod(job, 0).running().obj()
 	first := makePod(job, 1).running().obj()
-	dup := makePodFor(job, podToCreate{index: 1, attempt: 1}).running().obj()
+	dup := makePodFor(job, podbuild.Spec{Index: 1, Attempt: 1}).running().obj()
 	p := syncOnce(job, late, first, dup, makePod(job, 2).running().obj())
 	if got := deletions(p); len(got) != 2 || !got[late.Name] || !got[dup.Name] {
 		t.Errorf("deletions = %v, want %s and %s removed uncounted", got, late.Name, dup.Name)
@@ -866,7 +867,7 @@ func TestDeletedFailedPodKeepsItsIndexFailureCount(t *testing.T) {
 
 	c.advance(10*time.Second - podEventBatchPeriod)
 	p = c.sync()
-	if len(p.create) != 1 || p.create[0].failures != 1 || p.create[0].attempt != 1 {
+	if len(p.create) != 1 || p.create[0].Failures != 1 || p.create[0].Attempt != 1 {
 		t.Fatalf("creates = %+v, want index 0 retried as attempt 1 with one failure", p.create)
 	}
 	p = c.sync()
@@ -901,7 +902,7 @@ func TestPodRecordedFailedStaysAFailureOfItsIndexIfItThenSucceeds(t *testing.T) 
 	}
 	c.advance(10 * time.Second)
 	p = c.sync()
-	if len(p.create) != 1 || p.create[0].index != 0 || p.create[0].failures != 1 {
+	if len(p.create) != 1 || p.create[0].Index != 0 || p.create[0].Failures != 1 {
 		t.Errorf("creates = %+v, want index 0 retried with one failure", p.create)
 	}
 }
@@ -1125,8 +1126,8 @@ func TestSyncCreatesAtMostMaxCreatesPerSync(t *testing.T) {
 	if len(p.create) != maxCreatesPerSync || p.status.Active != maxCreatesPerSync {
 		t.Errorf("%d creates, active %d; want %d of each", len(p.create), p.status.Active, maxCreatesPerSync)
 	}
-	if p.create[0].index != 0 || p.create[len(p.create)-1].index != maxCreatesPerSync-1 {
-		t.Errorf("created indexes %d to %d, want the lowest", p.create[0].index, p.create[len(p.create)-1].index)
+	if p.create[0].Index != 0 || p.create[len(p.create)-1].Index != maxCreatesPerSync-1 {
+		t.Errorf("created indexes %d to %d, want the lowest", p.create[0].Index, p.create[len(p.create)-1].Index)
 	}
 	if p.requeueAfter != time.Second {
 		t.Errorf("requeue after %v, want 1s for the rest", p.requeueAfter)
@@ -1167,7 +1168,7 @@ func TestRefusedReplacementNeverHoldsTheCountBack(t *testing.T) {
 	}
 
 	p := c.sync() // the create goes through
-	if len(p.create) != 1 || p.create[0].failures != 1 || p.create[0].attempt != 1 {
+	if len(p.create) != 1 || p.create[0].Failures != 1 || p.create[0].Attempt != 1 {
 		t.Fatalf("creates = %+v, want index 0 retried as attempt 1 with one failure", p.create)
 	}
 	p = c.sync()
