@@ -59,6 +59,7 @@ type podLister interface {
 	FailingJobs() int
 }
 
+// The operator's pods come from a podcache.Source.
 var _ podLister = (*podcache.Source)(nil)
 
 // Reconciler runs IndexedBatchJobs.

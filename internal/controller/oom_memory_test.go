@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -224,4 +226,88 @@ func TestRaisesAreReportedForCreatedPodsOnly(t *testing.T) {
 			t.Errorf("took %v: raises reported %q, want %q", tc.took, got, tc.want)
 		}
 	}
+}
+
+// TestSyncJobRaisesMemoryAfterOOMKills is the table of syncJob's decisions
+// for a job with retryResources.onOOMKilled (and one without).
+func TestSyncJobRaisesMemoryAfterOOMKills(t *testing.T) {
+	now := &metav1.Time{Time: testNow}
+	// ended is when the rows' failed pods ended: a batch period before the
+	// sync, as the batched sync of a failure comes.
+	ended := testNow.Add(-podEventBatchPeriod)
+	base := harness.MakeIndexedBatchJob("a", "ns")
+	// Memory after an OOM kill: main requests 512Mi with a 1Gi limit.
+	oomRetry := base.Clone().Completions(2).Parallelism(2).BackoffLimit(6).RetryBackoff(0, 0).RetryOnOOMKilled(150, "4Gi").
+		Requests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
+		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+	oomQueued := oomRetry.DeepCopy()
+	oomQueued.Labels = map[string]string{ibjv1.QueueNameLabel: "q"}
+	oomOff := oomRetry.DeepCopy()
+	oomOff.Spec.RetryResources = nil
+	runSyncRows(t, []syncRow{
+		{
+			name: "an OOM-killed index's next pod gets more memory and carries the kill; the other index keeps the template's",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "a second OOM kill compounds the raise",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=2"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=2304Mi (OOM kills of the index: 2)"},
+			},
+		},
+		{
+			name: "a failure of another kind keeps the raised memory",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "under Kueue the raise of a request is held back, with a warning",
+			job:  oomQueued,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{
+					"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)",
+					"Warning MemoryRaiseHeldBack: Kept the memory requests of containers main of pod a-0-1 (index 0) at the template's, which is what Kueue admitted; only their limits were raised",
+				},
+			},
+		},
+		{
+			name: "without onOOMKilled an OOM kill raises nothing",
+			job:  oomOff,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0"},
+			},
+		},
+	})
 }
