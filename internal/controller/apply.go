@@ -22,6 +22,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 )
 
 // maxWritesPerSync bounds the pod creates, deletes and patches one sync
@@ -205,7 +206,7 @@ const nextTurn = time.Millisecond
 // each create (nil where it succeeded or was never sent), in the order of
 // creates. A pod that exists already is this job's only if it
 // is controlled by it (createdOrTaken).
-func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podToCreate) (took []bool, yielded bool, errs []error) {
+func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob, creates []podbuild.Spec) (took []bool, yielded bool, errs []error) {
 	errs = make([]error, len(creates))
 	took = make([]bool, len(creates))
 	created := 0
@@ -256,13 +257,13 @@ func countTaken(took []bool) int {
 // createdOnly keeps the raises of the pods that were created: a raise is
 // reported once, by the sync that made its pod, however many syncs before
 // it had their create refused.
-func createdOnly(raised []raisedPod, creates []podToCreate, took []bool, job *ibjv1.IndexedBatchJob) []raisedPod {
+func createdOnly(raised []raisedPod, creates []podbuild.Spec, took []bool, job *ibjv1.IndexedBatchJob) []raisedPod {
 	if len(raised) == 0 {
 		return nil
 	}
 	made := make(map[string]bool, len(creates))
 	for i, c := range creates {
-		made[podName(job, c.index, c.attempt)] = took[i]
+		made[podName(job, c.Index, c.Attempt)] = took[i]
 	}
 	out := raised[:0:0]
 	for _, r := range raised {
@@ -296,17 +297,17 @@ func skippedCreates(n int) string {
 // cache has not shown it yet (its deterministic name kept it from
 // doubling). err is nil when the pod was not created for a reason that is
 // no refusal: its name is taken by a pod the job does not control.
-func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate) (took bool, err error) {
-	pod := newPod(job, c)
+func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, c podbuild.Spec) (took bool, err error) {
+	pod := podbuild.New(job, c)
 	r.jobs.expectCreate(job.UID, pod.Name, r.clock.Now())
 	reason := "new"
-	if c.attempt > 0 {
+	if c.Attempt > 0 {
 		reason = "retry"
 	}
 	switch err = r.createPod(ctx, pod); {
 	case err == nil:
 		podsCreated.WithLabelValues(reason, "succeeded").Inc()
-		log.FromContext(ctx).V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.index, "attempt", c.attempt)
+		log.FromContext(ctx).V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.Index, "attempt", c.Attempt)
 		return true, nil
 	case apierrors.IsAlreadyExists(err):
 		if took, err = r.nameTakenByJob(ctx, job, c, pod); took {
@@ -322,9 +323,9 @@ func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, 
 
 // isPodToCreate: the pod holding c's name is the one the job would create
 // for c, by its labels, index and attempt.
-func isPodToCreate(job *ibjv1.IndexedBatchJob, c podToCreate, holder *metav1.PartialObjectMetadata) bool {
+func isPodToCreate(job *ibjv1.IndexedBatchJob, c podbuild.Spec, holder *metav1.PartialObjectMetadata) bool {
 	ix, ok := jobpod.Index(&corev1.Pod{ObjectMeta: holder.ObjectMeta})
-	return ok && ix == c.index && jobpod.Count(holder.Annotations, ibjv1.AttemptAnnotation) == c.attempt &&
+	return ok && ix == c.Index && jobpod.Count(holder.Annotations, ibjv1.AttemptAnnotation) == c.Attempt &&
 		holder.Labels[ibjv1.JobNameLabel] == job.Name && holder.Labels[ibjv1.ControllerUIDLabel] == string(job.UID)
 }
 
@@ -334,7 +335,7 @@ func isPodToCreate(job *ibjv1.IndexedBatchJob, c podToCreate, holder *metav1.Par
 // of the same name, or anyone's): the job never counts it, the index's
 // next attempt is numbered past it (takeName), and an event PodNameTaken
 // says so. err is the error of reading the pod, nil otherwise.
-func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatchJob, c podToCreate, pod *corev1.Pod) (took bool, err error) {
+func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatchJob, c podbuild.Spec, pod *corev1.Pod) (took bool, err error) {
 	holder := &metav1.PartialObjectMetadata{}
 	holder.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pod), holder); err != nil {
@@ -351,9 +352,9 @@ func (r *Reconciler) nameTakenByJob(ctx context.Context, job *ibjv1.IndexedBatch
 	if ref := metav1.GetControllerOf(holder); ref != nil && ref.UID == job.UID && isPodToCreate(job, c, holder) {
 		return true, nil
 	}
-	r.jobs.takeName(job.UID, c.index, c.attempt)
+	r.jobs.takeName(job.UID, c.Index, c.Attempt)
 	r.emit(job, warningEvent("PodNameTaken", "Pod %s exists and is not controlled by this job: not counted; index %d starts under a new name",
-		pod.Name, c.index))
+		pod.Name, c.Index))
 	return false, nil
 }
 

@@ -25,6 +25,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -40,7 +41,7 @@ func TestApplyReportsADeletedPodWhenTheStatusWriteFails(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(10)
-	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 
 	pod := &jobpod.Pod{}
 	pod.Name, pod.Namespace = stray.Name, stray.Namespace
@@ -78,7 +79,7 @@ func TestApplyHoldsAStatusThatOnlyMovesCounters(t *testing.T) {
 	c := interceptor.NewClient(api, interceptor.Funcs{
 		SubResourceUpdate: countStatusWrites(&writes),
 	})
-	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	succeeded := &jobpod.Pod{}
 	succeeded.Name, succeeded.Namespace, succeeded.UID = "a-0-0", "ns", "pod-uid"
 
@@ -118,7 +119,7 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	c := interceptor.NewClient(api, interceptor.Funcs{
 		SubResourceUpdate: countStatusWrites(&writes),
 	})
-	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	start := time.Now().Truncate(time.Second)
 	first := *job.Status.DeepCopy()
 	first.StartTime, first.Active, first.ObservedGeneration = &metav1.Time{Time: start}, 0, job.Generation
@@ -152,9 +153,9 @@ func TestApplyHoldsAJobsFirstStatusAndKeepsItsStart(t *testing.T) {
 	if err := api.Create(context.Background(), job2); err != nil {
 		t.Fatal(err)
 	}
-	r2 := NewReconciler(refusing, nil, clock.RealClock{}, DefaultBackoff)
+	r2 := NewReconciler(refusing, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	refused := held
-	refused.create = []podToCreate{{index: 0}}
+	refused.create = []podbuild.Spec{{Index: 0}}
 	refused.status.Active = 1
 	if _, err := r2.apply(context.Background(), job2, refused); err == nil {
 		t.Fatal("the refused create's error was not returned")
@@ -208,10 +209,10 @@ func TestCreatesStartSlowAndStopAtTheFirstRefusal(t *testing.T) {
 		},
 	})
 	recorder := events.NewFakeRecorder(100)
-	r := NewReconciler(c, recorder, clock.RealClock{}, DefaultBackoff)
-	creates := make([]podToCreate, 100)
+	r := NewReconciler(c, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
+	creates := make([]podbuild.Spec, 100)
 	for i := range creates {
-		creates[i] = podToCreate{index: int32(i)}
+		creates[i] = podbuild.Spec{Index: int32(i)}
 	}
 	took, _, errs := r.createPods(context.Background(), job, creates)
 	created := countTaken(took)
@@ -267,10 +268,10 @@ func TestApplyWaitsCreateRefusedDelayAfterARefusal(t *testing.T) {
 			if tc.refuse {
 				funcs.Create = quotaFull
 			}
-			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), DefaultBackoff)
+			r := NewReconciler(interceptor.NewClient(api, funcs), nil, clocktesting.NewFakeClock(testNow), jobpod.DefaultBackoff)
 			// An earlier refusal, which a create that goes through forgets.
 			r.jobs.createsRefused(job.UID, true, testNow.Add(-time.Hour))
-			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podToCreate{{index: 0}}})
+			res, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: []podbuild.Spec{{Index: 0}}})
 			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("apply = %+v, %v; want requeue after %v, error %v", res, err, tc.wantRequeue, tc.wantErr)
 			}
@@ -316,7 +317,7 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 				},
 			})
 			clk := clocktesting.NewFakeClock(time.Now())
-			r := NewReconciler(c, nil, clk, DefaultBackoff)
+			r := NewReconciler(c, nil, clk, jobpod.DefaultBackoff)
 			r.writes, r.order = 4, newJobOrder(clk, 4)
 			other := types.NamespacedName{Namespace: "ns", Name: "other"}
 			if tc.other != nil && *tc.other < 0 {
@@ -328,9 +329,9 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 				clk.Step(*tc.other)
 				r.order.enqueue(other, priorityqueue.AddOpts{})
 			}
-			creates := make([]podToCreate, 20)
+			creates := make([]podbuild.Spec, 20)
 			for i := range creates {
-				creates[i] = podToCreate{index: int32(i)}
+				creates[i] = podbuild.Spec{Index: int32(i)}
 			}
 			took, yielded, errs := r.createPods(context.Background(), job, creates)
 			created := countTaken(took)
@@ -348,13 +349,13 @@ func TestCreatesGiveTheWorkerUpToAJobAhead(t *testing.T) {
 // same name that the job controls is its own.
 func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(2).Obj()
-	old := newPod(harness.MakeIndexedBatchJob("a", "ns").UID("old-uid").Completions(2).Obj(), podToCreate{index: 0})
-	mine := newPod(job, podToCreate{index: 1})
+	old := podbuild.New(harness.MakeIndexedBatchJob("a", "ns").UID("old-uid").Completions(2).Obj(), podbuild.Spec{Index: 0})
+	mine := podbuild.New(job, podbuild.Spec{Index: 1})
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job, old, mine).WithStatusSubresource(job).Build()
 	recorder := events.NewFakeRecorder(10)
-	r := NewReconciler(api, recorder, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(api, recorder, clock.RealClock{}, jobpod.DefaultBackoff)
 
-	took, _, errs := r.createPods(context.Background(), job, []podToCreate{{index: 0}, {index: 1}})
+	took, _, errs := r.createPods(context.Background(), job, []podbuild.Spec{{Index: 0}, {Index: 1}})
 	created := countTaken(took)
 	if created != 1 || firstError(errs) != nil {
 		t.Errorf("created %d (errors %v), want 1: the job's own pod, not the old job's", created, errs)
@@ -367,9 +368,10 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 		t.Errorf("events %q, want one PodNameTaken for a-0-0", got)
 	}
 	// The next sync names index 0's first pod past the taken name.
+	r.pods = newFixedPods()
 	in := r.syncInput(job, nil, nil, true)
 	p := syncJob(in)
-	if len(p.create) == 0 || p.create[0] != (podToCreate{index: 0, attempt: 1}) {
+	if len(p.create) == 0 || p.create[0] != (podbuild.Spec{Index: 0, Attempt: 1}) {
 		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)
 	}
 }

@@ -5,6 +5,3 @@ import "github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 // Backoff is the delay before a failed pod is replaced (jobpod.Backoff, which
 // the kubectl plugin reads too, so that both tell the same wait).
 type Backoff = jobpod.Backoff
-
-// DefaultBackoff is the built-in Job controller's: 10 s, 20 s, 40 s … 10 min.
-var DefaultBackoff = jobpod.DefaultBackoff

@@ -125,10 +125,17 @@ func (f *fixedPods) Unsettle(string, string) {
 	f.settled, f.settledFor, f.settledIndexes, f.lastSuccess = nil, "", indexset.Set{}, time.Time{}
 }
 
+// FailureSeen is zero: the tests that play the watch by hand hold no
+// failure's batch.
+func (f *fixedPods) FailureSeen(string, string) time.Time { return time.Time{} }
+
 // settledCount is how many pods the cache keeps out of ListUnsettled.
 func (f *fixedPods) settledCount() int { return len(f.settled) }
 
 func (f *fixedPods) Len() int { return len(f.pods) }
+
+// FailingJobs is none, as FailureSeen.
+func (f *fixedPods) FailingJobs() int { return 0 }
 
 func (f *fixedPods) Get(namespace, job, name string) *jobpod.Pod {
 	for _, p := range f.pods {

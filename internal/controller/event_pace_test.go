@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -161,7 +162,7 @@ func TestApplyComesBackForAHeldEvent(t *testing.T) {
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
 	recorder := events.NewFakeRecorder(20)
 	clk := clocktesting.NewFakeClock(testNow)
-	r := NewReconciler(api, recorder, clk, DefaultBackoff)
+	r := NewReconciler(api, recorder, clk, jobpod.DefaultBackoff)
 	ctx := context.Background()
 	if _, err := r.apply(ctx, job, plan{status: job.Status, indexFailures: failures(0, namedIndexFailures+1)}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -169,7 +170,7 @@ func TestClassifyFailure(t *testing.T) {
 	perIndex := harness.MakeIndexedBatchJob("a", "ns").BackoffLimitPerIndex(1).PodFailurePolicy(policy...).Obj()
 	global := harness.MakeIndexedBatchJob("a", "ns").PodReplacementPolicy(batchv1.TerminatingOrFailed).Obj()
 	failed := func(job *ibjv1.IndexedBatchJob, earlierFailures, code int32) *jobpod.Pod {
-		return makePodFor(job, podToCreate{attempt: earlierFailures, failures: earlierFailures}).failedAt(testNow, code).obj()
+		return makePodFor(job, podbuild.Spec{Attempt: earlierFailures, Failures: earlierFailures}).failedAt(testNow, code).obj()
 	}
 	failJobMessage := "Container main for pod ns/a-0-1 failed with exit code 42 matching FailJob rule at index 0"
 	cases := []struct {
@@ -225,7 +226,7 @@ func TestFailedIndexIsDecidedAlikeWhenRecordedAndWhenRebuilt(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := makePodFor(job, podToCreate{attempt: tc.earlierFailures, failures: tc.earlierFailures}).failedAt(testNow, tc.exitCode)
+			pod := makePodFor(job, podbuild.Spec{Attempt: tc.earlierFailures, Failures: tc.earlierFailures}).failedAt(testNow, tc.exitCode)
 			recorded := syncOnce(job.DeepCopy(), pod.obj())
 
 			unreadable := job.DeepCopy()
@@ -250,7 +251,7 @@ func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 		harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 42),
 	).Obj()
 	named := nameRules(job.DeepCopy(), "bad_input", "", "Fatal")
-	overLimit := podToCreate{attempt: 1, failures: 1}
+	overLimit := podbuild.Spec{Attempt: 1, Failures: 1}
 	cases := []struct {
 		name string
 		job  *ibjv1.IndexedBatchJob

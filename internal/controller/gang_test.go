@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
@@ -163,7 +164,7 @@ func TestEnsureGang(t *testing.T) {
 			if w.stored == nil {
 				w.stored = map[string]*unstructured.Unstructured{}
 			}
-			r := NewReconciler(w.client(t), nil, testingclock.NewFakeClock(testNow), DefaultBackoff)
+			r := NewReconciler(w.client(t), nil, testingclock.NewFakeClock(testNow), jobpod.DefaultBackoff)
 			got, err := r.ensureGang(context.Background(), tc.job)
 			if (err != nil) != tc.wantErr {
 				t.Errorf("error = %v, want error %v", err, tc.wantErr)
@@ -194,4 +195,59 @@ func TestEnsureGang(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSyncJobGangScheduling is the table of syncJob's decisions for a job
+// with gangScheduling, by what the reconciler found of its PodGroup.
+func TestSyncJobGangScheduling(t *testing.T) {
+	now := &metav1.Time{Time: testNow}
+	condition := func(typ, reason, message string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
+	}
+	base := harness.MakeIndexedBatchJob("a", "ns")
+	// Gang scheduling: four pods at once, or none.
+	gang := base.Clone().Completions(4).Parallelism(4).GangScheduling(0).UID("3f2a9c1d-0000").Obj()
+	gangReadyFor := func(n int32) podGroup { return podGroup{name: "a-3f2a9c1d", minCount: n} }
+	gangFalse := func(reason, message string) metav1.Condition {
+		return metav1.Condition{Type: ibjv1.ConditionPodGroupReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
+	}
+	notServedMessage := "The cluster does not serve scheduling.k8s.io/v1beta1 Workloads and PodGroups (Kubernetes 1.37 or later with feature gate GenericWorkload and that API version enabled): " +
+		"no pod is created until it does. Recreate the job without gangScheduling to run its pods one by one"
+	refusedMessage := "Error creating Workload and PodGroup a-3f2a9c1d, no pod is created until they exist: podgroups is forbidden"
+	runSyncRows(t, []syncRow{
+		{
+			name: "a gang job whose PodGroup exists starts its whole gang at once and says so",
+			job:  gang,
+			gang: gangReadyFor(4),
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 4, Phase: ibjv1.PhaseRunning,
+					Conditions: []metav1.Condition{condition(ibjv1.ConditionPodGroupReady, ibjv1.ReasonPodGroupCreated,
+						"Workload and PodGroup a-3f2a9c1d: the scheduler binds the job's pods only when it can bind 4 at once")}},
+				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
+				Events: []string{"Normal PodGroupCreated: Workload and PodGroup a-3f2a9c1d: the scheduler binds the job's pods only when it can bind 4 at once"},
+			},
+		},
+		{
+			name: "a gang job on a cluster without the Workload API creates no pod, says why and asks again in 30s",
+			job:  gang,
+			gang: podGroup{name: "a-3f2a9c1d", minCount: 4, state: gangNotServed},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseWorkloadAPINotServed,
+					Conditions: []metav1.Condition{gangFalse(ibjv1.ReasonWorkloadAPINotServed, notServedMessage)}},
+				Events:       []string{"Warning WorkloadAPINotServed: " + notServedMessage},
+				RequeueAfter: gangRecheckInterval,
+			},
+		},
+		{
+			name: "a gang job whose PodGroup the API server refused creates no pod and gives the answer",
+			job:  gang,
+			gang: podGroup{name: "a-3f2a9c1d", minCount: 4, state: gangCreateFailed, err: "podgroups is forbidden"},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhasePodGroupCreateFailed,
+					Conditions: []metav1.Condition{gangFalse(ibjv1.ReasonPodGroupCreateFailed, refusedMessage)}},
+				Events:       []string{"Warning PodGroupCreateFailed: " + refusedMessage},
+				RequeueAfter: gangRecheckInterval,
+			},
+		},
+	})
 }

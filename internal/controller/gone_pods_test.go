@@ -111,13 +111,13 @@ func TestGlobalBackoffCountsAGoneDeletedPod(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			gone := []gonePod{{uid: "uid-a-0-0", index: 0, attempt: 0, finishedAt: testNow.Add(-tc.finished), counted: !tc.ignored, retryDelay: tc.retryDelay}}
-			p := syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true,
+			p := syncJob(syncInput{job: job, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true,
 				gone: gone, nameFloors: goneFloors(gone, nil)})
 			if got := len(p.create) > 0; got != tc.wantCreate || p.requeueAfter != tc.wantRequeue {
 				t.Fatalf("created %v, requeueAfter %v; want %v, %v", p.create, p.requeueAfter, tc.wantCreate, tc.wantRequeue)
 			}
-			if tc.wantCreate && p.create[0].attempt != 1 {
-				t.Errorf("the replacement is attempt %d, want 1: past the gone pod's name", p.create[0].attempt)
+			if tc.wantCreate && p.create[0].Attempt != 1 {
+				t.Errorf("the replacement is attempt %d, want 1: past the gone pod's name", p.create[0].Attempt)
 			}
 		})
 	}

@@ -236,13 +236,13 @@ func TestNextPodCarriesTheFailuresInPlace(t *testing.T) {
 	api.Status.ContainerStatuses[0].RestartCount = 2
 	failed := jobpod.Read(api)
 	// 3 failures: 10 s, 20 s, then 40 s.
-	in := syncInput{job: job, pods: []*jobpod.Pod{failed}, now: testNow.Add(5 * time.Second), backoff: DefaultBackoff, expectationsSatisfied: true}
+	in := syncInput{job: job, pods: []*jobpod.Pod{failed}, now: testNow.Add(5 * time.Second), backoff: jobpod.DefaultBackoff, expectationsSatisfied: true}
 	if p := syncJob(in); len(p.create) != 0 || p.requeueAfter != 35*time.Second {
 		t.Errorf("creates %v, requeue %v; want none before the backoff of 3 failures (40s)", createdIndexes(p), p.requeueAfter)
 	}
 	job.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{Failed: []types.UID{failed.UID}}
-	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{failed}, now: testNow.Add(time.Minute), backoff: DefaultBackoff, expectationsSatisfied: true})
-	if len(p.create) != 1 || p.create[0].failures != 3 {
+	p := syncJob(syncInput{job: job, pods: []*jobpod.Pod{failed}, now: testNow.Add(time.Minute), backoff: jobpod.DefaultBackoff, expectationsSatisfied: true})
+	if len(p.create) != 1 || p.create[0].Failures != 3 {
 		t.Errorf("creates = %+v, want one pod carrying 3 failures", p.create)
 	}
 }

@@ -16,14 +16,11 @@ type indexTable struct {
 // small allocation.
 const denseIndexes = 4096
 
-// sparseIndexTables makes every table a map, so that the tests of the
-// decisions run them with both kinds.
-var sparseIndexTables = false
-
 // newIndexTable makes the table of a job of completions indexes and pods
-// pods.
-func newIndexTable(completions int32, pods int) indexTable {
-	if !sparseIndexTables && int64(completions) <= max(4*int64(pods), denseIndexes) {
+// pods. sparse makes it a map whatever the job's size, so that the tests of
+// the decisions run them with both kinds (syncInput.sparseIndexes).
+func newIndexTable(completions int32, pods int, sparse bool) indexTable {
+	if !sparse && int64(completions) <= max(4*int64(pods), denseIndexes) {
 		return indexTable{dense: make([]*indexState, max(completions, 0))}
 	}
 	return indexTable{sparse: make(map[int32]*indexState, pods)}

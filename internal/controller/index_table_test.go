@@ -18,7 +18,7 @@ func TestIndexTable(t *testing.T) {
 		{"indexes not many more than the pods", 100000, 25000, false},
 		{"few pods among very many indexes", 2147483647, 3, true},
 	} {
-		table := newIndexTable(tc.completions, tc.pods)
+		table := newIndexTable(tc.completions, tc.pods, false)
 		if (table.sparse != nil) != tc.sparse {
 			t.Errorf("%s: sparse = %v, want %v", tc.name, table.sparse != nil, tc.sparse)
 		}
@@ -44,7 +44,7 @@ func TestIndexTable(t *testing.T) {
 		}
 	}
 
-	table := newIndexTable(10, 3)
+	table := newIndexTable(10, 3, false)
 	table.set(4, &indexState{})
 	table.set(12, &indexState{}) // past completions: never one of the job's, but no panic
 	if table.sparse == nil || table.get(4) == nil || table.get(12) == nil || table.len() != 2 {

@@ -33,16 +33,34 @@ import (
 
 // podLister gives a sync the pods of a job: podcache.Source, or a test's
 // fixed set. The pods are the cache's own: read them, never write to them.
+// It keeps a job's settled pods out of its syncs: a sync lists the pods
+// that can still change, not every pod of a large job.
 type podLister interface {
 	// List returns the pods labelled with the job's name, including pods
 	// left behind by a deleted job of the same name.
 	List(namespace, job string) ([]*jobpod.Pod, error)
+	// ListUnsettled lists the job's pods but those settled for the job of
+	// UID owner, and gives the indexes of those (a superset) and the
+	// latest end among them.
+	ListUnsettled(namespace, job string, owner types.UID) ([]*jobpod.Pod, indexset.Set, time.Time)
+	// Settle keeps the pods out of ListUnsettled until they change.
+	Settle(namespace, job string, owner types.UID, pods []*jobpod.Pod)
+	// Unsettle brings the settled pods back into ListUnsettled.
+	Unsettle(namespace, job string)
 	// Get returns the pod of that name labelled with the job's name, nil if
 	// there is none.
 	Get(namespace, job, name string) *jobpod.Pod
-	// Len is how many pods it holds, for trackedEntries.
+	// FailureSeen is when the lister saw the job's latest failure that no
+	// sync has counted yet, zero if none or unknown (syncInput.failureSeen).
+	FailureSeen(namespace, job string) time.Time
+	// Len is how many pods it holds, and FailingJobs how many jobs have a
+	// failure no sync has counted yet, for trackedEntries.
 	Len() int
+	FailingJobs() int
 }
+
+// The operator's pods come from a podcache.Source.
+var _ podLister = (*podcache.Source)(nil)
 
 // Reconciler runs IndexedBatchJobs.
 type Reconciler struct {
@@ -200,54 +218,48 @@ func (r *Reconciler) observeCache(job *ibjv1.IndexedBatchJob) (satisfied bool) {
 	return r.jobs.podsSeen(job.UID, r.ownPod(job), now)
 }
 
-// podsSettled is a podLister that keeps a job's settled pods out of its
-// syncs (podcache.Source): a sync lists the pods that can still change,
-// not every pod of a large job.
-type podsSettled interface {
-	// ListUnsettled lists the job's pods but those settled for the job of
-	// UID owner, and gives the indexes of those (a superset) and the
-	// latest end among them.
-	ListUnsettled(namespace, job string, owner types.UID) ([]*jobpod.Pod, indexset.Set, time.Time)
-	// Settle keeps the pods out of ListUnsettled until they change.
-	Settle(namespace, job string, owner types.UID, pods []*jobpod.Pod)
-	// Unsettle brings the settled pods back into ListUnsettled.
-	Unsettle(namespace, job string)
-}
-
 // decide lets syncJob decide for the job from its pods, as the cache shows
 // them (satisfied: observeCache), with what complete adds to the input.
 // The sync reads the pods the cache did not settle for the job; one that
 // needs those too (plan.needAllPods) is made again from every pod of the
 // job, all of them unsettled. apply settles the pods the plan names.
 func (r *Reconciler) decide(ctx context.Context, job *ibjv1.IndexedBatchJob, satisfied bool, complete func(*syncInput)) (syncInput, plan, error) {
-	settled, _ := r.pods.(podsSettled)
-	for all := settled == nil; ; all = true {
-		again := all && settled != nil
-		if again {
-			settled.Unsettle(job.Namespace, job.Name)
-		}
-		// The foreign pods, never settled, were released by the first
-		// pass already.
-		pods, floors, err := r.ownPods(ctx, job, !again)
-		if err != nil {
-			return syncInput{}, plan{}, err
-		}
-		in := r.syncInput(job, pods.own, floors, satisfied)
-		in.settled, in.settledSuccess = pods.settled, pods.settledSuccess
-		complete(&in)
-		p := syncJob(in)
-		if p.needAllPods && !all {
-			continue
-		}
+	in, err := r.readSyncInput(ctx, job, satisfied, true, complete)
+	if err != nil {
+		return syncInput{}, plan{}, err
+	}
+	p := syncJob(in)
+	if !p.needAllPods {
 		return in, p, nil
 	}
+	r.pods.Unsettle(job.Namespace, job.Name)
+	// The foreign pods, never settled, were released by the first read
+	// already.
+	if in, err = r.readSyncInput(ctx, job, satisfied, false, complete); err != nil {
+		return syncInput{}, plan{}, err
+	}
+	return in, syncJob(in), nil
+}
+
+// readSyncInput lists the job's unsettled pods (releasing the foreign ones
+// with releaseForeign, see ownPods) and makes the sync's input of them,
+// with what complete adds.
+func (r *Reconciler) readSyncInput(ctx context.Context, job *ibjv1.IndexedBatchJob, satisfied, releaseForeign bool, complete func(*syncInput)) (syncInput, error) {
+	pods, floors, err := r.ownPods(ctx, job, releaseForeign)
+	if err != nil {
+		return syncInput{}, err
+	}
+	in := r.syncInput(job, pods.own, floors, satisfied)
+	in.settled, in.settledSuccess = pods.settled, pods.settledSuccess
+	complete(&in)
+	return in, nil
 }
 
 // settle keeps the pods (plan.settle, plan.settleReleased) out of the
-// job's next syncs, if the pod cache can.
+// job's next syncs.
 func (r *Reconciler) settle(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, more ...*jobpod.Pod) {
-	if settled, ok := r.pods.(podsSettled); ok && len(pods)+len(more) > 0 {
-		settled.Settle(job.Namespace, job.Name, job.UID, append(slices.Clip(pods), more...))
+	if len(pods)+len(more) > 0 {
+		r.pods.Settle(job.Namespace, job.Name, job.UID, append(slices.Clip(pods), more...))
 	}
 }
 
@@ -264,16 +276,8 @@ type jobPodsListed struct {
 // releaseForeign, foreign pods (labelled with the job's name but not
 // controlled by it) lose their tracking finalizer, with an event.
 func (r *Reconciler) ownPods(ctx context.Context, job *ibjv1.IndexedBatchJob, releaseForeign bool) (jobPodsListed, map[int32]int32, error) {
-	var out jobPodsListed
-	var listed []*jobpod.Pod
-	if settled, ok := r.pods.(podsSettled); ok {
-		listed, out.settled, out.settledSuccess = settled.ListUnsettled(job.Namespace, job.Name, job.UID)
-	} else {
-		var err error
-		if listed, err = r.pods.List(job.Namespace, job.Name); err != nil {
-			return out, nil, err
-		}
-	}
+	listed, settled, settledSuccess := r.pods.ListUnsettled(job.Namespace, job.Name, job.UID)
+	out := jobPodsListed{settled: settled, settledSuccess: settledSuccess}
 	own, foreign := splitByOwner(listed, job.UID)
 	if !releaseForeign {
 		foreign = nil
@@ -360,14 +364,8 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 	now := r.clock.Now()
 	lastWrite, heldStart := r.jobs.statusWrites(job.UID)
 	gone := r.jobs.observeGone(job, pods)
-	var failureSeen time.Time
-	if f, ok := r.pods.(interface {
-		FailureSeen(namespace, job string) time.Time
-	}); ok {
-		failureSeen = f.FailureSeen(job.Namespace, job.Name)
-	}
 	return syncInput{
-		failureSeen:           failureSeen,
+		failureSeen:           r.pods.FailureSeen(job.Namespace, job.Name),
 		job:                   job,
 		pods:                  pods,
 		now:                   now,

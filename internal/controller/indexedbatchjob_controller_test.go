@@ -79,7 +79,7 @@ func newLaggingCache(t *testing.T, job *ibjv1.IndexedBatchJob, status corev1.Pod
 	// its finalizer whatever the API server holds.
 	l.pods = newFixedPods()
 	l.pods.set(l.pod)
-	l.r = NewReconciler(counting, nil, clock.RealClock{}, DefaultBackoff)
+	l.r = NewReconciler(counting, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	l.r.pods = l.pods
 	l.req = ctrl.Request{NamespacedName: client.ObjectKeyFromObject(job)}
 	return l

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 )
 
 // runPods runs a job that has not reached its end: it suspends or resumes
@@ -194,7 +195,7 @@ func (s *syncState) startPods() {
 	// the indexes with a pod running, not past every finished one.
 	s.wanted.Difference(s.completed).Difference(s.failedIndexes).Each(func(ix int32) bool {
 		if next, ok := s.nextPod(ix); ok {
-			next.generation = s.status.Restarts
+			next.Generation = s.status.Restarts
 			s.plan.create = append(s.plan.create, next)
 			s.reportRaisedMemory(next)
 			slots--
@@ -207,19 +208,19 @@ func (s *syncState) startPods() {
 // nextPod is the pod to create for an unfinished index, or false while the
 // index has a pod that is active (or terminating, under
 // podReplacementPolicy Failed) or waits for its per-index backoff.
-func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
+func (s *syncState) nextPod(ix int32) (podbuild.Spec, bool) {
 	st := s.indexes.get(ix)
 	if st == nil {
-		return podToCreate{index: ix, attempt: s.nameFloors[ix]}, true
+		return podbuild.Spec{Index: ix, Attempt: s.nameFloors[ix]}, true
 	}
 	if len(st.active) > 0 || (onlyReplaceFailed(s.job) && st.terminating > 0) {
-		return podToCreate{}, false
+		return podbuild.Spec{}, false
 	}
 	next := s.nextAttempt(st.latest)
 	if f := s.failureOf(st.latest); s.job.Spec.BackoffLimitPerIndex != nil && f.Failed && !s.oldGeneration(st.latest) {
 		if wait := s.backoff.IndexRetryAt(st.latest, f).Sub(s.now); wait > 0 {
 			s.plan.requeue(wait)
-			return podToCreate{}, false
+			return podbuild.Spec{}, false
 		}
 	}
 	return next, true
@@ -231,37 +232,37 @@ func (s *syncState) nextPod(ix int32) (podToCreate, bool) {
 // does. The first pod of a new generation (a RestartJob restart) starts
 // its index's failure counts afresh, as a restarted JobSet's Jobs do: the
 // attempt numbers go on.
-func (s *syncState) nextAttempt(last *jobpod.Pod) podToCreate {
+func (s *syncState) nextAttempt(last *jobpod.Pod) podbuild.Spec {
 	f := s.failureOf(last)
 	failures, ignored := jobpod.NextCounts(last, f)
 	if s.oldGeneration(last) {
 		failures, ignored = 0, 0
 	}
 	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
-	return podToCreate{index: last.Index, attempt: attempt, failures: failures, ignored: ignored,
-		oomKills: jobpod.NextOOMKills(s.job, last, f), memoryCap: s.memoryCap}
+	return podbuild.Spec{Index: last.Index, Attempt: attempt, Failures: failures, Ignored: ignored,
+		OOMKills: jobpod.NextOOMKills(s.job, last, f), MemoryCap: s.memoryCap}
 }
 
 // reportRaisedMemory says, for the paced events, that a pod is created
 // with more memory than the template's after OOM kills of its index, and
 // that its queue held part of the raise back.
-func (s *syncState) reportRaisedMemory(next podToCreate) {
-	if next.oomKills == 0 {
+func (s *syncState) reportRaisedMemory(next podbuild.Spec) {
+	if next.OOMKills == 0 {
 		return
 	}
 	spec := s.job.Spec.Template.Spec.DeepCopy()
-	m := raiseMemory(s.job, spec, next.oomKills, next.memoryCap)
-	name := podName(s.job, next.index, next.attempt)
+	m := raiseMemory(s.job, spec, next.OOMKills, next.MemoryCap)
+	name := podName(s.job, next.Index, next.Attempt)
 	if m.raised {
-		msg := fmt.Sprintf("Pod %s of index %d gets memory %s (OOM kills of the index: %d)", name, next.index, memoryRecord(spec), next.oomKills)
+		msg := fmt.Sprintf("Pod %s of index %d gets memory %s (OOM kills of the index: %d)", name, next.Index, memoryRecord(spec), next.OOMKills)
 		if m.capped {
-			msg += fmt.Sprintf("; capped at %s, the container maximum of LimitRange %s", next.memoryCap.Max.String(), next.memoryCap.LimitRange)
+			msg += fmt.Sprintf("; capped at %s, the container maximum of LimitRange %s", next.MemoryCap.Max.String(), next.MemoryCap.LimitRange)
 		}
 		s.plan.memoryRaised = append(s.plan.memoryRaised, raisedPod{pod: name, message: msg})
 	}
 	if len(m.heldBack) > 0 {
 		s.plan.memoryHeldBack = append(s.plan.memoryHeldBack, fmt.Sprintf("Kept the memory requests of containers %s of pod %s (index %d) "+
-			"at the template's, which is what Kueue admitted; only their limits were raised", strings.Join(m.heldBack, ","), name, next.index))
+			"at the template's, which is what Kueue admitted; only their limits were raised", strings.Join(m.heldBack, ","), name, next.Index))
 	}
 }
 

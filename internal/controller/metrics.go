@@ -158,9 +158,7 @@ func (r *Reconciler) trackedEntries() map[string]int {
 	}
 	if r.pods != nil {
 		out["cached_pods"] = r.pods.Len()
-	}
-	if f, ok := r.pods.(interface{ FailingJobs() int }); ok {
-		out["failing_jobs"] = f.FailingJobs()
+		out["failing_jobs"] = r.pods.FailingJobs()
 	}
 	return out
 }

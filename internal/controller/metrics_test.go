@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // gatherTracked reads the tracked-entries gauge through a registry, as a
@@ -39,7 +40,7 @@ func gatherTracked(t *testing.T, c prometheus.Collector) map[string]float64 {
 // goes back to zero once the jobs are forgotten: what the soak test reads
 // from a running operator.
 func TestTrackedEntries(t *testing.T) {
-	r := NewReconciler(nil, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(nil, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	collector := &trackedCollector{}
 	collector.add(r)
 	now := time.Now()

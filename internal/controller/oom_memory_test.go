@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -124,7 +126,7 @@ func TestNewPodRaisesMemoryAfterOOMKills(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod(tc.job, podToCreate{index: 1, oomKills: tc.oomKills})
+			pod := podbuild.New(tc.job, podbuild.Spec{Index: 1, OOMKills: tc.oomKills})
 			got := want{
 				Init: memoryOf(pod.Spec.InitContainers[0]), Main: memoryOf(pod.Spec.Containers[0]), Sidecar: memoryOf(pod.Spec.Containers[1]),
 				Annotations: map[string]string{},
@@ -159,7 +161,7 @@ func TestMostMemoryPodHasEveryRaisedContainerAtMaxMemory(t *testing.T) {
 func TestPodRecordKeepsTheOOMKill(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "4Gi").
 		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
-	killed := jobpod.Read(makePodFor(job, podToCreate{index: 1, attempt: 2, oomKills: 2}).oomKilledAt(testNow).api())
+	killed := jobpod.Read(makePodFor(job, podbuild.Spec{Index: 1, Attempt: 2, OOMKills: 2}).oomKilledAt(testNow).api())
 	if !killed.OOMKilled || killed.OOMKills != 2 {
 		t.Errorf("OOM-killed pod cached with OOMKilled=%v OOMKills=%d, want true, 2", killed.OOMKilled, killed.OOMKills)
 	}
@@ -198,7 +200,7 @@ func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
 	}
 
 	s := newSyncState(syncInput{job: job, now: testNow, memoryCap: limitCap})
-	s.reportRaisedMemory(podToCreate{index: 0, attempt: 2, oomKills: 2, memoryCap: limitCap})
+	s.reportRaisedMemory(podbuild.Spec{Index: 0, Attempt: 2, OOMKills: 2, MemoryCap: limitCap})
 	want := []raisedPod{{pod: "a-0-2", message: "Pod a-0-2 of index 0 gets memory main=1Gi (OOM kills of the index: 2); capped at 1Gi, the container maximum of LimitRange mem"}}
 	if diff := cmp.Diff(want, s.plan.memoryRaised, cmp.AllowUnexported(raisedPod{})); diff != "" {
 		t.Errorf("memoryRaised (-want +got):\n%s", diff)
@@ -210,7 +212,7 @@ func TestRaiseStopsAtTheNamespaceMemoryCap(t *testing.T) {
 // through gives one MemoryRaised event, not five.
 func TestRaisesAreReportedForCreatedPodsOnly(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(3).Obj()
-	creates := []podToCreate{{index: 0, attempt: 1}, {index: 1, attempt: 2}, {index: 2, attempt: 1}}
+	creates := []podbuild.Spec{{Index: 0, Attempt: 1}, {Index: 1, Attempt: 2}, {Index: 2, Attempt: 1}}
 	raised := []raisedPod{{pod: "a-0-1", message: "zero"}, {pod: "a-2-1", message: "two"}}
 	for _, tc := range []struct {
 		took []bool
@@ -224,4 +226,88 @@ func TestRaisesAreReportedForCreatedPodsOnly(t *testing.T) {
 			t.Errorf("took %v: raises reported %q, want %q", tc.took, got, tc.want)
 		}
 	}
+}
+
+// TestSyncJobRaisesMemoryAfterOOMKills is the table of syncJob's decisions
+// for a job with retryResources.onOOMKilled (and one without).
+func TestSyncJobRaisesMemoryAfterOOMKills(t *testing.T) {
+	now := &metav1.Time{Time: testNow}
+	// ended is when the rows' failed pods ended: a batch period before the
+	// sync, as the batched sync of a failure comes.
+	ended := testNow.Add(-podEventBatchPeriod)
+	base := harness.MakeIndexedBatchJob("a", "ns")
+	// Memory after an OOM kill: main requests 512Mi with a 1Gi limit.
+	oomRetry := base.Clone().Completions(2).Parallelism(2).BackoffLimit(6).RetryBackoff(0, 0).RetryOnOOMKilled(150, "4Gi").
+		Requests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
+		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+	oomQueued := oomRetry.DeepCopy()
+	oomQueued.Labels = map[string]string{ibjv1.QueueNameLabel: "q"}
+	oomOff := oomRetry.DeepCopy()
+	oomOff.Spec.RetryResources = nil
+	runSyncRows(t, []syncRow{
+		{
+			name: "an OOM-killed index's next pod gets more memory and carries the kill; the other index keeps the template's",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "a second OOM kill compounds the raise",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=2"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=2304Mi (OOM kills of the index: 2)"},
+			},
+		},
+		{
+			name: "a failure of another kind keeps the raised memory",
+			job:  oomRetry,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Index: 0, Attempt: 1, OOMKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
+					makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=1"},
+				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
+			},
+		},
+		{
+			name: "under Kueue the raise of a request is held back, with a warning",
+			job:  oomQueued,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
+				Events: []string{
+					"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)",
+					"Warning MemoryRaiseHeldBack: Kept the memory requests of containers main of pod a-0-1 (index 0) at the template's, which is what Kueue admitted; only their limits were raised",
+				},
+			},
+		},
+		{
+			name: "without onOOMKilled an OOM kill raises nothing",
+			job:  oomOff,
+			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
+				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
+			},
+			want: decision{
+				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
+				Create: []string{"a-0-1 failures=1 ignored=0"},
+			},
+		},
+	})
 }

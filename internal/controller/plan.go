@@ -9,6 +9,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 )
 
 // plan is everything one sync decided. The reconciler applies it in order:
@@ -20,7 +21,7 @@ type raisedPod struct{ pod, message string }
 
 type plan struct {
 	status          ibjv1.IndexedBatchJobStatus
-	create          []podToCreate
+	create          []podbuild.Spec
 	delete          []podDeletion
 	removeFinalizer []*jobpod.Pod
 	// discard are pods whose finalizer goes without their end being counted.

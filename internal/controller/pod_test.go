@@ -12,6 +12,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -26,13 +27,13 @@ type podWrapper struct {
 
 // makePod is the pod the controller creates for an index's first attempt.
 func makePod(job *ibjv1.IndexedBatchJob, index int32) *podWrapper {
-	return makePodFor(job, podToCreate{index: index})
+	return makePodFor(job, podbuild.Spec{Index: index})
 }
 
 // makePodFor is the pod the controller creates for c, with a UID derived
 // from its (unique) name and created an hour before testNow, pending.
-func makePodFor(job *ibjv1.IndexedBatchJob, c podToCreate) *podWrapper {
-	pod := newPod(job, c)
+func makePodFor(job *ibjv1.IndexedBatchJob, c podbuild.Spec) *podWrapper {
+	pod := podbuild.New(job, c)
 	pod.UID = types.UID("uid-" + pod.Name)
 	pod.CreationTimestamp = metav1.NewTime(testNow.Add(-time.Hour))
 	pod.Status.Phase = corev1.PodPending
@@ -79,7 +80,7 @@ func TestNewPodCarriesIndexIdentity(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("train", "ns").UID("job-uid").Completions(8).
 		Subdomain("workers").PodLabel("app", "train").PodAnnotation("team", "ml").Obj()
 
-	pod := newPod(job, podToCreate{index: 3, attempt: 2})
+	pod := podbuild.New(job, podbuild.Spec{Index: 3, Attempt: 2})
 
 	if pod.Name != "train-3-2" || pod.Namespace != "ns" {
 		t.Errorf("name = %s/%s, want ns/train-3-2 (deterministic per index and attempt)", pod.Namespace, pod.Name)
@@ -125,7 +126,7 @@ func TestNewPodCarriesIndexIdentity(t *testing.T) {
 
 func TestNewPodDoesNotAliasTheTemplate(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).PodLabel("app", "x").Obj()
-	pod := newPod(job, podToCreate{index: 1})
+	pod := podbuild.New(job, podbuild.Spec{Index: 1})
 	pod.Labels["app"] = "changed"
 	pod.Spec.Containers[0].Image = "changed"
 	if job.Spec.Template.Labels["app"] != "x" || job.Spec.Template.Spec.Containers[0].Image != harness.DefaultImage {
@@ -151,7 +152,7 @@ func TestNewPodKeepsWhatAdmissionPutInTheTemplate(t *testing.T) {
 		"kueue.x-k8s.io/podset-required-topology": "rack",
 	}
 	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
-	pod := newPod(job, podToCreate{index: 1})
+	pod := podbuild.New(job, podbuild.Spec{Index: 1})
 	want := corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels: map[string]string{
@@ -186,7 +187,7 @@ func TestNewPodKeepsWhatAdmissionPutInTheTemplate(t *testing.T) {
 func TestKueuesUngatingChangesNothingASyncReads(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).NodeSelector("pool", "tas").Obj()
 	job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
-	gated := newPod(job, podToCreate{index: 1})
+	gated := podbuild.New(job, podbuild.Spec{Index: 1})
 	ungated := gated.DeepCopy()
 	ungated.Spec.SchedulingGates = nil
 	ungated.Spec.NodeSelector["kubernetes.io/hostname"] = "node-7"
@@ -202,7 +203,7 @@ func TestNewPodPutsIndexEnvFirstInEveryContainer(t *testing.T) {
 		// A template value for JOB_COMPLETION_INDEX is replaced, not kept twice.
 		Env(ibjv1.CompletionIndexEnvName, "stale").Obj()
 
-	pod := newPod(job, podToCreate{index: 5})
+	pod := podbuild.New(job, podbuild.Spec{Index: 5})
 
 	all := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 	if len(all) != 3 {
@@ -227,7 +228,7 @@ func TestNewPodFailureCountAnnotationsOnlyWithBackoffLimitPerIndex(t *testing.T)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod(tc.job, podToCreate{index: 1, attempt: 4, failures: 3, ignored: 1})
+			pod := podbuild.New(tc.job, podbuild.Spec{Index: 1, Attempt: 4, Failures: 3, Ignored: 1})
 			failures, ok1 := pod.Annotations[ibjv1.IndexFailureCountAnnotation]
 			ignored, ok2 := pod.Annotations[ibjv1.IndexIgnoredFailureCountAnnotation]
 			if ok1 != tc.wantPresent || ok2 != tc.wantPresent {
@@ -338,7 +339,7 @@ func TestReplacementPolicyDefaultsToFailedWithPodFailurePolicy(t *testing.T) {
 func TestPodRecordKeepsWhatASyncReads(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("train", "ns").BackoffLimitPerIndex(2).InitContainer("setup").Obj()
 	job.UID = "job-uid"
-	pod := makePodFor(job, podToCreate{index: 4, attempt: 2, failures: 1, ignored: 1}).
+	pod := makePodFor(job, podbuild.Spec{Index: 4, Attempt: 2, Failures: 1, Ignored: 1}).
 		failedAt(testNow, 42).condition(corev1.DisruptionTarget, corev1.ConditionTrue).api()
 	pod.Status.ContainerStatuses[0].RestartCount = 3
 	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: 1,
@@ -426,7 +427,7 @@ func TestNewPodIgnoresReservedKeysOfTheTemplate(t *testing.T) {
 			} else {
 				b = b.PodLabel(tc.key, "from-template")
 			}
-			pod := newPod(b.Obj(), podToCreate{index: 3})
+			pod := podbuild.New(b.Obj(), podbuild.Spec{Index: 3})
 			got, ok := pod.Labels[tc.key]
 			if tc.annotation {
 				got, ok = pod.Annotations[tc.key]

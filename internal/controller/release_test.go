@@ -47,7 +47,7 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 			return nil
 		},
 	})
-	r = NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r = NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	r.jobs.seen(k8stypes.NamespacedName{Namespace: "ns", Name: "job"}, "job") // as a sync of the job does
 	l, ctx := r.later, context.Background()
 

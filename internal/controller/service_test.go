@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -85,7 +87,7 @@ func TestNewPodJoinsTheHeadlessServiceSubdomain(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := newPod(tc.job, podToCreate{index: 1})
+			pod := podbuild.New(tc.job, podbuild.Spec{Index: 1})
 			got := [2]string{pod.Spec.Hostname, pod.Spec.Subdomain}
 			if diff := cmp.Diff([2]string{"tf-1", tc.wantSubdomain}, got); diff != "" {
 				t.Errorf("[hostname, subdomain] (-want +got):\n%s", diff)
@@ -168,7 +170,7 @@ func TestSyncJobReportsPeerDNS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			job := harness.MakeIndexedBatchJob("tf", "ns").Completions(2).Parallelism(2).PeerDNS("").Obj()
 			job.Status.Conditions = tc.before
-			d := decisionOf(job, syncJob(syncInput{job: job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true, service: tc.service}))
+			d := decisionOf(job, syncJob(syncInput{job: job, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true, service: tc.service}))
 			got := outcome{Conditions: d.Status.Conditions, Create: d.Create, Events: d.Events, RequeueAfter: d.RequeueAfter}
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("outcome (-want +got):\n%s", diff)
@@ -223,7 +225,7 @@ func (w *serviceWorld) reconciler(clk *testingclock.FakeClock) *Reconciler {
 			return c.Create(ctx, obj, opts...)
 		},
 	})
-	r := NewReconciler(cached, nil, clk, DefaultBackoff)
+	r := NewReconciler(cached, nil, clk, jobpod.DefaultBackoff)
 	r.apiReader = interceptor.NewClient(w.api, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			w.calls = append(w.calls, "get "+key.Name)

@@ -108,7 +108,7 @@ func TestASyncWithoutTheSettledPodsAsksForThemWhenTheyMatter(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := syncJob(syncInput{job: tc.job, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true, settled: tc.settled})
+			p := syncJob(syncInput{job: tc.job, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true, settled: tc.settled})
 			if p.needAllPods != tc.want {
 				t.Errorf("needAllPods %v, want %v", p.needAllPods, tc.want)
 			}
@@ -120,8 +120,8 @@ func TestASyncWithoutTheSettledPodsAsksForThemWhenTheyMatter(t *testing.T) {
 				t.Errorf("%d pods to create, want 4", len(p.create))
 			}
 			for _, c := range p.create {
-				if c.index < 8 {
-					t.Errorf("a pod to create for completed index %d", c.index)
+				if c.Index < 8 {
+					t.Errorf("a pod to create for completed index %d", c.Index)
 				}
 			}
 		})
@@ -148,7 +148,7 @@ func TestASettledSuccessResetsTheJobWideBackoff(t *testing.T) {
 	// The success of index 1, settled 30 s ago, is not among the pods:
 	// only the failure after it counts (10 s from the latest), as when its
 	// pod is listed.
-	p := syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true,
+	p := syncJob(syncInput{job: job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true,
 		settled: indexset.Of(1), settledSuccess: testNow.Add(-30 * time.Second)})
 	if len(p.create) != 0 || p.requeueAfter != 5*time.Second {
 		t.Errorf("created %v, requeueAfter %v; want none, 5s", createdIndexes(p), p.requeueAfter)

@@ -34,7 +34,7 @@ func TestStrayPodIsReleased(t *testing.T) {
 	}}
 	job := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "job-uid"}}
 	c := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod, job).Build()
-	r := NewReconciler(c, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	r.jobs.seen(types.NamespacedName{Namespace: "ns", Name: "a"}, "job-uid")
 	var woken []string
 	r.wake = func(req reconcile.Request) { woken = append(woken, req.Name) }
@@ -72,7 +72,7 @@ func TestStrayPodIsReleased(t *testing.T) {
 // the job's creates until the expectation timed out: its create is
 // forgotten when the cache reports it stray.
 func TestStrayPodIsNoLongerAnExpectedCreate(t *testing.T) {
-	r := NewReconciler(nil, nil, clock.RealClock{}, DefaultBackoff)
+	r := NewReconciler(nil, nil, clock.RealClock{}, jobpod.DefaultBackoff)
 	now := time.Now()
 	r.jobs.expectCreate("job-uid", "a-0-0", now)
 	stray := &jobpod.Pod{Meta: jobpod.Meta{Name: "a-0-0", Namespace: "ns", UID: "pod-uid"}, OwnerUID: "job-uid", UIDLabel: "job-uid", Tracked: true}

@@ -48,7 +48,7 @@ func BenchmarkSyncLargeJob(b *testing.B) {
 	}
 	// The cache lists in no order.
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
-	listed := syncInput{job: job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
+	listed := syncInput{job: job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true}
 	settled := listed
 	settled.pods = slices.DeleteFunc(slices.Clone(pods), func(p *jobpod.Pod) bool { return p.Index < done })
 	settled.settled, settled.settledSuccess = indexset.Range(0, done-1), testNow.Add(-time.Minute)

@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -17,6 +16,7 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -41,9 +41,9 @@ type decision struct {
 func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 	d := decision{Status: p.status, RequeueAfter: p.requeueAfter}
 	for _, c := range p.create {
-		create := fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.index, c.attempt), c.failures, c.ignored)
-		if c.oomKills > 0 {
-			create += fmt.Sprintf(" oomKills=%d", c.oomKills)
+		create := fmt.Sprintf("%s failures=%d ignored=%d", podName(job, c.Index, c.Attempt), c.Failures, c.Ignored)
+		if c.OOMKills > 0 {
+			create += fmt.Sprintf(" oomKills=%d", c.OOMKills)
 		}
 		d.Create = append(d.Create, create)
 	}
@@ -73,6 +73,45 @@ func decisionOf(job *ibjv1.IndexedBatchJob, p plan) decision {
 		d.Events = append(d.Events, fmt.Sprintf("%s %s: %s", e.eventType, e.reason, e.message))
 	}
 	return d
+}
+
+// syncRow is a row of the tables of syncJob's decisions: a job, its pods,
+// what the reconciler found, and the whole decision wanted of one sync.
+type syncRow struct {
+	name string
+	job  *ibjv1.IndexedBatchJob
+	pods func(*ibjv1.IndexedBatchJob) []*jobpod.Pod
+	// createRefusedAgo is how long ago the API server last refused
+	// one of the job's pod creates; zero: it has not.
+	createRefusedAgo time.Duration
+	// gang is what the reconciler found of the job's PodGroup.
+	gang podGroup
+	want decision
+}
+
+// runSyncRows decides each row once with the indexes' states in a slice and
+// once in a map (indexTable): both decide the same.
+func runSyncRows(t *testing.T, rows []syncRow) {
+	t.Helper()
+	for _, sparse := range []bool{false, true} {
+		for _, tc := range rows {
+			t.Run(fmt.Sprintf("%s/sparse=%v", tc.name, sparse), func(t *testing.T) {
+				var pods []*jobpod.Pod
+				if tc.pods != nil {
+					pods = tc.pods(tc.job)
+				}
+				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: jobpod.DefaultBackoff, expectationsSatisfied: true, sparseIndexes: sparse}
+				if tc.createRefusedAgo > 0 {
+					in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
+				}
+				in.gang = tc.gang
+				got := decisionOf(tc.job, syncJob(in))
+				if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("decision (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
 }
 
 func TestSyncJob(t *testing.T) {
@@ -117,7 +156,7 @@ func TestSyncJob(t *testing.T) {
 	namedFailJob := nameRules(failJob.DeepCopy(), "Fatal")
 	namedFailIndex := nameRules(failIndex.DeepCopy(), "bad_input")
 	disrupted := func(j *ibjv1.IndexedBatchJob, failures int32, ago time.Duration) *jobpod.Pod {
-		return makePodFor(j, podToCreate{attempt: failures, failures: failures}).failedAt(testNow.Add(-ago), 137).
+		return makePodFor(j, podbuild.Spec{Attempt: failures, Failures: failures}).failedAt(testNow.Add(-ago), 137).
 			condition(corev1.DisruptionTarget, corev1.ConditionTrue).obj()
 	}
 	ignoreDisruption := base.Clone().Completions(1).BackoffLimitPerIndex(3).
@@ -133,36 +172,7 @@ func TestSyncJob(t *testing.T) {
 	refusedNoDelay := refusedDelay.DeepCopy()
 	refusedNoDelay.Spec.RetryBackoff = nil
 
-	// Memory after an OOM kill: main requests 512Mi with a 1Gi limit.
-	oomRetry := base.Clone().Completions(2).Parallelism(2).BackoffLimit(6).RetryBackoff(0, 0).RetryOnOOMKilled(150, "4Gi").
-		Requests(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}).
-		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
-	oomQueued := oomRetry.DeepCopy()
-	oomQueued.Labels = map[string]string{ibjv1.QueueNameLabel: "q"}
-	oomOff := oomRetry.DeepCopy()
-	oomOff.Spec.RetryResources = nil
-
-	// Gang scheduling: four pods at once, or none.
-	gang := base.Clone().Completions(4).Parallelism(4).GangScheduling(0).UID("3f2a9c1d-0000").Obj()
-	gangReadyFor := func(n int32) podGroup { return podGroup{name: "a-3f2a9c1d", minCount: n} }
-	gangFalse := func(reason, message string) metav1.Condition {
-		return metav1.Condition{Type: ibjv1.ConditionPodGroupReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(testNow)}
-	}
-	notServedMessage := "The cluster does not serve scheduling.k8s.io/v1beta1 Workloads and PodGroups (Kubernetes 1.37 or later with feature gate GenericWorkload and that API version enabled): " +
-		"no pod is created until it does. Recreate the job without gangScheduling to run its pods one by one"
-	refusedMessage := "Error creating Workload and PodGroup a-3f2a9c1d, no pod is created until they exist: podgroups is forbidden"
-
-	cases := []struct {
-		name string
-		job  *ibjv1.IndexedBatchJob
-		pods func(*ibjv1.IndexedBatchJob) []*jobpod.Pod
-		// createRefusedAgo is how long ago the API server last refused
-		// one of the job's pod creates; zero: it has not.
-		createRefusedAgo time.Duration
-		// gang is what the reconciler found of the job's PodGroup.
-		gang podGroup
-		want decision
-	}{
+	cases := []syncRow{
 		{
 			name: "a new job starts the lowest indexes up to parallelism",
 			job:  base.Clone().Completions(8).Parallelism(3).Obj(),
@@ -476,7 +486,7 @@ func TestSyncJob(t *testing.T) {
 			name: "a Count rule's retryDelaySeconds replaces the exponential delay, and the failure counts",
 			job:  countDelayed,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{attempt: 2, failures: 2}).failedAt(testNow.Add(-time.Second), 3).obj()}
+				return []*jobpod.Pod{makePodFor(j, podbuild.Spec{Attempt: 2, Failures: 2}).failedAt(testNow.Add(-time.Second), 3).obj()}
 			},
 			want: decision{
 				Status: ibjv1.IndexedBatchJobStatus{
@@ -514,70 +524,6 @@ func TestSyncJob(t *testing.T) {
 			},
 		},
 		{
-			name: "an OOM-killed index's next pod gets more memory and carries the kill; the other index keeps the template's",
-			job:  oomRetry,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
-			},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
-				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
-				Events: []string{"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
-			},
-		},
-		{
-			name: "a second OOM kill compounds the raise",
-			job:  oomRetry,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).oomKilledAt(ended).withoutFinalizer().obj(),
-					makePod(j, 1).running().obj()}
-			},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
-				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=2"},
-				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=2304Mi (OOM kills of the index: 2)"},
-			},
-		},
-		{
-			name: "a failure of another kind keeps the raised memory",
-			job:  oomRetry,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePodFor(j, podToCreate{index: 0, attempt: 1, oomKills: 1}).failedAt(ended, 1).withoutFinalizer().obj(),
-					makePod(j, 1).running().obj()}
-			},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
-				Create: []string{"a-0-2 failures=1 ignored=0 oomKills=1"},
-				Events: []string{"Normal MemoryRaised: Pod a-0-2 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)"},
-			},
-		},
-		{
-			name: "under Kueue the raise of a request is held back, with a warning",
-			job:  oomQueued,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
-			},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
-				Create: []string{"a-0-1 failures=1 ignored=0 oomKills=1"},
-				Events: []string{
-					"Normal MemoryRaised: Pod a-0-1 of index 0 gets memory main=1536Mi (OOM kills of the index: 1)",
-					"Warning MemoryRaiseHeldBack: Kept the memory requests of containers main of pod a-0-1 (index 0) at the template's, which is what Kueue admitted; only their limits were raised",
-				},
-			},
-		},
-		{
-			name: "without onOOMKilled an OOM kill raises nothing",
-			job:  oomOff,
-			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod {
-				return []*jobpod.Pod{makePod(j, 0).oomKilledAt(ended).withoutFinalizer().obj(), makePod(j, 1).running().obj()}
-			},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 2, Phase: ibjv1.PhaseRunning},
-				Create: []string{"a-0-1 failures=1 ignored=0"},
-			},
-		},
-		{
 			name: "an unreadable spec.indexes starts nothing, removes nothing and says why",
 			job:  unreadableSubset,
 			pods: func(j *ibjv1.IndexedBatchJob) []*jobpod.Pod { return []*jobpod.Pod{makePod(j, 1).running().obj()} },
@@ -586,64 +532,8 @@ func TestSyncJob(t *testing.T) {
 				Events: []string{`Warning InvalidIndexes: Started no pod: spec.indexes "2-1" cannot be read: ` + parseError("2-1", 3)},
 			},
 		},
-		{
-			name: "a gang job whose PodGroup exists starts its whole gang at once and says so",
-			job:  gang,
-			gang: gangReadyFor(4),
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Active: 4, Phase: ibjv1.PhaseRunning,
-					Conditions: []metav1.Condition{condition(ibjv1.ConditionPodGroupReady, ibjv1.ReasonPodGroupCreated,
-						"Workload and PodGroup a-3f2a9c1d: the scheduler binds the job's pods only when it can bind 4 at once")}},
-				Create: []string{"a-0-0 failures=0 ignored=0", "a-1-0 failures=0 ignored=0", "a-2-0 failures=0 ignored=0", "a-3-0 failures=0 ignored=0"},
-				Events: []string{"Normal PodGroupCreated: Workload and PodGroup a-3f2a9c1d: the scheduler binds the job's pods only when it can bind 4 at once"},
-			},
-		},
-		{
-			name: "a gang job on a cluster without the Workload API creates no pod, says why and asks again in 30s",
-			job:  gang,
-			gang: podGroup{name: "a-3f2a9c1d", minCount: 4, state: gangNotServed},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhaseWorkloadAPINotServed,
-					Conditions: []metav1.Condition{gangFalse(ibjv1.ReasonWorkloadAPINotServed, notServedMessage)}},
-				Events:       []string{"Warning WorkloadAPINotServed: " + notServedMessage},
-				RequeueAfter: gangRecheckInterval,
-			},
-		},
-		{
-			name: "a gang job whose PodGroup the API server refused creates no pod and gives the answer",
-			job:  gang,
-			gang: podGroup{name: "a-3f2a9c1d", minCount: 4, state: gangCreateFailed, err: "podgroups is forbidden"},
-			want: decision{
-				Status: ibjv1.IndexedBatchJobStatus{StartTime: now, Ready: ptr.To[int32](0), Terminating: ptr.To[int32](0), Phase: ibjv1.PhasePodGroupCreateFailed,
-					Conditions: []metav1.Condition{gangFalse(ibjv1.ReasonPodGroupCreateFailed, refusedMessage)}},
-				Events:       []string{"Warning PodGroupCreateFailed: " + refusedMessage},
-				RequeueAfter: gangRecheckInterval,
-			},
-		},
 	}
-	// Each row decides the same with the indexes' states in a slice and in
-	// a map (indexTable).
-	for _, sparse := range []bool{false, true} {
-		sparseIndexTables = sparse
-		for _, tc := range cases {
-			t.Run(fmt.Sprintf("%s/sparse=%v", tc.name, sparse), func(t *testing.T) {
-				var pods []*jobpod.Pod
-				if tc.pods != nil {
-					pods = tc.pods(tc.job)
-				}
-				in := syncInput{job: tc.job, pods: pods, now: testNow, backoff: DefaultBackoff, expectationsSatisfied: true}
-				if tc.createRefusedAgo > 0 {
-					in.lastCreateRefused = testNow.Add(-tc.createRefusedAgo)
-				}
-				in.gang = tc.gang
-				got := decisionOf(tc.job, syncJob(in))
-				if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
-					t.Errorf("decision (-want +got):\n%s", diff)
-				}
-			})
-		}
-	}
-	sparseIndexTables = false
+	runSyncRows(t, cases)
 }
 
 // parseError is the error indexset.Parse gives for s.

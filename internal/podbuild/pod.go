@@ -21,7 +21,8 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
-// Spec says which pod of the job to build.
+// Spec says which pod of the job to build: the controller's decision names
+// each pod it creates with one, which New then builds.
 type Spec struct {
 	Index    int32
 	Attempt  int32
