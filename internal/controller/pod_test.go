@@ -19,7 +19,7 @@ import (
 // testNow is the fixed "now" of every unit test: no test reads a real clock.
 var testNow = time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 
-// podWrapper builds pods as the controller makes them (newPod), then lets a
+// podWrapper builds pods as the controller makes them (podbuild.New), then lets a
 // test play the kubelet and the API server on them (harness.PodWrapper).
 type podWrapper struct {
 	w *harness.PodWrapper
@@ -130,10 +130,10 @@ func TestNewPodDoesNotAliasTheTemplate(t *testing.T) {
 	pod.Labels["app"] = "changed"
 	pod.Spec.Containers[0].Image = "changed"
 	if job.Spec.Template.Labels["app"] != "x" || job.Spec.Template.Spec.Containers[0].Image != harness.DefaultImage {
-		t.Errorf("newPod shares maps or slices with the job's template")
+		t.Errorf("podbuild.New shares maps or slices with the job's template")
 	}
 	if _, ok := job.Spec.Template.Labels[ibjv1.CompletionIndexLabel]; ok {
-		t.Errorf("newPod wrote its labels into the job's template")
+		t.Errorf("podbuild.New wrote its labels into the job's template")
 	}
 }
 
