@@ -23,6 +23,9 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
+// exitReason is the reason the kubelet gives a container that exited non-zero.
+const exitReason = "Error"
+
 // podState is what a test of the Simulator reads back of a pod.
 type podState struct {
 	Phase     corev1.PodPhase
@@ -161,7 +164,7 @@ func TestForJobEndsEachPodAsItsPlanSays(t *testing.T) {
 		"a disruption fails it killed, with DisruptionTarget": {
 			plan:         Plan{Disrupted: true, ExitCode: 3},
 			want:         podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled, Disrupted: true},
-			wantReason:   "Error",
+			wantReason:   exitReason,
 			wantFinished: 1,
 		},
 		"an OOM kill fails it killed, with reason OOMKilled": {
@@ -173,7 +176,7 @@ func TestForJobEndsEachPodAsItsPlanSays(t *testing.T) {
 		"a disruption wins over an OOM kill": {
 			plan:         Plan{Disrupted: true, OOMKilled: true},
 			want:         podState{Phase: corev1.PodFailed, Node: EnvtestNode, ExitCode: ExitKilled, Disrupted: true},
-			wantReason:   "Error",
+			wantReason:   exitReason,
 			wantFinished: 1,
 		},
 		"Hold keeps it running": {
@@ -394,9 +397,9 @@ func TestAnOutcomeARestartRuleMatchesRestartsTheContainerInPlaceUntilThePodIsDel
 		wantExit   int32
 		wantReason string
 	}{
-		"an exit code":  {plan: Plan{Run: 20 * time.Millisecond, ExitCode: 3}, wantExit: 3, wantReason: "Error"},
+		"an exit code":  {plan: Plan{Run: 20 * time.Millisecond, ExitCode: 3}, wantExit: 3, wantReason: exitReason},
 		"an OOM kill":   {plan: Plan{Run: 20 * time.Millisecond, OOMKilled: true}, wantExit: ExitKilled, wantReason: "OOMKilled"},
-		"with no delay": {plan: Plan{ExitCode: 3}, wantExit: 3, wantReason: "Error"},
+		"with no delay": {plan: Plan{ExitCode: 3}, wantExit: 3, wantReason: exitReason},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
