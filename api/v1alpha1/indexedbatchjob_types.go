@@ -64,6 +64,12 @@ const (
 	// an earlier one are ended by the restart and counted for nothing. As
 	// JobSet's jobset.sigs.k8s.io/restart-attempt.
 	RestartAttemptLabel = "batch.indexedjob.dev/restart-attempt"
+	// FailureRecordLabel marks the ConfigMaps that hold a job's failure
+	// record (each failed attempt of each index: node, container, exit
+	// code or reason, rule, time), with the job's UID as its value. They
+	// are named <job>-failures-<shard>, controlled by the job, and go with
+	// it; `kubectl ibj describe`, `indexes` and `nodes` read them.
+	FailureRecordLabel = "batch.indexedjob.dev/failure-record"
 	// CompletionIndexEnvName is set in every container and init container.
 	CompletionIndexEnvName = "JOB_COMPLETION_INDEX"
 	// ControllerName is this operator's name as spec.managedBy spells it. A job
@@ -180,6 +186,31 @@ const (
 	// ReasonFailedCreate: any other error (a timeout, an unavailable
 	// webhook, a namespace being deleted).
 	ReasonFailedCreate = "FailedCreate"
+)
+
+// Condition PodsUnschedulable and its reason, for a job with nodeAvoidance
+// Required. batch/v1 has no such condition.
+const (
+	// ConditionPodsUnschedulable is True while a pod of the job that avoids
+	// nodes (spec.nodeAvoidance) cannot be scheduled: its message names
+	// the index, the nodes it avoids and the scheduler's answer. It is
+	// removed once no such pod is left unschedulable.
+	ConditionPodsUnschedulable = "PodsUnschedulable"
+	// ReasonAvoidedNodes: the scheduler finds no node for a pod once the
+	// nodes it avoids are left out.
+	ReasonAvoidedNodes = "AvoidedNodes"
+)
+
+// Condition FailureRecorded and its reason. It is set only while the
+// failure record (FailureRecordLabel) cannot be written: False, with the
+// API server's answer. The pods' results are counted all the same.
+const (
+	// ConditionFailureRecorded is False while the API server refuses the
+	// job's failure record.
+	ConditionFailureRecorded = "FailureRecorded"
+	// ReasonFailureRecordRefused: the API server refused a ConfigMap of
+	// the record (a quota, a policy, a name taken by another object).
+	ReasonFailureRecordRefused = "FailureRecordRefused"
 )
 
 // Phase is a one-word summary of the conditions, for `kubectl get ibj`.
@@ -418,6 +449,61 @@ type IndexedBatchJobSpec struct {
 	// pods are scheduled one by one. Immutable.
 	// +optional
 	GangScheduling *GangScheduling `json:"gangScheduling,omitempty"`
+
+	// nodeAvoidance keeps the job's pods away from the nodes where its pods
+	// failed: an index's next pod avoids the nodes where that index failed,
+	// and, with failedIndexesPerNode, every later pod of the job avoids a
+	// node where that many of its indexes failed. A failure counts against
+	// its node unless an Ignore rule matched it or the pod had the
+	// DisruptionTarget condition (an eviction, a preemption, a node drained
+	// or lost: the cluster ended it, not the node's fault). The operator
+	// writes the avoided nodes into each new pod's node affinity, as a
+	// match on metadata.name, at most 32 of them: the index's most recent
+	// first, then the job's. Unset, pods go wherever the scheduler puts
+	// them, as with batch/v1. Which nodes failed which indexes is in the
+	// job's failure record (`kubectl ibj nodes`) whether or not this is set.
+	// May be changed at any time; it applies to the pods created after.
+	// +optional
+	NodeAvoidance *NodeAvoidance `json:"nodeAvoidance,omitempty"`
+}
+
+// NodeAvoidanceMode says how strictly a pod avoids a node.
+// +kubebuilder:validation:Enum=Preferred;Required
+type NodeAvoidanceMode string
+
+const (
+	// NodeAvoidancePreferred adds a preferred scheduling term (weight 100)
+	// against the avoided nodes: the scheduler places the pod elsewhere
+	// when another node fits, and on an avoided node when none does.
+	NodeAvoidancePreferred NodeAvoidanceMode = "Preferred"
+	// NodeAvoidanceRequired adds the avoided nodes to every required node
+	// selector term: the pod never runs on them. A pod left with no node
+	// stays Pending, and condition PodsUnschedulable says so with the
+	// scheduler's message.
+	NodeAvoidanceRequired NodeAvoidanceMode = "Required"
+)
+
+// NodeAvoidance says which nodes the job's pods avoid, and how.
+type NodeAvoidance struct {
+	// mode is Preferred (the default: a scheduling preference) or Required
+	// (a constraint). Required is refused with a template that names its
+	// node (nodeName), pins its nodes by name or hostname to no more nodes
+	// than an index may fail on, places its pods through Kueue's
+	// topology-aware scheduling, or with gangScheduling: each of those can
+	// leave a retry with no node at all.
+	// +optional
+	// +kubebuilder:default=Preferred
+	Mode NodeAvoidanceMode `json:"mode,omitempty"`
+
+	// failedIndexesPerNode makes a node where this many distinct indexes of
+	// the job failed avoided by every later pod of the job, and not only by
+	// those indexes' retries. An event (NodeAvoided) says when a node first
+	// is. Unset, each index avoids only the nodes where it failed. 1 to
+	// 100000.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	FailedIndexesPerNode *int32 `json:"failedIndexesPerNode,omitempty"`
 }
 
 // GangScheduling is the size of the job's gang: how many of its pods the
