@@ -103,7 +103,12 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 			// Nothing recorded in this status may lose its finalizer.
 			return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
 		}
-		// The status now holds every result recorded in this sync.
+		// The status now holds every result recorded in this sync; the
+		// failure record, how each failure came about, before its pod
+		// may go.
+		if err := r.writeFailures(ctx, job); err != nil {
+			return ctrl.Result{}, errors.Join(deleteErr, createErr, err)
+		}
 		r.later.add(job.UID, p.releaseLater)
 		r.settle(job, p.settle, p.settleReleased...)
 		releaseErr = errors.Join(

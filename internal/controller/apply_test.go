@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -371,7 +373,7 @@ func TestCreateOfATakenNameIsNotCounted(t *testing.T) {
 	r.pods = newFixedPods()
 	in := r.syncInput(job, nil, nil, true)
 	p := syncJob(in)
-	if len(p.create) == 0 || p.create[0] != (podbuild.Spec{Index: 0, Attempt: 1}) {
+	if len(p.create) == 0 || !equality.Semantic.DeepEqual(p.create[0], podbuild.Spec{Index: 0, Attempt: 1}) {
 		t.Errorf("next creates %+v, want index 0 at attempt 1 first", p.create)
 	}
 }

@@ -80,7 +80,7 @@ func TestFailuresInPlaceAreCountedExactlyAcrossRestarts(t *testing.T) {
 			outcome{4, ibjv1.ConditionFailed, "", "", 1}},
 	}
 	for _, tc := range cases {
-		for crashAt := 0; crashAt <= 4; crashAt++ {
+		for crashAt := 0; crashAt <= 5; crashAt++ {
 			t.Run(fmt.Sprintf("%s, crash after step %d", tc.name, crashAt), func(t *testing.T) {
 				c := newCluster(t, inPlaceJob(tc.perIndex))
 				c.sync()

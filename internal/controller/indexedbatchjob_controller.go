@@ -251,6 +251,11 @@ func (r *Reconciler) readSyncInput(ctx context.Context, job *ibjv1.IndexedBatchJ
 	}
 	in := r.syncInput(job, pods.own, floors, satisfied)
 	in.settled, in.settledSuccess = pods.settled, pods.settledSuccess
+	failures, err := r.loadFailures(ctx, job)
+	if err != nil {
+		return syncInput{}, err
+	}
+	in.failures, in.recordRefused = failures.record, failures.refused
 	complete(&in)
 	return in, nil
 }

@@ -59,7 +59,7 @@ type cluster struct {
 
 	jobDeleted bool
 	// crashAt stops the next apply after that step (1 deletes, 2 creates,
-	// 3 status write, 4 finalizer removals), as a controller restart would:
+	// 3 status write, 4 failure record, 5 finalizer removals), as a controller restart would:
 	// every later write fails, and the following sync runs in a new
 	// reconciler from what reached the API server.
 	crashAt int

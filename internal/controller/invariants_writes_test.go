@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/failrecord"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
 
@@ -25,6 +27,7 @@ const (
 	stepDelete = 1 + iota
 	stepCreate
 	stepStatus
+	stepRecord
 	stepRelease
 	stepDiscard
 )
@@ -44,10 +47,10 @@ type writeFault struct {
 	crash bool
 }
 
-// faultOf decodes a fault from one byte. 0…3 crash after step 1…4, as
-// crashAt does; 4 crashes before the first write.
+// faultOf decodes a fault from one byte. 0…4 crash after step 1…5, as
+// crashAt does; 5 crashes before the first write.
 func faultOf(b byte) *writeFault {
-	return &writeFault{step: int(b+1)%5 + 1, within: int(b / 5 % 4), crash: b/20%2 == 0}
+	return &writeFault{step: int(b+1)%6 + 1, within: int(b / 6 % 4), crash: b/24%2 == 0}
 }
 
 // allows tells whether the write at place pos of step reaches the server.
@@ -146,8 +149,7 @@ func (c *cluster) interceptors() interceptor.Funcs {
 		Patch:             c.patchPod,
 		SubResourceUpdate: c.updateStatus,
 		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			c.errorf("apply updated %T %s; it only patches pods and updates the job's status", obj, obj.GetName())
-			return cl.Update(ctx, obj, opts...)
+			return c.writeRecord(ctx, cl, obj, func() error { return cl.Update(ctx, obj, opts...) })
 		},
 		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			c.errorf("apply patched %s of %T %s; the status is written with an update", sub, obj, obj.GetName())
@@ -175,8 +177,7 @@ func (c *cluster) createPod(ctx context.Context, cl client.WithWatch, obj client
 	a := c.current("create", obj)
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
-		c.errorf("apply created %T %s", obj, obj.GetName())
-		return cl.Create(ctx, obj, opts...)
+		return c.writeRecord(ctx, cl, obj, func() error { return cl.Create(ctx, obj, opts...) })
 	}
 	pos, planned := a.creates[pod.Name]
 	if !planned && !a.whole {
@@ -316,4 +317,38 @@ func (c *cluster) checkRelease(a *applying, before *corev1.Pod, after client.Obj
 		!(before.Status.Phase == corev1.PodSucceeded && c.failedIdx.Has(ix)) {
 		c.errorf("removed the finalizer of pod %s (phase %s) before its result was in the status", before.Name, before.Status.Phase)
 	}
+	if c.recordedFail.Has(before.UID) && !c.inFailureRecord(before) {
+		c.errorf("removed the finalizer of failed pod %s before its failure was in the failure record", before.Name)
+	}
+}
+
+// inFailureRecord: the job's failure record, as the API server holds it,
+// has the pod's attempt, or its shard's name is taken by a ConfigMap the
+// job does not control (condition FailureRecorded says so). The caller
+// holds c.mu.
+func (c *cluster) inFailureRecord(pod *corev1.Pod) bool {
+	ix, _ := jobpod.Index(pod)
+	var cm corev1.ConfigMap
+	if err := c.api.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: ShardName(c.job.Name, failrecord.ShardOf(ix))}, &cm); err != nil {
+		return false
+	}
+	if _, ours := recordShard(c.job, &cm); !ours {
+		return true // the name is taken: the record is refused, and says so
+	}
+	attempts, _ := failrecord.DecodeShard(cm.Data[failrecord.DataKey])
+	attempt := jobpod.Count(pod.Annotations, ibjv1.AttemptAnnotation)
+	return slices.ContainsFunc(attempts, func(a failrecord.Attempt) bool { return a.Index == ix && a.Attempt == attempt })
+}
+
+// writeRecord lets a write of the job's failure record through: a
+// ConfigMap named as one of its shards, within an apply.
+func (c *cluster) writeRecord(ctx context.Context, cl client.WithWatch, obj client.Object, write func() error) error {
+	a := c.current("write", obj)
+	if _, ok := obj.(*corev1.ConfigMap); !ok || !strings.HasPrefix(obj.GetName(), c.job.Name+"-failures-") {
+		c.errorf("apply wrote %T %s", obj, obj.GetName())
+	}
+	if err := a.refuse(stepRecord, 0); err != nil {
+		return err
+	}
+	return write()
 }

@@ -47,6 +47,8 @@ type jobState struct {
 	// given, until gangUntil (gang.go).
 	gangMinCount int32
 	gangUntil    time.Time
+	// failures is the job's failure record (failure_record_store.go).
+	failures *jobFailures
 }
 
 func newJobStates() *jobStates {

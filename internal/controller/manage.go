@@ -211,7 +211,7 @@ func (s *syncState) startPods() {
 func (s *syncState) nextPod(ix int32) (podbuild.Spec, bool) {
 	st := s.indexes.get(ix)
 	if st == nil {
-		return podbuild.Spec{Index: ix, Attempt: s.nameFloors[ix]}, true
+		return podbuild.Spec{Index: ix, Attempt: s.nameFloors[ix], Avoid: s.avoidFor(ix)}, true
 	}
 	if len(st.active) > 0 || (onlyReplaceFailed(s.job) && st.terminating > 0) {
 		return podbuild.Spec{}, false
@@ -239,8 +239,11 @@ func (s *syncState) nextAttempt(last *jobpod.Pod) podbuild.Spec {
 		failures, ignored = 0, 0
 	}
 	attempt := max(last.Attempt+1, s.nameFloors[last.Index])
+	if !s.oldGeneration(last) {
+		s.noteFailure(last, f)
+	}
 	return podbuild.Spec{Index: last.Index, Attempt: attempt, Failures: failures, Ignored: ignored,
-		OOMKills: jobpod.NextOOMKills(s.job, last, f), MemoryCap: s.memoryCap}
+		OOMKills: jobpod.NextOOMKills(s.job, last, f), MemoryCap: s.memoryCap, Avoid: s.avoidFor(last.Index)}
 }
 
 // reportRaisedMemory says, for the paced events, that a pod is created

@@ -44,6 +44,10 @@ var (
 		Name: "indexedbatchjob_pods_deleted_total",
 		Help: "Pods deleted by the controller, by reason.",
 	}, []string{"reason"})
+	nodesAvoided = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "indexedbatchjob_nodes_avoided_total",
+		Help: "Nodes that a job's pods came to avoid because spec.nodeAvoidance.failedIndexesPerNode of its indexes failed there, counted once per job and node.",
+	})
 	restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "indexedbatchjob_restarts_total",
 		Help: "Restarts of a job's pods together that podFailurePolicy RestartJob rules made (batch/v1 has none).",
@@ -51,7 +55,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts)
+	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts, nodesAvoided)
 }
 
 // recordMetrics counts what a sync recorded: finished pods, finished
@@ -71,6 +75,7 @@ func recordMetrics(ctx context.Context, job *ibjv1.IndexedBatchJob, p plan) {
 	if p.newlyFailedIndexes > 0 {
 		finishedIndexes.WithLabelValues("failed", perIndex).Add(float64(p.newlyFailedIndexes))
 	}
+	nodesAvoided.Add(float64(len(p.nodesAvoided)))
 	if n := p.status.Restarts - job.Status.Restarts; n > 0 {
 		restarts.Add(float64(n))
 	}

@@ -46,6 +46,11 @@ type plan struct {
 	memoryRaised   []raisedPod
 	memoryHeldBack []string
 	recorded       []finishedPod
+	// failuresNoted is how many attempts the sync added to the job's
+	// failure record, to be written once the status is; nodesAvoided
+	// the nodes it made avoided by the whole job, for the metric.
+	failuresNoted int
+	nodesAvoided  []string
 	// newlyFinished is the terminal condition reached in this sync, if any.
 	newlyFinished *metav1.Condition
 	// newlyCompleted and newlyFailedIndexes are how many indexes this sync

@@ -190,7 +190,7 @@ func TestFailuresTogetherMakeOneRestart(t *testing.T) {
 // A restart is decided by the status write that raises status.restarts:
 // a crash after any step of that sync's apply leads to exactly one.
 func TestRestartIsExactAcrossCrashes(t *testing.T) {
-	for crashAt := 1; crashAt <= 4; crashAt++ {
+	for crashAt := 1; crashAt <= 5; crashAt++ {
 		t.Run(fmt.Sprintf("crash after step %d", crashAt), func(t *testing.T) {
 			c := newCluster(t, restartingJob(2, ""))
 			c.sync()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/failrecord"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
@@ -62,6 +63,12 @@ type syncInput struct {
 	// among them; empty when pods are all of the job's.
 	settled        indexset.Set
 	settledSuccess time.Time
+	// failures is the job's failure record (failure_record.go), which the
+	// sync adds the failed pods it sees to; nil leaves it out (and every
+	// pod avoids no node). recordRefused is the API server's answer while
+	// it refuses the record, "" otherwise.
+	failures      *failrecord.Record
+	recordRefused string
 	// sparseIndexes keeps the indexes' states in a map whatever the job's
 	// size (newIndexTable), as the tests of the decisions ask for; the
 	// reconciler leaves it false.
@@ -102,6 +109,9 @@ type syncState struct {
 	unreadableIndexes bool
 
 	indexes indexTable
+	// jobAvoided are the nodes every later pod of the job avoids
+	// (failrecord.Record.Avoided), nil until a phase needs them.
+	jobAvoided []string
 	// order are the keys of indexes, ascending, once indexOrder sorted
 	// them; busy are those with an active or terminating pod, ascending.
 	order, busy []int32
@@ -189,6 +199,8 @@ func (s *syncState) phases() plan {
 	s.decideEnd()
 	s.reportService()
 	s.reportGang()
+	s.reportUnschedulable()
+	s.reportRecordRefused()
 	s.computeStatus()
 	s.holdCounters()
 	return s.plan

@@ -143,6 +143,7 @@ func (s *syncState) recordFinishedPods() {
 		case !f.Failed:
 			continue
 		case f.RestartsJob && s.job.Spec.MaxRestarts != nil:
+			s.noteFailure(pod, f)
 			continue // decideRestart
 		case f.Stopped && s.indexFinished(ix):
 			// Failures after the index finished are not counted; its
@@ -155,9 +156,11 @@ func (s *syncState) recordFinishedPods() {
 			s.uncountedSucceeded.Insert(pod.UID)
 			continue
 		case f.Ignored:
+			s.noteFailure(pod, f)
 			s.ignoredFailures = append(s.ignoredFailures, pod)
 			continue
 		}
+		s.noteFailure(pod, f)
 		s.recordFailed(ix, pod, f)
 		if m := f.FailsJob(); m != nil && s.failJob == nil {
 			s.failJob = m
@@ -264,6 +267,12 @@ func (s *syncState) failStuckPods() {
 func (s *syncState) releaseFinalizers() {
 	held := s.heldForRetry()
 	for _, pod := range s.pods {
+		if s.uncountedFailed.Has(pod.UID) {
+			// Recorded as failed by an earlier sync, perhaps of a process
+			// that stopped before it wrote the failure record: noted
+			// again (once), before its finalizer goes.
+			s.noteFailure(pod, s.failureOf(pod))
+		}
 		switch {
 		case !pod.Finalized():
 		case pod.Tracked && s.oldGeneration(pod) && !s.recorded(pod):

@@ -78,7 +78,7 @@ func TestSucceededUIDsOfAnEarlierVersionAreNotCountedTwice(t *testing.T) {
 func TestCountsAreExactAcrossRestartsAndRepeatedSyncs(t *testing.T) {
 	// A restart after each step of the apply: the next sync starts from the
 	// last written status and must neither lose nor double-count a pod.
-	for crashAt := 1; crashAt <= 4; crashAt++ {
+	for crashAt := 1; crashAt <= 5; crashAt++ {
 		t.Run("crash after step "+string(rune('0'+crashAt)), func(t *testing.T) {
 			c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(3).Parallelism(3).BackoffLimit(10).Obj())
 			c.sync()

@@ -25,9 +25,8 @@ type Node struct {
 // job sets none.
 func (r *Record) Nodes(threshold int) []Node {
 	type acc struct {
-		n     Node
-		seen  map[int32]bool
-		times []time.Time // when each distinct index first failed there
+		n    Node
+		seen map[int32]bool
 	}
 	byNode := map[string]*acc{}
 	for _, ix := range r.Indexes() {
@@ -44,7 +43,6 @@ func (r *Record) Nodes(threshold int) []Node {
 			if !x.seen[a.Index] {
 				x.seen[a.Index] = true
 				x.n.Indexes = append(x.n.Indexes, a.Index)
-				x.times = append(x.times, a.Time)
 			}
 			if later(a, x.n.Last) {
 				x.n.Last = a
@@ -53,9 +51,8 @@ func (r *Record) Nodes(threshold int) []Node {
 	}
 	out := make([]Node, 0, len(byNode))
 	for _, x := range byNode {
-		if threshold > 0 && len(x.times) >= threshold {
-			slices.SortFunc(x.times, time.Time.Compare)
-			x.n.AvoidedSince = x.times[threshold-1]
+		if t := r.tally[x.n.Name]; threshold > 0 && t != nil && len(t.firsts) >= threshold {
+			x.n.AvoidedSince = t.firsts[threshold-1]
 		}
 		out = append(out, x.n)
 	}
@@ -77,25 +74,52 @@ func later(a, b Attempt) bool {
 	return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.Attempt, b.Attempt)) > 0
 }
 
+// nodeTally is what Avoided needs of one node.
+type nodeTally struct {
+	indexes map[int32]bool
+	// firsts are when each distinct index first failed there, ascending.
+	firsts []time.Time
+}
+
+// count tallies an attempt that blames its node.
+func (r *Record) count(a Attempt) {
+	t := r.tally[a.Node]
+	if t == nil {
+		t = &nodeTally{indexes: map[int32]bool{}}
+		r.tally[a.Node] = t
+	}
+	if t.indexes[a.Index] {
+		return
+	}
+	t.indexes[a.Index] = true
+	i, _ := slices.BinarySearchFunc(t.firsts, a.Time, time.Time.Compare)
+	t.firsts = slices.Insert(t.firsts, i, a.Time)
+}
+
 // Avoided returns the nodes every later pod of the job avoids: those where
-// at least threshold distinct indexes failed, by when they became avoided.
-// None when threshold is 0.
+// at least threshold distinct indexes failed, by when they became avoided
+// (then by name). None when threshold is 0. It reads one tally a node,
+// not the attempts.
 func (r *Record) Avoided(threshold int) []string {
 	if threshold <= 0 {
 		return nil
 	}
-	var avoided []Node
-	for _, n := range r.Nodes(threshold) {
-		if !n.AvoidedSince.IsZero() {
-			avoided = append(avoided, n)
+	type avoided struct {
+		name  string
+		since time.Time
+	}
+	var list []avoided
+	for name, t := range r.tally {
+		if len(t.firsts) >= threshold {
+			list = append(list, avoided{name, t.firsts[threshold-1]})
 		}
 	}
-	slices.SortStableFunc(avoided, func(a, b Node) int {
-		return cmp.Or(a.AvoidedSince.Compare(b.AvoidedSince), cmp.Compare(a.Name, b.Name))
+	slices.SortFunc(list, func(a, b avoided) int {
+		return cmp.Or(a.since.Compare(b.since), cmp.Compare(a.name, b.name))
 	})
-	out := make([]string, len(avoided))
-	for i, n := range avoided {
-		out[i] = n.Name
+	out := make([]string, len(list))
+	for i, a := range list {
+		out[i] = a.name
 	}
 	return out
 }

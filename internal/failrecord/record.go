@@ -90,6 +90,11 @@ type Record struct {
 	byIndex map[int32][]Attempt
 	// dirty are the shards changed since they were last written.
 	dirty map[int]bool
+	// tally is, by node, the distinct indexes whose failures blame it
+	// and when each first did: what Avoided reads without a pass over
+	// every attempt. It counts every attempt ever added, so a node once
+	// avoided stays so, even after its attempts were trimmed.
+	tally map[string]*nodeTally
 	// versions are the resourceVersions of the shards as last read or
 	// written: a write of a shard read before is an update at that
 	// version, one never read a create.
@@ -98,7 +103,7 @@ type Record struct {
 
 // New returns an empty record.
 func New() *Record {
-	return &Record{byIndex: map[int32][]Attempt{}, dirty: map[int]bool{}, versions: map[int]string{}}
+	return &Record{byIndex: map[int32][]Attempt{}, dirty: map[int]bool{}, versions: map[int]string{}, tally: map[string]*nodeTally{}}
 }
 
 // ShardOf is the shard that holds index ix.
@@ -119,6 +124,9 @@ func (r *Record) Add(a Attempt) bool {
 	}
 	r.byIndex[a.Index] = list
 	r.dirty[ShardOf(a.Index)] = true
+	if a.Blames() {
+		r.count(a)
+	}
 	return true
 }
 
@@ -186,10 +194,9 @@ func (r *Record) Version(shard int) string { return r.versions[shard] }
 // shardAttempts returns the attempts of one shard, by index then attempt.
 func (r *Record) shardAttempts(shard int) []Attempt {
 	var out []Attempt
-	for _, ix := range r.Indexes() {
-		if ShardOf(ix) == shard {
-			out = append(out, r.byIndex[ix]...)
-		}
+	first := int32(shard * IndexesPerShard)
+	for ix := first; ix < first+IndexesPerShard; ix++ {
+		out = append(out, r.byIndex[ix]...)
 	}
 	return out
 }

@@ -38,8 +38,17 @@ type Pod struct {
 	Ignored  int32 // the index-ignored-failure-count annotation
 	OOMKills int32 // the oom-kills annotation
 
-	Phase   corev1.PodPhase
-	Tracked bool // carries the tracking finalizer
+	Phase corev1.PodPhase
+	// NodeName is the node the pod is bound to, "" while it has none: the
+	// node a failure is recorded against (spec.nodeAvoidance).
+	NodeName string
+	// Reason is the pod's status reason (Evicted, DeadlineExceeded, ...),
+	// kept only for pods not Succeeded.
+	Reason string
+	// Unschedulable is the scheduler's message while the pod's
+	// PodScheduled condition is False with reason Unschedulable.
+	Unschedulable string
+	Tracked       bool // carries the tracking finalizer
 	// Held: carries the index-retry finalizer (its failure may be counted
 	// already; it stays as its index's record until the next pod exists).
 	Held      bool
@@ -88,6 +97,7 @@ func Read(pod *corev1.Pod) *Pod {
 		// Count reads a label as it reads an annotation.
 		Generation: Count(pod.Labels, ibjv1.RestartAttemptLabel),
 		Phase:      internPhase(pod.Status.Phase),
+		NodeName:   intern(pod.Spec.NodeName),
 	}
 	if _, ok := pod.Annotations[ibjv1.DiscardedAnnotation]; ok {
 		c.Discarded = true
@@ -109,9 +119,11 @@ func Read(pod *corev1.Pod) *Pod {
 		}
 	}
 	for _, cond := range pod.Status.Conditions {
-		if cond.Type == corev1.PodReady {
+		switch {
+		case cond.Type == corev1.PodReady:
 			c.Ready = cond.Status == corev1.ConditionTrue
-			break
+		case cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable:
+			c.Unschedulable = cond.Message
 		}
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
@@ -122,6 +134,7 @@ func Read(pod *corev1.Pod) *Pod {
 		c.InPlace += cs.RestartCount - statusUnknownRestart(cs)
 	}
 	if c.Phase != corev1.PodSucceeded {
+		c.Reason = intern(pod.Status.Reason)
 		c.Exits = Exits(pod)
 		c.Conditions = Conditions(pod)
 		c.OOMKilled = OOMKilled(pod)

@@ -35,6 +35,9 @@ type Spec struct {
 	// MemoryCap is what the namespace's LimitRanges let a raise reach,
 	// nil when they set no maximum.
 	MemoryCap *jobpod.MemoryCap
+	// Avoid are the nodes the pod avoids (spec.nodeAvoidance), as its node
+	// affinity says (avoidNodes).
+	Avoid []string
 }
 
 // Name is deterministic per (job, index, attempt). Together with the
@@ -102,6 +105,7 @@ func New(job *ibjv1.IndexedBatchJob, p Spec) *corev1.Pod {
 		pod.Annotations[ibjv1.MemoryAnnotation] = MemoryRecord(&pod.Spec)
 	}
 	setRestartRules(job, &pod.Spec)
+	avoidNodes(job, &pod.Spec, p.Avoid)
 	pod.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, p.Index)
 	pod.Spec.Subdomain = Subdomain(job)
 	pod.Spec.SchedulingGroup = SchedulingGroup(job)

@@ -22,7 +22,8 @@ import (
 // status is decoded as the generated code decodes it
 // (TestWirePodIsCachedAsThePod, FuzzWirePod).
 
-// wirePod is a Pod decoded from protobuf without its spec and without the
+// wirePod is a Pod decoded from protobuf without its spec (but its
+// nodeName) and without the
 // metadata fields newCachedPod does not read (generateName, selfLink,
 // generation, managedFields). It is registered as core/v1 Pod only in
 // wireCodecs, for the pod informer; from JSON (a server that would not
@@ -42,8 +43,21 @@ func (p *wirePod) Unmarshal(b []byte) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			return unmarshalMeta(v, &p.ObjectMeta)
+		case num == 2 && typ == protowire.BytesType:
+			return unmarshalNodeName(v, &p.Spec)
 		case num == 3 && typ == protowire.BytesType:
 			return p.Status.Unmarshal(v)
+		}
+		return nil
+	})
+}
+
+// unmarshalNodeName reads the one field of a PodSpec a sync reads, its
+// nodeName (field 10), and skips the rest.
+func unmarshalNodeName(b []byte, spec *corev1.PodSpec) error {
+	return forEachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num == 10 && typ == protowire.BytesType {
+			spec.NodeName = string(v)
 		}
 		return nil
 	})

@@ -37,6 +37,13 @@ func wirePodCases() map[string]*corev1.Pod {
 	inPlace.Status.ContainerStatuses[0].RestartCount = 2
 	inPlace.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "setup", RestartCount: 1}}
 	cases["restarted in place"] = inPlace
+	unschedulable := harness.MakePod(job, 11, 0, created).Obj()
+	unschedulable.Status.Conditions = append(unschedulable.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled,
+		Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available"})
+	cases["unschedulable"] = unschedulable
+	evicted := harness.MakePod(job, 12, 0, created).FailedAt(testNow, 137).Obj()
+	evicted.Status.Reason = "Evicted"
+	cases["evicted"] = evicted
 	foreign := harness.MakePod(job, 9, 0, created).Obj()
 	foreign.OwnerReferences = nil
 	cases["no owner"] = foreign
@@ -71,12 +78,21 @@ func TestWirePodIsCachedAsThePod(t *testing.T) {
 			if diff := cmp.Diff(jobpod.Read(pod), jobpod.Read(&wp.Pod), cachedPodCmp); diff != "" {
 				t.Errorf("cached pod (-whole pod +wirePod):\n%s", diff)
 			}
+			if got := jobpod.Read(&wp.Pod); got.NodeName != "node-1" {
+				t.Errorf("decoded node name %q, want node-1", got.NodeName)
+			}
+			if name == "unschedulable" && jobpod.Read(&wp.Pod).Unschedulable != "0/3 nodes are available" {
+				t.Errorf("decoded Unschedulable %q, want the scheduler's message", jobpod.Read(&wp.Pod).Unschedulable)
+			}
+			if name == "evicted" && jobpod.Read(&wp.Pod).Reason != "Evicted" {
+				t.Errorf("decoded Reason %q, want Evicted", jobpod.Read(&wp.Pod).Reason)
+			}
 			if name == "restarted in place" {
 				if got := jobpod.Read(&wp.Pod); got.InPlace != 2 || got.Restarts != 3 {
 					t.Errorf("decoded restarts: in place %d, all %d; want 2 (the containers'), 3 (init containers' too)", got.InPlace, got.Restarts)
 				}
 			}
-			if wp.ManagedFields != nil || wp.Generation != 0 || wp.GenerateName != "" || len(wp.Spec.Containers) != 0 || wp.Spec.NodeName != "" {
+			if wp.ManagedFields != nil || wp.Generation != 0 || wp.GenerateName != "" || len(wp.Spec.Containers) != 0 || wp.Spec.NodeName != pod.Spec.NodeName {
 				t.Errorf("wirePod decoded what no sync reads: managedFields %v, generation %d, generateName %q, spec %+v",
 					wp.ManagedFields, wp.Generation, wp.GenerateName, wp.Spec)
 			}

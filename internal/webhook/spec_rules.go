@@ -13,10 +13,12 @@ import (
 // specErrors are the rules of a job's spec that the CRD's schema cannot
 // state (or cannot afford to): the keys the operator reserves on its pods,
 // the success policy's counts against its index sets, the template's
-// memory against retryResources.onOOMKilled.maxMemory, and what retry
-// InPlace cannot work with (inPlaceErrors).
+// memory against retryResources.onOOMKilled.maxMemory, what retry
+// InPlace cannot work with (inPlaceErrors), and a Required node avoidance
+// that could leave a retry with no node (nodeAvoidanceErrors).
 func specErrors(job *ibjv1.IndexedBatchJob) field.ErrorList {
 	errs := append(reservedKeyErrors(job), successPolicyErrors(job)...)
+	errs = append(errs, nodeAvoidanceErrors(job)...)
 	return append(append(errs, oomMemoryErrors(job)...), inPlaceErrors(job)...)
 }
 

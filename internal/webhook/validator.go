@@ -89,7 +89,8 @@ func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJ
 	if len(errs) > 0 {
 		return nil, invalid(job, errs)
 	}
-	return v.judgePods(ctx, job)
+	warnings, err := v.judgePods(ctx, job)
+	return append(warnings, nodeAvoidanceWarnings(job)...), err
 }
 
 // invalid is the refusal of the job for errs.
@@ -125,8 +126,15 @@ func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedB
 	}
 	templateChanged := !equality.Semantic.DeepEqual(old.Spec.Template, job.Spec.Template)
 	oomChanged := !equality.Semantic.DeepEqual(old.Spec.RetryResources, job.Spec.RetryResources)
+	var avoidWarnings []string
+	if templateChanged || !equality.Semantic.DeepEqual(old.Spec.NodeAvoidance, job.Spec.NodeAvoidance) {
+		if errs := nodeAvoidanceErrors(job); len(errs) > 0 {
+			return nil, invalid(job, errs)
+		}
+		avoidWarnings = nodeAvoidanceWarnings(job)
+	}
 	if !templateChanged && !oomChanged {
-		return nil, nil
+		return avoidWarnings, nil
 	}
 	errs := oomMemoryErrors(job)
 	if templateChanged {
@@ -135,7 +143,8 @@ func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedB
 	if len(errs) > 0 {
 		return nil, invalid(job, errs)
 	}
-	return v.judgePods(ctx, job)
+	warnings, err := v.judgePods(ctx, job)
+	return append(warnings, avoidWarnings...), err
 }
 
 // containersChangedBeyondResources refuses a template update that changes

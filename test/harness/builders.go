@@ -244,6 +244,16 @@ func (w *JobWrapper) PodLabel(key, value string) *JobWrapper {
 	return w
 }
 
+// NodeAvoidance sets spec.nodeAvoidance: mode, and failedIndexesPerNode
+// when above 0.
+func (w *JobWrapper) NodeAvoidance(mode v1alpha1.NodeAvoidanceMode, failedIndexesPerNode int32) *JobWrapper {
+	w.job.Spec.NodeAvoidance = &v1alpha1.NodeAvoidance{Mode: mode}
+	if failedIndexesPerNode > 0 {
+		w.job.Spec.NodeAvoidance.FailedIndexesPerNode = &failedIndexesPerNode
+	}
+	return w
+}
+
 // NodeSelector sets a key of the template's nodeSelector.
 func (w *JobWrapper) NodeSelector(key, value string) *JobWrapper {
 	if w.job.Spec.Template.Spec.NodeSelector == nil {

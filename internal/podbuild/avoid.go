@@ -1,0 +1,50 @@
+package podbuild
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+)
+
+// avoidWeight is the weight of the preferred term of
+// spec.nodeAvoidance Preferred: the most a term may have, so that the
+// avoidance outweighs any one preference of the template's.
+const avoidWeight = 100
+
+// avoidNodes writes the nodes a pod avoids into its node affinity, as a
+// metadata.name NotIn match (a node's name, not a label any node may
+// carry or lack): for mode Required, into each of the template's required
+// node selector terms (the terms are ORed, so every one must leave the
+// nodes out), or a term of its own when the template has none; for
+// Preferred, as a preferred term of weight 100. The template's own terms
+// are kept as they are.
+func avoidNodes(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, nodes []string) {
+	na := job.Spec.NodeAvoidance
+	if na == nil || len(nodes) == 0 {
+		return
+	}
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	aff := spec.Affinity.NodeAffinity
+	if na.Mode == ibjv1.NodeAvoidanceRequired {
+		if aff.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			aff.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+		}
+		terms := aff.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		if len(terms) == 0 {
+			terms = []corev1.NodeSelectorTerm{{}}
+		}
+		for i := range terms {
+			terms[i].MatchFields = append(terms[i].MatchFields, req)
+		}
+		aff.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = terms
+		return
+	}
+	aff.PreferredDuringSchedulingIgnoredDuringExecution = append(aff.PreferredDuringSchedulingIgnoredDuringExecution,
+		corev1.PreferredSchedulingTerm{Weight: avoidWeight, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{req}}})
+}
