@@ -366,6 +366,15 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		Entry("an unknown retry", retryInPlace(count).EditRules(func(r []v1alpha1.PodFailurePolicyRule) { r[0].Retry = "SameNode" }).Obj(),
 			msgUnsupported+`: "SameNode"`),
 
+		// Node avoidance.
+		Entry("an unknown nodeAvoidance mode", job().NodeAvoidance("Never", 0).Obj(), msgUnsupported+`: "Never"`),
+		Entry("failedIndexesPerNode 0", func() *v1alpha1.IndexedBatchJob {
+			j := job().NodeAvoidance(v1alpha1.NodeAvoidancePreferred, 0).Obj()
+			j.Spec.NodeAvoidance.FailedIndexesPerNode = ptr.To[int32](0)
+			return j
+		}(), "should be greater than or equal to 1"),
+		Entry("failedIndexesPerNode above 100000", job().NodeAvoidance(v1alpha1.NodeAvoidancePreferred, 100001).Obj(), msgAtMost100000),
+
 		// Success policy.
 		Entry("a successPolicy without rules", job().SuccessPolicy().Obj(), msgAtLeastOneItem),
 		Entry("21 successPolicy rules", job().SuccessPolicy(successPolicyRules(21)...).Obj(), msgAtMost20Items),
@@ -436,6 +445,7 @@ var _ = Describe("IndexedBatchJob admission", func() {
 		},
 
 		Entry("the base job", job().Obj()),
+		Entry("nodeAvoidance Required with failedIndexesPerNode", job().NodeAvoidance(v1alpha1.NodeAvoidanceRequired, 3).Obj()),
 		Entry("zero completions", job().Completions(0).Obj()),
 		Entry("100000 completions and parallelism 100000 without backoffLimitPerIndex",
 			job().Completions(100000).Parallelism(100000).Obj()),
@@ -642,6 +652,10 @@ var _ = Describe("IndexedBatchJob admission", func() {
 
 		Entry("that changes nothing", job().PodFailurePolicy(harness.OnExitCodes(failJob, "", in, 1)).SuccessPolicy(harness.SucceededCount(1)).Obj(),
 			func(*v1alpha1.IndexedBatchJob) {}),
+		Entry("that sets nodeAvoidance on a running job", job().Obj(),
+			func(j *v1alpha1.IndexedBatchJob) {
+				j.Spec.NodeAvoidance = &v1alpha1.NodeAvoidance{Mode: v1alpha1.NodeAvoidanceRequired, FailedIndexesPerNode: ptr.To[int32](2)}
+			}),
 		Entry("of the template's nodeSelector while suspended", suspendedJob().NodeSelector(zoneLabel, "a").Obj(),
 			func(j *v1alpha1.IndexedBatchJob) {
 				j.Spec.Template.Spec.NodeSelector = map[string]string{zoneLabel: "b"}
