@@ -186,4 +186,3 @@ func TestARecordNameTakenIsReportedAndCountsGoOn(t *testing.T) {
 		t.Errorf("the squatter's ConfigMap was changed: %v %v", got.Data, err)
 	}
 }
-

@@ -26,7 +26,7 @@ func TestAvoidedNodesGoIntoTheNodeAffinity(t *testing.T) {
 	}
 	withTerms := func(job *ibjv1.IndexedBatchJob, terms ...corev1.NodeSelectorTerm) *ibjv1.IndexedBatchJob {
 		job.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
+			RequiredDuringSchedulingIgnoredDuringExecution:  &corev1.NodeSelector{NodeSelectorTerms: terms},
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 5, Preference: zoneTerm("z9")}},
 		}}
 		return job

@@ -46,7 +46,9 @@ func TestNodeAvoidanceThatCouldNeverPlaceARetry(t *testing.T) {
 		{name: "required with a gang", mode: ibjv1.NodeAvoidanceRequired,
 			edit: func(w *harness.JobWrapper) { w.Parallelism(2).GangScheduling(2) }, refused: "all or none"},
 		{name: "required with Kueue's topology", mode: ibjv1.NodeAvoidanceRequired,
-			edit: func(w *harness.JobWrapper) { w.PodAnnotation("kueue.x-k8s.io/podset-required-topology", "kubernetes.io/hostname") },
+			edit: func(w *harness.JobWrapper) {
+				w.PodAnnotation("kueue.x-k8s.io/podset-required-topology", "kubernetes.io/hostname")
+			},
 			refused: "kueue.x-k8s.io/podset-required-topology"},
 		{name: "preferred with Kueue's topology warns", mode: ibjv1.NodeAvoidancePreferred,
 			edit:     func(w *harness.JobWrapper) { w.PodAnnotation("kueue.x-k8s.io/podset-preferred-topology", "rack") },
