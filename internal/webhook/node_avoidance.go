@@ -16,6 +16,10 @@ import (
 // the kubelet set to the node's hostname.
 const hostnameLabel = "kubernetes.io/hostname"
 
+// nodeNameField is the node field a node selector requirement matches a
+// node's name by.
+const nodeNameField = "metadata.name"
+
 // defaultBackoffLimit is batch/v1's backoffLimit default, which the
 // defaulter writes for a job without backoffLimitPerIndex.
 const defaultBackoffLimit = 6
@@ -125,7 +129,7 @@ func termNodes(t corev1.NodeSelectorTerm) sets.Set[string] {
 		}
 	}
 	for _, r := range t.MatchFields {
-		if r.Key == "metadata.name" && r.Operator == corev1.NodeSelectorOpIn {
+		if r.Key == nodeNameField && r.Operator == corev1.NodeSelectorOpIn {
 			narrow(r.Values)
 		}
 	}

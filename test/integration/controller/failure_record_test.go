@@ -16,6 +16,9 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/podsim"
 )
 
+// mainContainer is the container of harness.MakeIndexedBatchJob's template.
+const mainContainer = "main"
+
 var _ = Describe("The failure record", func() {
 	It("says why each index failed after its pods are gone and the operator restarted, and retries avoid the node", func() {
 		job := harness.MakeIndexedBatchJob("record", ns).Completions(3).Parallelism(3).BackoffLimitPerIndex(1).
@@ -69,15 +72,15 @@ var _ = Describe("The failure record", func() {
 			Node, Container      string
 			Action               failrecord.Action
 		}
-		var got []seen
+		got := make([]seen, 0, len(attempts))
 		for _, a := range attempts {
 			Expect(a.Time).To(BeTemporally("~", time.Now(), time.Minute))
 			got = append(got, seen{a.Index, a.Attempt, a.ExitCode, a.Node, a.Container, a.Action})
 		}
 		Expect(got).To(ConsistOf(
-			seen{0, 0, 3, podsim.EnvtestNode, "main", failrecord.ActionCount},
-			seen{1, 0, 7, podsim.EnvtestNode, "main", failrecord.ActionCount},
-			seen{1, 1, 7, podsim.EnvtestNode, "main", failrecord.ActionCount},
+			seen{0, 0, 3, podsim.EnvtestNode, mainContainer, failrecord.ActionCount},
+			seen{1, 0, 7, podsim.EnvtestNode, mainContainer, failrecord.ActionCount},
+			seen{1, 1, 7, podsim.EnvtestNode, mainContainer, failrecord.ActionCount},
 		))
 		Expect(*j.Status.FailedIndexes).To(Equal("1"))
 	})
