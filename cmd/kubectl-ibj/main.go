@@ -1,8 +1,8 @@
 // Command kubectl-ibj is the kubectl plugin `kubectl ibj`: the per-index
-// view of an IndexedBatchJob, its state in words, and reruns of chosen
-// indexes. kubectl runs it as `kubectl ibj …` once it is on the PATH
-// (`make install-plugin`, `go install ./cmd/kubectl-ibj`, or krew with
-// hack/krew/ibj.yaml).
+// view of an IndexedBatchJob, its state in words, the nodes where its pods
+// failed, and reruns of chosen indexes. kubectl runs it as `kubectl ibj …`
+// once it is on the PATH (`make install-plugin`, `go install
+// ./cmd/kubectl-ibj`, or krew with hack/krew/ibj.yaml).
 package main
 
 import (

@@ -1,13 +1,15 @@
 // Package kubectlibj is the kubectl plugin `kubectl ibj` (cmd/kubectl-ibj):
 // the per-index view of an IndexedBatchJob (`indexes`), its state in words
-// (`describe`), and a new job that reruns chosen indexes (`rerun`).
+// (`describe`), the nodes where its pods failed (`nodes`), and a new job
+// that reruns chosen indexes (`rerun`).
 //
 // It follows kubernetes/sample-cli-plugin: every command is an options
 // struct with Complete, Validate and Run, built on cli-runtime's
 // ConfigFlags, so that every kubectl connection flag (--kubeconfig,
 // --context, -n, --as, …) works, and on its printers for -o. It reads the
-// API server only (the operator keeps no state of its own): the job, its
-// pods (in pages, by label), and the events about the job. Where the
+// API server only: the job, its pods (in pages, by label), the events about
+// the job, and the job's failure record (the ConfigMaps the operator
+// writes, internal/failrecord). Where the
 // operator's decisions are needed (how a failed pod counts, which
 // podFailurePolicy rule matches it, the backoff), they are evaluated here
 // again, as the operator and upstream's Job controller make them.
@@ -59,7 +61,8 @@ type common struct {
 	clock clock.PassiveClock
 
 	namespace string
-	// chunkSize is the page size of pod and event lists.
+	// chunkSize is the page size of pod and event lists (and caps that of
+	// the failure record's, recordPage).
 	chunkSize int64
 	// backoff is the operator's cluster-wide retry backoff.
 	backoff jobpod.Backoff
@@ -83,7 +86,8 @@ func NewCommand(streams genericiooptions.IOStreams, clk clock.PassiveClock) *cob
 		Short: "See every index of an IndexedBatchJob, and rerun the failed ones",
 		Long: `kubectl ibj shows an IndexedBatchJob index by index (what state each index is in,
 how often it ran, why it failed, when it retries), describes the job in words,
-and creates a new job that reruns chosen indexes of an earlier one.`,
+shows the nodes where its pods failed, and creates a new job that reruns
+chosen indexes of an earlier one.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ibj"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -94,7 +98,7 @@ and creates a new job that reruns chosen indexes of an earlier one.`,
 		"The operator's --pod-failure-backoff, if it was changed: the first retry delay of jobs without spec.retryBackoff.")
 	root.PersistentFlags().DurationVar(&c.backoff.Max, "pod-failure-backoff-max", c.backoff.Max,
 		"The operator's --pod-failure-backoff-max, if it was changed: the longest retry delay of jobs without spec.retryBackoff.")
-	root.AddCommand(newIndexesCommand(c), newDescribeCommand(c), newRerunCommand(c))
+	root.AddCommand(newIndexesCommand(c), newDescribeCommand(c), newNodesCommand(c), newRerunCommand(c))
 	return root
 }
 

@@ -52,8 +52,11 @@ func newDescribeCommand(c *common) *cobra.Command {
 		Long: `Describe an IndexedBatchJob in words: whether it runs, and if not why (finished,
 suspended, waiting for the operator, backing off until a time, failing to
 create pods as the latest FailedCreate event says); its indexes by state and
-its pod counts; its conditions; what will happen next; and the latest events
-about it. Without JOB, every job of the namespace (-A: of all namespaces).`,
+its pod counts; from its failure record, how many failures it had, how it
+avoids nodes, and the last recorded failure of each failed index, even once
+its pods are gone; its conditions; what will happen next; and the latest
+events about it. Without JOB, every job of the namespace (-A: of all
+namespaces).`,
 		Example: describeExample,
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -121,11 +124,15 @@ func (o *describeOptions) describe(ctx context.Context, job *ibjv1.IndexedBatchJ
 	if err != nil {
 		return err
 	}
+	rec, err := o.recordOrWarn(ctx, job)
+	if err != nil {
+		return err
+	}
 	events, err := o.jobEvents(ctx, job)
 	if err != nil {
 		return err
 	}
-	d := newDescription(newJobView(job, scan, o.now(), o.backoff), events)
+	d := newDescription(newJobView(job, scan, o.now(), o.backoff).withRecord(rec.Record), events)
 	// kubectl describe's layout: each block of lines aligns on its own
 	// (cli-runtime's table writer would carry widths from block to block).
 	w := tabwriter.NewWriter(o.Out, 0, 8, 2, ' ', 0)
@@ -233,6 +240,7 @@ func (d *description) write(w io.Writer) {
 	if st.CompletionTime != nil {
 		fmt.Fprintf(w, "Completed:\t%s\n", when(st.CompletionTime.Time, now))
 	}
+	d.writeFailures(w)
 	if len(st.Conditions) > 0 {
 		fmt.Fprintf(w, "Conditions:\n  Type\tStatus\tReason\tSince\tMessage\n  ----\t------\t------\t-----\t-------\n")
 		for _, c := range st.Conditions {

@@ -64,7 +64,10 @@ deletion, the job's end such as DeadlineExceeded, the container's reason)
 and which podFailurePolicy rule matched it, its node and how long it ran.
 A job with maxRestarts also shows its pods' generation (restart-attempt), a
 job with a rule that retries in place the restarts in place of its pods.
-Indexes whose pods are gone are reported from the job's status.
+Indexes whose pods are gone are reported from the job's status. Where the
+job's failure record (ConfigMaps the operator keeps) holds failures of an
+index, FAILURES and LAST-FAILURE show how many and the last of them: how it
+ended, its node, the rule that matched, when; they outlive the pods.
 
 Indexes without pods that are in the same state for the same reason share
 one row when there are three or more of them in a row ("5-2147483646
@@ -119,7 +122,11 @@ func (o *indexesOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	view := newJobView(job, scan, o.now(), o.backoff)
+	rec, err := o.recordOrWarn(ctx, job)
+	if err != nil {
+		return err
+	}
+	view := newJobView(job, scan, o.now(), o.backoff).withRecord(rec.Record)
 	if scan.unindexed > 0 {
 		fmt.Fprintf(o.ErrOut, "Warning: %d pods of job %s have no readable %s label and are left out\n", scan.unindexed, job.Name, ibjv1.CompletionIndexLabel)
 	}
@@ -194,7 +201,7 @@ func (c *common) scanPods(ctx context.Context, job *ibjv1.IndexedBatchJob) (*pod
 var stateOrder = []string{StateFailed, StateRetrying, StateTerminating, StateStopped, StateRunning, StatePending, StateSucceeded}
 
 // summary is the indexes of a job grouped by state, with the rows of those
-// not done that had a pod.
+// not done that have a pod or recorded failures.
 type summary struct {
 	indexes map[string]indexset.Set
 	rows    []IndexStatus
@@ -207,7 +214,7 @@ func summarize(view *jobView, selection indexset.Set) summary {
 	var rows []IndexStatus
 	view.eachRow(selection, func(st IndexStatus) {
 		byState[st.State] = appendIndex(byState[st.State], st.Index, st.span())
-		if st.State != StateSucceeded && st.Pod != "" {
+		if st.State != StateSucceeded && (st.Pod != "" || st.LastFailure != nil) {
 			rows = append(rows, st)
 		}
 	})

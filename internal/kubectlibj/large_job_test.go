@@ -60,6 +60,16 @@ func largeJobView(completions int32) *jobView {
 	return newJobView(job, scan, now, jobpod.DefaultBackoff)
 }
 
+// largeJobViewWithRecord is largeJobView with the job's failure record:
+// index 3's two failures (its pods are gone) and 6's one.
+func largeJobViewWithRecord(completions int32) *jobView {
+	return largeJobView(completions).withRecord(recordOf(
+		failed(3, 0, "node-a", 3*time.Minute),
+		failed(3, 1, "node-b", 2*time.Minute),
+		failed(6, 0, "node-a", 4*time.Second),
+	))
+}
+
 // indexesOutput is what `kubectl ibj indexes j [--all] [-o format]` prints
 // for the view.
 func indexesOutput(t *testing.T, view *jobView, all bool, format string) string {
@@ -166,35 +176,42 @@ INDEX   STATE            ATTEMPTS   RETRIES-LEFT   EXIT-CODE   CONTAINER   REASO
 
 // TestThePluginsWorkDoesNotGrowWithCompletions: what the plugin allocates
 // to show a job is the same for completions 1000 and 2147483647 with the
-// same pods, for every command and output.
+// same pods and failure record, for every command and output.
 func TestThePluginsWorkDoesNotGrowWithCompletions(t *testing.T) {
 	commands := map[string]func(*jobView) string{
 		"indexes":         func(v *jobView) string { return indexesOutput(t, v, false, "") },
 		"indexes --all":   func(v *jobView) string { return indexesOutput(t, v, true, "") },
 		"indexes -o json": func(v *jobView) string { return indexesOutput(t, v, false, "json") },
 		"describe":        describeOutput,
+		"nodes":           func(v *jobView) string { return nodesOutput(t, v.job, v.record) },
 	}
+	views := map[string]func(int32) *jobView{"": largeJobView, " with a failure record": largeJobViewWithRecord}
 	for name, command := range commands {
-		t.Run(name, func(t *testing.T) {
-			small, large := allocated(command, 1000), allocated(command, maxCompletions)
-			t.Logf("allocated %d bytes for completions 1000, %d for 2147483647", small, large)
-			// A little more for the longer numbers and runtime noise; the
-			// per-index work of a job of 2147483647 indexes would be
-			// gigabytes.
-			if limit := 2*small + 64<<10; large > limit {
-				t.Errorf("completions 2147483647 allocated %d bytes, completions 1000 %d: more than %d", large, small, limit)
+		for suffix, view := range views {
+			if name == "nodes" && suffix == "" {
+				continue
 			}
-		})
+			t.Run(name+suffix, func(t *testing.T) {
+				small, large := allocated(view, command, 1000), allocated(view, command, maxCompletions)
+				t.Logf("allocated %d bytes for completions 1000, %d for 2147483647", small, large)
+				// A little more for the longer numbers and runtime noise; the
+				// per-index work of a job of 2147483647 indexes would be
+				// gigabytes.
+				if limit := 2*small + 64<<10; large > limit {
+					t.Errorf("completions 2147483647 allocated %d bytes, completions 1000 %d: more than %d", large, small, limit)
+				}
+			})
+		}
 	}
 }
 
 // allocated is the bytes allocated to build the view of a job of the
 // given completions and run the command on it.
-func allocated(command func(*jobView) string, completions int32) uint64 {
+func allocated(view func(int32) *jobView, command func(*jobView) string, completions int32) uint64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_ = command(largeJobView(completions))
+	_ = command(view(completions))
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
 }

@@ -49,10 +49,27 @@ var restartColumns = struct{ generation, inPlace metav1.TableColumnDefinition }{
 		Description: "Times the kubelet restarted the latest pod's containers in place (retry InPlace); each is a failure of the index."},
 }
 
+// recordColumns are the columns of the job's failure record, which a table
+// shows when one of its rows has recorded failures, after Duration.
+var recordColumns = []metav1.TableColumnDefinition{
+	{Name: "Failures", Type: "integer", Description: "Failed attempts of the index that the job's failure record holds (the last 8 at most)."},
+	{Name: "Last-Failure", Type: "string", Description: "The index's last recorded failure: how it ended, on which node, the podFailurePolicy rule that matched, how long ago. The record outlives the pods."},
+}
+
+// nodeColumns are the columns of `kubectl ibj nodes`.
+var nodeColumns = []metav1.TableColumnDefinition{
+	{Name: "Node", Type: "string", Description: "A node where the job's pods failed."},
+	{Name: "Failures", Type: "integer", Description: "The recorded failures there that count against the node."},
+	{Name: "Indexes", Type: "string", Description: "The indexes of those failures."},
+	{Name: "Last", Type: "string", Description: "The last of them: its index, how it ended, the podFailurePolicy rule that matched, how long ago."},
+	{Name: "Avoided", Type: "string", Description: "Which of the job's pods avoid the node (spec.nodeAvoidance)."},
+}
+
 // indexTable is the rows as a table, with the columns of restartColumns the
-// job has.
+// job has, and those of recordColumns when a row has recorded failures.
 func indexTable(job *ibjv1.IndexedBatchJob, rows []IndexStatus, now time.Time) *metav1.Table {
 	generation, inPlace := job.Spec.MaxRestarts != nil, retriesInPlace(job.Spec.PodFailurePolicy)
+	recorded := slices.ContainsFunc(rows, func(s IndexStatus) bool { return s.LastFailure != nil })
 	cols := slices.Clone(indexColumns[:3]) // Index, State, Attempts
 	if generation {
 		cols = append(cols, restartColumns.generation)
@@ -60,7 +77,11 @@ func indexTable(job *ibjv1.IndexedBatchJob, rows []IndexStatus, now time.Time) *
 	if inPlace {
 		cols = append(cols, restartColumns.inPlace)
 	}
-	t := &metav1.Table{ColumnDefinitions: append(cols, indexColumns[3:]...), Rows: make([]metav1.TableRow, 0, len(rows))}
+	cols = append(cols, indexColumns[3:9]...) // Retries-Left to Duration
+	if recorded {
+		cols = append(cols, recordColumns...)
+	}
+	t := &metav1.Table{ColumnDefinitions: append(cols, indexColumns[9:]...), Rows: make([]metav1.TableRow, 0, len(rows))}
 	for i := range rows {
 		s := &rows[i]
 		cells := []any{indexText(s), stateText(s, now), orDash(s.Attempts)}
@@ -70,9 +91,16 @@ func indexTable(job *ibjv1.IndexedBatchJob, rows []IndexStatus, now time.Time) *
 		if inPlace {
 			cells = append(cells, orDash(s.InPlaceRestarts))
 		}
+		cells = append(cells, orDash(s.RetriesLeft), orDash(s.ExitCode),
+			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now))
+		if recorded {
+			last := "-"
+			if s.LastFailure != nil {
+				last = failureLine(s.LastFailure, true, now)
+			}
+			cells = append(cells, orDash(s.RecordedFailures), last)
+		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: append(cells,
-			orDash(s.RetriesLeft), orDash(s.ExitCode),
-			dashIfEmpty(s.Container), dashIfEmpty(s.Reason), dashIfEmpty(s.Node), ranFor(s, now),
 			dashIfEmpty(s.Pod), timeText(s.FinishTime), dashIfEmpty(s.Memory), dashIfEmpty(s.Message),
 		)})
 	}

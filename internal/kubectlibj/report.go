@@ -122,6 +122,38 @@ type IndexStatus struct {
 	// retryResources.onOOMKilled; unset otherwise.
 	Memory   string `json:"memory,omitempty"`
 	OOMKills *int32 `json:"oomKills,omitempty"`
+	// RecordedFailures is how many failed attempts of the index the job's
+	// failure record holds (the operator keeps the last 8 of each index),
+	// and LastFailure the latest of them. Unlike the fields above, they
+	// outlive the pods. Unset when the record holds none.
+	RecordedFailures *int32           `json:"recordedFailures,omitempty"`
+	LastFailure      *RecordedFailure `json:"lastFailure,omitempty"`
+}
+
+// RecordedFailure is one failed attempt of an index, as the job's failure
+// record (ConfigMaps labelled batch.indexedjob.dev/failure-record) keeps
+// it.
+//
+// +kubebuilder:object:generate=true
+type RecordedFailure struct {
+	// Attempt is the attempt number of the pod that failed.
+	Attempt int32 `json:"attempt"`
+	// Time is when it failed.
+	Time metav1.Time `json:"time"`
+	// Node is the node it ran on, empty when it never had one.
+	Node string `json:"node,omitempty"`
+	// ExitCode and Container are the first container that exited
+	// non-zero, unset when none did (an eviction, a deadline).
+	ExitCode  *int32 `json:"exitCode,omitempty"`
+	Container string `json:"container,omitempty"`
+	// Reason is the container's termination reason (Error, OOMKilled),
+	// else the pod's (Evicted, DeadlineExceeded), else DisruptionTarget.
+	Reason string `json:"reason,omitempty"`
+	// Rule is the name of the podFailurePolicy rule that matched, or its
+	// position as "#i" when it has none; Action is what it made of the
+	// failure (Count when no rule matched).
+	Rule   string `json:"rule,omitempty"`
+	Action string `json:"action,omitempty"`
 }
 
 // span is the number of indexes the item stands for.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/failrecord"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 )
@@ -61,8 +62,11 @@ type jobView struct {
 	// wanted are the indexes the job runs; completed and failed are its
 	// status's index sets.
 	wanted, completed, failed indexset.Set
-	// podIndexes are the indexes that have a pod, ascending.
-	podIndexes []int32
+	// record is the job's failure record, nil when not read.
+	record *failrecord.Record
+	// rowIndexes are the indexes that have a row of their own: those with
+	// a pod or with recorded failures, ascending.
+	rowIndexes []int32
 	// end is the condition that ended the job (FailureTarget or Failed,
 	// SuccessCriteriaMet or Complete), the earliest of its pair; failing
 	// tells which.
@@ -80,29 +84,44 @@ func newJobView(job *ibjv1.IndexedBatchJob, scan *podScan, now time.Time, backof
 	v.failed, _ = indexset.Parse(ptr.Deref(job.Status.FailedIndexes, ""), 0)
 	v.end, v.failing = jobEnd(job)
 	v.globalRetryAt = scan.ends.RetryAt(v.backoff)
-	v.podIndexes = slices.Sorted(maps.Keys(scan.latest))
+	v.rowIndexes = slices.Sorted(maps.Keys(scan.latest))
+	return v
+}
+
+// withRecord adds the job's failure record to the view: each index it
+// holds failures of gets a row of its own, which shows the last of them,
+// so why an index failed is still shown once its pods are gone. The rows,
+// and the work, follow the record as they follow the pods: it holds only
+// indexes that failed, a bounded number of attempts each.
+func (v *jobView) withRecord(rec *failrecord.Record) *jobView {
+	v.record = rec
+	if recorded := rec.Indexes(); len(recorded) > 0 {
+		v.rowIndexes = slices.Compact(slices.Sorted(slices.Values(slices.Concat(v.rowIndexes, recorded))))
+	}
 	return v
 }
 
 // eachRow calls f with the state of the selected indexes, in ascending
-// order: one row for each index that has a pod, and one for each run of
-// three or more consecutive indexes without pods that share their state
-// and reason (IndexStatus.LastIndex is the run's last index). The state of
-// an index without pods follows from the job's index sets alone
-// (completed, failed, or neither), so the rows, and the work, follow the
-// pods and the intervals of those sets, not the number of indexes: a job
-// of completions 2147483647 and a few pods is a few rows.
+// order: one row for each index that has a pod or recorded failures, and
+// one for each run of three or more consecutive indexes without either
+// that share their state and reason (IndexStatus.LastIndex is the run's
+// last index). The state of such an index follows from the job's index
+// sets alone (completed, failed, or neither), so the rows, and the work,
+// follow the pods, the record and the intervals of those sets, not the
+// number of indexes: a job of completions 2147483647 and a few pods is a
+// few rows.
 func (v *jobView) eachRow(selection indexset.Set, f func(IndexStatus)) {
-	withPods := make([]int32, 0, len(v.podIndexes))
-	var podRuns []indexset.Interval
-	for _, ix := range v.podIndexes {
+	own := make([]int32, 0, len(v.rowIndexes))
+	var ownRuns []indexset.Interval
+	for _, ix := range v.rowIndexes {
 		if selection.Has(ix) {
-			withPods = append(withPods, ix)
-			podRuns = appendIndex(podRuns, ix, 1)
+			own = append(own, ix)
+			ownRuns = appendIndex(ownRuns, ix, 1)
 		}
 	}
-	// The indexes without pods, split where their state can change.
-	podless := selection.Difference(indexset.OfIntervals(podRuns...))
+	// The indexes without pods or recorded failures, split where their
+	// state can change.
+	podless := selection.Difference(indexset.OfIntervals(ownRuns...))
 	notCompleted := podless.Difference(v.completed)
 	runs := slices.Concat(
 		podless.Intersect(v.completed).Intervals(),
@@ -110,10 +129,10 @@ func (v *jobView) eachRow(selection indexset.Set, f func(IndexStatus)) {
 		notCompleted.Difference(v.failed).Intervals(),
 	)
 	slices.SortFunc(runs, func(a, b indexset.Interval) int { return cmp.Compare(a.First, b.First) })
-	for len(withPods) > 0 || len(runs) > 0 {
-		if len(runs) == 0 || (len(withPods) > 0 && withPods[0] < runs[0].First) {
-			f(v.status(withPods[0]))
-			withPods = withPods[1:]
+	for len(own) > 0 || len(runs) > 0 {
+		if len(runs) == 0 || (len(own) > 0 && own[0] < runs[0].First) {
+			f(v.status(own[0]))
+			own = own[1:]
 			continue
 		}
 		run := runs[0]
@@ -175,6 +194,7 @@ func (v *jobView) status(ix int32) IndexStatus {
 	if f != nil {
 		v.fillPod(&s, f)
 	}
+	v.fillRecord(&s)
 	switch {
 	case v.completed.Has(ix) || (f != nil && f.Phase == corev1.PodSucceeded && !jobpod.OldGeneration(v.job, f.Pod)):
 		s.State = StateSucceeded
@@ -217,14 +237,21 @@ func (v *jobView) status(ix int32) IndexStatus {
 }
 
 // noPod is an index without pods that is neither completed nor failed.
+// One with recorded failures did run: its pods are gone.
 func (v *jobView) noPod(s *IndexStatus) {
 	switch {
+	case v.end != nil && s.LastFailure != nil:
+		s.State = StateStopped
+		s.Reason = "pods gone; the job ended (" + v.end.Reason + ")"
 	case v.end != nil:
 		s.State = StateStopped
 		s.Reason = "not run: the job ended (" + v.end.Reason + ")"
 	case ptr.Deref(v.job.Spec.Suspend, false):
 		s.State = StatePending
 		s.Reason = "job suspended"
+	case s.LastFailure != nil:
+		s.State = StatePending
+		s.Reason = "pods gone; next attempt not started"
 	default:
 		s.State = StatePending
 		s.Reason = "not started"
@@ -322,6 +349,17 @@ func (v *jobView) fillPod(s *IndexStatus, f *podFacts) {
 			used++
 		}
 		s.RetriesLeft = ptr.To(max(*limit-used, 0))
+	}
+}
+
+// fillRecord copies the index's last recorded failure into the row.
+func (v *jobView) fillRecord(s *IndexStatus) {
+	if v.record == nil {
+		return
+	}
+	if attempts := v.record.Attempts(s.Index); len(attempts) > 0 {
+		s.RecordedFailures = ptr.To(int32(len(attempts)))
+		s.LastFailure = recordedFailure(attempts[len(attempts)-1])
 	}
 }
 
