@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,10 +54,6 @@ func (s *jobStates) failures(uid types.UID) *jobFailures {
 	return j.failures
 }
 
-// ShardName is the name of the ConfigMap that holds shard n of a job's
-// failure record.
-func ShardName(job string, n int) string { return fmt.Sprintf("%s-failures-%d", job, n) }
-
 // loadFailures reads the job's record the first time a sync needs it: a
 // job that never had a failure counted or a restart has none to read.
 func (r *Reconciler) loadFailures(ctx context.Context, job *ibjv1.IndexedBatchJob) (*jobFailures, error) {
@@ -87,22 +81,10 @@ func (r *Reconciler) loadFailures(ctx context.Context, job *ibjv1.IndexedBatchJo
 	return jf, nil
 }
 
-// recordShard is the shard number of a ConfigMap of the job's record; ok
-// is false for one the job does not control or whose name is not a
-// shard's: a tenant may label anything.
+// recordShard is the shard number of a ConfigMap of the job's record
+// (failrecord.ShardOfConfigMap).
 func recordShard(job *ibjv1.IndexedBatchJob, cm *corev1.ConfigMap) (int, bool) {
-	if ref := metav1.GetControllerOf(cm); ref == nil || ref.UID != job.UID {
-		return 0, false
-	}
-	suffix, ok := strings.CutPrefix(cm.Name, job.Name+"-failures-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(suffix)
-	if err != nil || n < 0 || ShardName(job.Name, n) != cm.Name {
-		return 0, false
-	}
-	return n, true
+	return failrecord.ShardOfConfigMap(job.Name, job.UID, cm)
 }
 
 // writeFailures writes the shards of the job's record that changed. It
@@ -125,9 +107,9 @@ func (r *Reconciler) writeFailures(ctx context.Context, job *ibjv1.IndexedBatchJ
 		switch {
 		case err == nil:
 		case errors.As(err, &refused), apierrors.IsForbidden(err), apierrors.IsInvalid(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsBadRequest(err):
-			jf.refused = fmt.Sprintf("ConfigMap %s: %v", ShardName(job.Name, n), err)
+			jf.refused = fmt.Sprintf("ConfigMap %s: %v", failrecord.ShardName(job.Name, n), err)
 			jf.refusedUntil = now.Add(failureRecordRecheck)
-			log.FromContext(ctx).Info("Failure record refused", "configMap", ShardName(job.Name, n), "error", err)
+			log.FromContext(ctx).Info("Failure record refused", "configMap", failrecord.ShardName(job.Name, n), "error", err)
 			return nil
 		default:
 			return fmt.Errorf("writing the failure record: %w", err)
@@ -149,7 +131,7 @@ func (e *refusedRecord) Error() string {
 // of it when a create finds it there or an update finds it changed (after
 // a restart, or a write of another process).
 func (r *Reconciler) writeShard(ctx context.Context, job *ibjv1.IndexedBatchJob, rec *failrecord.Record, n int) error {
-	name := ShardName(job.Name, n)
+	name := failrecord.ShardName(job.Name, n)
 	for try := 0; ; try++ {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{

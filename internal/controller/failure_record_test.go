@@ -161,7 +161,7 @@ func TestUnplaceableAvoidanceShowsInTheStatus(t *testing.T) {
 // counted all the same and its pod released.
 func TestARecordNameTakenIsReportedAndCountsGoOn(t *testing.T) {
 	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(1).BackoffLimit(3).Obj())
-	squatter := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ShardName("a", 0), Namespace: "ns"}, Data: map[string]string{"x": "y"}}
+	squatter := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: failrecord.ShardName("a", 0), Namespace: "ns"}, Data: map[string]string{"x": "y"}}
 	if err := c.api.Create(context.Background(), squatter); err != nil {
 		t.Fatal(err)
 	}

@@ -329,7 +329,7 @@ func (c *cluster) checkRelease(a *applying, before *corev1.Pod, after client.Obj
 func (c *cluster) inFailureRecord(pod *corev1.Pod) bool {
 	ix, _ := jobpod.Index(pod)
 	var cm corev1.ConfigMap
-	if err := c.api.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: ShardName(c.job.Name, failrecord.ShardOf(ix))}, &cm); err != nil {
+	if err := c.api.Get(context.Background(), client.ObjectKey{Namespace: pod.Namespace, Name: failrecord.ShardName(c.job.Name, failrecord.ShardOf(ix))}, &cm); err != nil {
 		return false
 	}
 	if _, ours := recordShard(c.job, &cm); !ours {

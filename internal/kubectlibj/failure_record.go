@@ -76,15 +76,9 @@ func readRecord(ctx context.Context, job *ibjv1.IndexedBatchJob, pageSize int64,
 }
 
 // add merges one ConfigMap into the record if it is one of the job's
-// shards: controlled by the job and named <job>-failures-<shard>. Anyone
-// who may create ConfigMaps in the namespace can give one the label; the
-// job's controller reference and the name are what the operator writes.
+// shards (failrecord.ShardOfConfigMap).
 func (r *jobRecord) add(job *ibjv1.IndexedBatchJob, cm *corev1.ConfigMap) {
-	owner := metav1.GetControllerOf(cm)
-	if owner == nil || owner.UID != job.UID {
-		return
-	}
-	shard, ok := shardOf(job.Name, cm.Name)
+	shard, ok := failrecord.ShardOfConfigMap(job.Name, job.UID, cm)
 	if !ok {
 		return
 	}
@@ -92,20 +86,6 @@ func (r *jobRecord) add(job *ibjv1.IndexedBatchJob, cm *corev1.ConfigMap) {
 	r.Merge(shard, cm.ResourceVersion, attempts)
 	r.shards++
 	r.unreadable += bad
-}
-
-// shardOf reads the shard number of a ConfigMap named <job>-failures-<n>,
-// n written as the operator writes it (no sign, no leading zero).
-func shardOf(job, name string) (int, bool) {
-	suffix, ok := strings.CutPrefix(name, job+"-failures-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(suffix)
-	if err != nil || n < 0 || strconv.Itoa(n) != suffix {
-		return 0, false
-	}
-	return n, true
 }
 
 // warn writes what was left out of the record, if anything.

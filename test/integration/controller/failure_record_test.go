@@ -61,7 +61,7 @@ var _ = Describe("The failure record", func() {
 
 		By("reading the record from its ConfigMap")
 		var cm corev1.ConfigMap
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.ShardName(job.Name, 0)}, &cm)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: failrecord.ShardName(job.Name, 0)}, &cm)).To(Succeed())
 		j := getJob(ctx, ns, job.Name)
 		Expect(metav1.IsControlledBy(&cm, j)).To(BeTrue(), "the record is controlled by the job, and goes with it")
 		Expect(cm.Labels).To(HaveKeyWithValue(ibjv1.FailureRecordLabel, string(j.UID)))
