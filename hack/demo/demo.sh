@@ -7,7 +7,9 @@
 # binary (bin/manager) serving its admission webhook, shows a copy of
 # config/samples/batch_v1alpha1_indexedbatchjob.yaml with an invalid pod
 # template refused, applies the sample, shows the job live and prints its
-# final status; then does the same with
+# final status, its failure record by node (kubectl ibj nodes), and, once
+# every pod of it is deleted, why its indexes failed (kubectl ibj
+# describe); then does the same with
 # config/samples/batch_v1alpha1_indexedbatchjob_restart.yaml, a group of pods
 # restarted together once (status.restarts 1, the RESTARTS column of
 # kubectl get ibj -o wide); then with hack/demo/retry_in_place.yaml, a
@@ -295,6 +297,26 @@ if [ "$gang" = 1 ]; then
 fi
 # Indexes 1 and 2 fail twice each (backoffLimitPerIndex: 1).
 final_status "$job" 'Failed/FailedIndexes: completedIndexes "0,3-7", failedIndexes "1,2", succeeded 6, failed 4'
+
+# The failure record: which node each failure was on, and why; it outlives
+# the pods (the demo dies unless both say so).
+say "The failure record, by node (kubectl ibj nodes)"
+echo "\$ kubectl ibj nodes $job"
+out=$("$bin/kubectl-ibj" nodes "$job")
+echo "$out"
+echo "$out" | grep -q "^Job $job: 4 failed attempts of 2 indexes recorded" ||
+  die "kubectl ibj nodes does not show the 4 failed attempts of indexes 1 and 2"
+say "Every pod of $job deleted, the record still says why indexes 1 and 2 failed"
+echo "\$ kubectl delete pods -l batch.indexedjob.dev/job-name=$job"
+"$kubectl" delete pods -l "batch.indexedjob.dev/job-name=$job" --wait=true >/dev/null
+"$kubectl" get pods -l "batch.indexedjob.dev/job-name=$job"
+echo "\$ kubectl ibj describe $job"
+out=$("$bin/kubectl-ibj" describe "$job")
+echo "$out"
+for ix in 1 2; do
+  echo "$out" | grep -Eq "^  $ix +[^ ]+ +exit code 1 of example " ||
+    die "kubectl ibj describe does not name index $ix's node and exit code once its pods are gone"
+done
 
 say "Applying $restart_sample"
 sed -n '1,/^apiVersion/{/^#/p}' "$restart_sample"

@@ -65,21 +65,36 @@ func (r *Reconciler) loadFailures(ctx context.Context, job *ibjv1.IndexedBatchJo
 		jf.loaded = true
 		return jf, nil
 	}
-	var list corev1.ConfigMapList
-	if err := r.apiReader.List(ctx, &list, client.InNamespace(job.Namespace),
-		client.MatchingLabels{ibjv1.FailureRecordLabel: string(job.UID)}); err != nil {
-		return nil, fmt.Errorf("reading the failure record: %w", err)
-	}
-	for i := range list.Items {
-		cm := &list.Items[i]
-		if n, ok := recordShard(job, cm); ok {
-			attempts, _ := failrecord.DecodeShard(cm.Data[failrecord.DataKey])
-			jf.record.Merge(n, cm.ResourceVersion, attempts)
+	// A page at a time, since a shard may be up to failrecord.MaxShardBytes;
+	// only the shards of the job's indexes, so that ConfigMaps a tenant
+	// made to look like shards of its job weigh no more than the job's own
+	// record could.
+	last := failrecord.ShardOf(max(job.Spec.Completions, 1) - 1)
+	opts := []client.ListOption{client.InNamespace(job.Namespace),
+		client.MatchingLabels{ibjv1.FailureRecordLabel: string(job.UID)}, client.Limit(recordPageSize)}
+	for {
+		var list corev1.ConfigMapList
+		if err := r.apiReader.List(ctx, &list, opts...); err != nil {
+			return nil, fmt.Errorf("reading the failure record: %w", err)
 		}
+		for i := range list.Items {
+			cm := &list.Items[i]
+			if n, ok := recordShard(job, cm); ok && n <= last {
+				attempts, _ := failrecord.DecodeShard(cm.Data[failrecord.DataKey])
+				jf.record.Merge(n, cm.ResourceVersion, attempts)
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts = append(opts[:3], client.Continue(list.Continue))
 	}
 	jf.loaded = true
 	return jf, nil
 }
+
+// recordPageSize is how many shards of a record one list reads.
+const recordPageSize = 8
 
 // recordShard is the shard number of a ConfigMap of the job's record
 // (failrecord.ShardOfConfigMap).
@@ -151,6 +166,10 @@ func (r *Reconciler) writeShard(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		case err == nil:
 			rec.Written(n, cm.ResourceVersion)
 			return nil
+		case try < 3 && apierrors.IsNotFound(err):
+			// Someone deleted the shard: it is created again, with what
+			// the record holds.
+			rec.Merge(n, "", nil)
 		case try < 3 && (apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err)):
 			var cur corev1.ConfigMap
 			if err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &cur); err != nil {

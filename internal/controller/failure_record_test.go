@@ -15,6 +15,7 @@ import (
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/failrecord"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
@@ -184,5 +185,46 @@ func TestARecordNameTakenIsReportedAndCountsGoOn(t *testing.T) {
 	var got corev1.ConfigMap
 	if err := c.api.Get(context.Background(), client.ObjectKeyFromObject(squatter), &got); err != nil || !cmp.Equal(got.Data, squatter.Data) {
 		t.Errorf("the squatter's ConfigMap was changed: %v %v", got.Data, err)
+	}
+}
+
+// A shard someone deleted is written again with what the record holds; a
+// ConfigMap dressed as a shard of an index the job does not have, or not
+// controlled by the job, is never read into it.
+func TestTheRecordSurvivesEditsOfItsConfigMaps(t *testing.T) {
+	c := newCluster(t, harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).BackoffLimitPerIndex(3).Obj())
+	forged := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: failrecord.ShardName("a", 7), Namespace: "ns",
+			Labels:          map[string]string{ibjv1.FailureRecordLabel: string(c.job.UID)},
+			OwnerReferences: []metav1.OwnerReference{podbuild.ControllerRef(c.job)}},
+		Data: map[string]string{failrecord.DataKey: "3590\t0\t2026-12-07T08:00:00Z\tforged\tmain\t1\tError\t-\tCount\n"},
+	}
+	if err := c.api.Create(context.Background(), forged); err != nil {
+		t.Fatal(err)
+	}
+	c.sync()
+	c.bind(podOfIndex(c, 0), "n1")
+	c.fail(podOfIndex(c, 0), 1, false)
+	c.sync()
+	shard0 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: failrecord.ShardName("a", 0), Namespace: "ns"}}
+	if err := c.api.Delete(context.Background(), shard0); err != nil {
+		t.Fatalf("the first failure wrote no shard 0: %v", err)
+	}
+	// The next failure's write finds shard 0 gone, and creates it again.
+	c.bind(podOfIndex(c, 1), "n2")
+	c.fail(podOfIndex(c, 1), 1, false)
+	c.sync()
+	c.advance(11 * time.Second)
+	c.sync()
+	// A new process reads the record, leaving the forged shard out.
+	c.r = c.newReconciler()
+	c.cache.Unsettle(c.job.Namespace, c.job.Name)
+	c.sync()
+	rec := c.readRecord()
+	if rec.Attempts(0) == nil || rec.Attempts(1) == nil {
+		t.Errorf("shard 0 holds %v and %v, want index 0's failure written again with index 1's", rec.Attempts(0), rec.Attempts(1))
+	}
+	if got := c.r.jobs.failures(c.job.UID).record.Attempts(3590); got != nil {
+		t.Errorf("the forged shard of an index the job does not have was read: %+v", got)
 	}
 }
