@@ -186,6 +186,13 @@ const (
 	// ReasonFailedCreate: any other error (a timeout, an unavailable
 	// webhook, a namespace being deleted).
 	ReasonFailedCreate = "FailedCreate"
+	// ReasonPodMutated: the API server created the pod, but admission (a
+	// mutating webhook or policy) changed it in what the operator relies
+	// on (a label, an annotation or a finalizer it writes, its controller
+	// reference, or what it writes into the spec); the message names the
+	// field. The pod was deleted, uncounted, and the job creates no pod
+	// until a create comes back as asked for.
+	ReasonPodMutated = "PodMutated"
 )
 
 // Condition PodsUnschedulable and its reason, for a job with nodeAvoidance
@@ -218,7 +225,7 @@ const (
 // (as kubectl shows a pod's CrashLoopBackOff), never Running.
 // So is the reason of condition PodGroupReady while it is False: the
 // job's pods wait for their PodGroup.
-// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed;QuotaExceeded;PodForbidden;PodInvalid;FailedCreate;WorkloadAPINotServed;PodGroupCreateFailed
+// +kubebuilder:validation:Enum=Pending;Running;Suspended;Complete;Failed;QuotaExceeded;PodForbidden;PodInvalid;FailedCreate;PodMutated;WorkloadAPINotServed;PodGroupCreateFailed
 type Phase string
 
 // Phases of an IndexedBatchJob.
@@ -234,6 +241,7 @@ const (
 	PhasePodForbidden  Phase = ReasonPodForbidden
 	PhasePodInvalid    Phase = ReasonPodInvalid
 	PhaseFailedCreate  Phase = ReasonFailedCreate
+	PhasePodMutated    Phase = ReasonPodMutated
 	// The phases of a gang job whose PodGroup is missing: the reason of
 	// condition PodGroupReady.
 	PhaseWorkloadAPINotServed Phase = ReasonWorkloadAPINotServed

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -70,6 +71,15 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	createErr := errors.Join(createErrs...)
 	if len(p.create) > 0 {
 		r.jobs.createsRefused(job.UID, createErr != nil, r.clock.Now())
+	}
+	if mutated := slices.ContainsFunc(createErrs, isMutated); mutated || created > 0 {
+		r.jobs.createsMutated(job.UID, mutated, r.clock.Now())
+		if mutated && onlyMutated(createErrs) {
+			// The status and an event say why; the job waits, and the
+			// next sync comes then, not with the rate limiter's retry.
+			createErr = nil
+			p.requeue(r.jobs.mutatedUntil(job).Sub(r.clock.Now()))
+		}
 	}
 	if d := jobpod.CreateRefusedDelay(job); d > 0 && createErr != nil {
 		// The job asked to wait this long after a refusal (its status and
@@ -241,11 +251,35 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		}
 		if refused > 0 {
 			skipped := len(creates) - end
-			r.emit(job, warningEvent("FailedCreate", "%s%s", refusedBatch(errs[start:end], refused), skippedCreates(skipped)))
+			switch first := firstError(errs[start:end]); {
+			case !isMutated(first):
+				r.emit(job, warningEvent("FailedCreate", "%s%s", refusedBatch(errs[start:end], refused), skippedCreates(skipped)))
+			case !mutatedAlready(job):
+				// Said once: the condition stays while creates come back
+				// mutated.
+				r.emit(job, warningEvent(ibjv1.ReasonPodMutated, "%s", first.Error()))
+			}
 			break
 		}
 	}
 	return took, false, errs
+}
+
+// mutatedAlready: the job's status says already that its creates come
+// back mutated.
+func mutatedAlready(job *ibjv1.IndexedBatchJob) bool {
+	c := meta.FindStatusCondition(job.Status.Conditions, ibjv1.ConditionPodCreationFailed)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ibjv1.ReasonPodMutated
+}
+
+// onlyMutated: every error of errs is a MutatedPodError (nil ones aside).
+func onlyMutated(errs []error) bool {
+	for _, err := range errs {
+		if err != nil && !isMutated(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // countTaken is how many creates the API server took.
@@ -309,8 +343,19 @@ func (r *Reconciler) createOne(ctx context.Context, job *ibjv1.IndexedBatchJob, 
 	if c.Attempt > 0 {
 		reason = "retry"
 	}
-	switch err = r.createPod(ctx, pod); {
+	withSpec := podbuild.NeedsSpec(job)
+	created, err := r.createPod(ctx, pod, withSpec)
+	switch {
 	case err == nil:
+		if muts := podbuild.Mutations(pod, created, withSpec); len(muts) > 0 {
+			podsCreated.WithLabelValues(reason, "mutated").Inc()
+			err = &MutatedPodError{Pod: pod.Name, Mutations: muts}
+			log.FromContext(ctx).Info("Created pod came back mutated by admission", "pod", klog.KObj(pod), "error", err)
+			if derr := r.discardMutated(ctx, job, created); derr != nil {
+				err = errors.Join(err, derr)
+			}
+			break
+		}
 		podsCreated.WithLabelValues(reason, "succeeded").Inc()
 		log.FromContext(ctx).V(2).Info("Created pod", "pod", klog.KObj(pod), "index", c.Index, "attempt", c.Attempt)
 		return true, nil
@@ -554,12 +599,14 @@ func observeSync(start time.Time, err *error) {
 }
 
 // createPod creates the pod through podWrites, or through the client when
-// there is none.
-func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
+// there is none, and returns it as the API server created it: its
+// metadata, and with withSpec its spec (podcache.Writer.Create).
+func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod, withSpec bool) (*corev1.Pod, error) {
 	if r.podWrites == nil {
-		return r.client.Create(ctx, pod)
+		sent := pod.DeepCopy()
+		return sent, r.client.Create(ctx, sent)
 	}
-	return r.podWrites.Create(ctx, pod)
+	return r.podWrites.Create(ctx, pod, withSpec)
 }
 
 // patchPod applies a strategic merge patch to the pod through podWrites,

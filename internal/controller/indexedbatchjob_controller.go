@@ -379,6 +379,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		lastStatusWrite:       lastWrite,
 		heldStart:             heldStart,
 		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
+		mutatedUntil:          r.jobs.mutatedUntil(job),
 		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,
 	}

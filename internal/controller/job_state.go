@@ -49,6 +49,11 @@ type jobState struct {
 	gangUntil    time.Time
 	// failures is the job's failure record (failure_record_store.go).
 	failures *jobFailures
+	// createMutated is when a create of the job last came back mutated
+	// by admission, mutatedInARow how many did since one came back as
+	// asked for (mutated.go).
+	createMutated time.Time
+	mutatedInARow int32
 }
 
 func newJobStates() *jobStates {

@@ -295,11 +295,14 @@ func (s *syncState) globalBackoffLeft() time.Duration {
 	return at.Sub(s.now)
 }
 
-// createRefusedLeft is how long a job with
-// retryBackoff.createRefusedDelaySeconds still waits, after the API
-// server refused one of its pod creates, before it tries again; zero
-// without the field or a refusal.
+// createRefusedLeft is how long a job still waits before it creates pods
+// again: after a create came back mutated by admission (mutatedUntil), or,
+// for a job with retryBackoff.createRefusedDelaySeconds, after the API
+// server refused one; zero otherwise.
 func (s *syncState) createRefusedLeft() time.Duration {
+	if left := s.mutatedUntil.Sub(s.now); !s.mutatedUntil.IsZero() && left > 0 {
+		return left
+	}
 	d := jobpod.CreateRefusedDelay(s.job)
 	if d == 0 || s.lastCreateRefused.IsZero() {
 		return 0

@@ -218,6 +218,9 @@ func setPodCreation(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, a
 // quota frees), PodForbidden for any other 403 (Pod Security admission, a
 // policy engine), PodInvalid for a 422, FailedCreate otherwise.
 func podCreationFailure(err error) (reason, message string) {
+	if isMutated(err) {
+		return ibjv1.ReasonPodMutated, err.Error()
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return ibjv1.ReasonFailedCreate, err.Error()

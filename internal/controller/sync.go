@@ -37,6 +37,9 @@ type syncInput struct {
 	// job's pod creates (this process's record), zero if it has not since
 	// a create went through.
 	lastCreateRefused time.Time
+	// mutatedUntil is when the job may create pods again after a create
+	// came back mutated by admission (mutated.go); zero if none did.
+	mutatedUntil time.Time
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService

@@ -6,6 +6,10 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
+// nodeNameField is the node field a node selector requirement matches a
+// node's name by.
+const nodeNameField = "metadata.name"
+
 // avoidWeight is the weight of the preferred term of
 // spec.nodeAvoidance Preferred: the most a term may have, so that the
 // avoidance outweighs any one preference of the template's.
@@ -23,7 +27,7 @@ func avoidNodes(job *ibjv1.IndexedBatchJob, spec *corev1.PodSpec, nodes []string
 	if na == nil || len(nodes) == 0 {
 		return
 	}
-	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
+	req := corev1.NodeSelectorRequirement{Key: nodeNameField, Operator: corev1.NodeSelectorOpNotIn, Values: append([]string(nil), nodes...)}
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}

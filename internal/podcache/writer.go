@@ -2,10 +2,14 @@ package podcache
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -14,10 +18,12 @@ import (
 // Writer sends the two writes a pod costs, its create and its
 // finalizer patch, straight through a core/v1 REST client in protobuf. The
 // API server answers each with the pod; a client.Client would read that
-// answer whole and decode it into a Pod (a create) or its metadata (a
-// patch), which nothing reads: the pod informer shows the pod as it is. So
-// the writes ask for the metadata only (a far shorter answer than the whole
-// pod), and read it through a shared buffer without keeping or decoding it.
+// answer whole and decode it into a Pod. A patch's answer nothing reads
+// (the pod informer shows the pod as it is): it asks for the metadata only
+// (a far shorter answer than the whole pod), and reads it through a shared
+// buffer without keeping or decoding it. A create's answer is the pod as
+// admission left it, which the operator compares with what it asked for:
+// its metadata, or the whole pod where the operator relies on the spec.
 // An error answer is decoded as usual, so apierrors still tell an
 // AlreadyExists or a NotFound.
 type Writer struct {
@@ -54,10 +60,40 @@ func coreV1ProtobufClient(cfg *rest.Config, codecs runtime.NegotiatedSerializer)
 	return rest.RESTClientFor(cfg)
 }
 
-// Create creates the pod.
-func (w *Writer) Create(ctx context.Context, pod *corev1.Pod) error {
-	return send(ctx, w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod))
+// Create creates the pod and returns it as the API server created it,
+// after admission: its metadata, and with withSpec its spec too (the
+// answer is then the whole pod, decoded whole). The operator compares it
+// with what it asked for (podbuild.Mutations).
+func (w *Writer) Create(ctx context.Context, pod *corev1.Pod, withSpec bool) (*corev1.Pod, error) {
+	accept := metadataOnly
+	if withSpec {
+		accept = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
+	body, err := w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod).SetHeader("Accept", accept).Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	obj, _, err := answerDecoder.Decode(body, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer to the create of pod %s: %w", pod.Name, err)
+	}
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return o, nil
+	case *metav1.PartialObjectMetadata:
+		return &corev1.Pod{ObjectMeta: o.ObjectMeta}, nil
+	}
+	return nil, fmt.Errorf("the answer to the create of pod %s is a %T", pod.Name, obj)
 }
+
+// answerDecoder decodes a create's answer: a Pod, or its
+// PartialObjectMetadata (metadataOnly), in protobuf or JSON.
+var answerDecoder = func() runtime.Decoder {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(metav1.AddMetaToScheme(s))
+	return serializer.NewCodecFactory(s).UniversalDeserializer()
+}()
 
 // Patch applies a strategic merge patch to the named pod.
 func (w *Writer) Patch(ctx context.Context, namespace, name string, patch []byte) error {

@@ -13,7 +13,8 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
-// Writer, which reads no answer of a success, creates and patches pods
+// Writer creates pods, reading the created pod's metadata (or the whole
+// pod) from the answer, and patches them
 // on a real API server, and tells its refusals apart as a client would: an
 // AlreadyExists, a NotFound, an invalid patch.
 func TestPodWritesAgainstTheAPIServer(t *testing.T) {
@@ -32,8 +33,17 @@ func TestPodWritesAgainstTheAPIServer(t *testing.T) {
 	job.UID = "job-uid"
 	pod := harness.MakePod(job, 0, 0, created).Obj()
 	pod.UID, pod.ResourceVersion = "", ""
-	if err := w.Create(ctx, pod); err != nil {
+	answer, err := w.Create(ctx, pod, false)
+	if err != nil {
 		t.Fatalf("create: %v", err)
+	}
+	if answer.UID == "" || answer.Labels[ibjv1.JobNameLabel] != "train" || len(answer.Finalizers) != 1 || len(answer.Spec.Containers) != 0 {
+		t.Errorf("the create's answer %+v, want the created pod's metadata only", answer.ObjectMeta)
+	}
+	whole := harness.MakePod(job, 1, 0, created).Obj()
+	whole.UID, whole.ResourceVersion = "", ""
+	if answer, err := w.Create(ctx, whole, true); err != nil || answer.UID == "" || len(answer.Spec.Containers) != 1 {
+		t.Errorf("create asking for the spec: %v, answer %+v, want the whole pod", err, answer)
 	}
 	onServer := &corev1.Pod{}
 	if err := direct.Get(ctx, client.ObjectKeyFromObject(pod), onServer); err != nil {
@@ -42,7 +52,7 @@ func TestPodWritesAgainstTheAPIServer(t *testing.T) {
 	if len(onServer.Finalizers) != 1 {
 		t.Fatalf("the created pod has finalizers %v, want the tracking finalizer", onServer.Finalizers)
 	}
-	if err := w.Create(ctx, pod); !apierrors.IsAlreadyExists(err) {
+	if _, err := w.Create(ctx, pod, false); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("create again: %v, want AlreadyExists", err)
 	}
 

@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/podbuild"
+)
+
+// A mutating admission webhook or policy may change a pod on its way in:
+// strip a label the operator finds its pods by, a finalizer it counts them
+// by, the restart rules of a retry in place. The API server's answer to
+// the create is the pod as admission left it: the operator compares it
+// with what it asked for (podbuild.Mutations). A pod changed in what the
+// operator relies on is deleted at once, never counted (its finalizers
+// go first), and the create counts as refused: the job's status says why
+// (condition PodCreationFailed, reason PodMutated, naming the field), the
+// job stops creating, and tries again after mutatedDelay, so that a policy
+// fixed since lets it go on. Without this, a pod stripped of its job-name
+// label is one the job never sees, and it creates another, and another.
+
+// MutatedPodError is a create whose pod came back from admission changed
+// in what the operator relies on.
+type MutatedPodError struct {
+	Pod       string
+	Mutations []podbuild.Mutation
+}
+
+func (e *MutatedPodError) Error() string {
+	parts := make([]string, len(e.Mutations))
+	for i, m := range e.Mutations {
+		parts[i] = m.String()
+	}
+	return fmt.Sprintf("admission changed pod %s in what the operator relies on: %s; the pod was deleted, and the job creates no pod until a create comes back as asked for",
+		e.Pod, strings.Join(parts, "; "))
+}
+
+// isMutated: err is a MutatedPodError.
+func isMutated(err error) bool {
+	var m *MutatedPodError
+	return errors.As(err, &m)
+}
+
+// The wait after a create came back mutated, when the job sets no
+// retryBackoff.createRefusedDelaySeconds: mutatedDelayBase, doubling with
+// each mutated create in a row, at most mutatedDelayMax. A job then
+// creates at most three pods in a minute while its creates come back
+// mutated (at 0, 10 and 30 s), whatever its parallelism: the slow start
+// stops at the first mutated one.
+const (
+	mutatedDelayBase = 10 * time.Second
+	mutatedDelayMax  = time.Minute
+)
+
+// mutatedDelay is how long a job waits after its n-th create in a row
+// came back mutated.
+func mutatedDelay(job *ibjv1.IndexedBatchJob, n int32) time.Duration {
+	if d := jobpod.CreateRefusedDelay(job); d > 0 {
+		return d
+	}
+	d := mutatedDelayBase
+	for i := int32(1); i < n && d < mutatedDelayMax; i++ {
+		d *= 2
+	}
+	return min(d, mutatedDelayMax)
+}
+
+// discardMutated deletes a pod admission changed, without counting it:
+// its finalizers go first (if it kept them), then the pod.
+func (r *Reconciler) discardMutated(ctx context.Context, job *ibjv1.IndexedBatchJob, created *corev1.Pod) error {
+	return r.deletePods(ctx, job, []podDeletion{{pod: jobpod.Read(created), stripFinalizer: true, reason: "mutated"}})
+}
+
+// createsMutated remembers that a create of the job came back mutated at
+// now (and how many in a row), or that one came back as asked for.
+func (s *jobStates) createsMutated(uid types.UID, mutated bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.state(uid)
+	if mutated {
+		j.mutatedInARow++
+		j.createMutated = now
+	} else {
+		j.mutatedInARow, j.createMutated = 0, time.Time{}
+	}
+}
+
+// mutatedUntil is when the job may create pods again after its creates
+// came back mutated; zero when they did not.
+func (s *jobStates) mutatedUntil(job *ibjv1.IndexedBatchJob) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[job.UID]
+	if j == nil || j.createMutated.IsZero() {
+		return time.Time{}
+	}
+	return j.createMutated.Add(mutatedDelay(job, j.mutatedInARow))
+}
