@@ -17,7 +17,7 @@ func onlyReplaceFailed(job *ibjv1.IndexedBatchJob) bool { return jobpod.OnlyRepl
 // whyFailed says in a few words why a failed pod failed its index: what
 // matched which podFailurePolicy rule, or the exit that used up the
 // index's backoffLimitPerIndex.
-func whyFailed(pod *jobpod.Pod, f jobpod.Failure) string {
+func whyFailed(job *ibjv1.IndexedBatchJob, pod *jobpod.Pod, f jobpod.Failure) string {
 	if f.Stopped {
 		return fmt.Sprintf("%d failures in place; backoffLimitPerIndex reached", f.InPlace)
 	}
@@ -27,8 +27,9 @@ func whyFailed(pod *jobpod.Pod, f jobpod.Failure) string {
 		what = fmt.Sprintf("exit code %d of container %s", m.Exit.Code, m.Exit.Container)
 	case m != nil:
 		what = fmt.Sprintf("condition %s", m.Condition)
-	case len(pod.Exits) > 0:
-		what = fmt.Sprintf("exit code %d of container %s", pod.Exits[0].Code, pod.Exits[0].Container)
+	case len(jobpod.OwnExits(job, pod)) > 0:
+		e := jobpod.OwnExits(job, pod)[0]
+		what = fmt.Sprintf("exit code %d of container %s", e.Code, e.Container)
 	case pod.DeletionTimestamp != nil:
 		what = "deleted before it succeeded"
 	default:

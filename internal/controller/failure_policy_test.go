@@ -53,6 +53,12 @@ func TestFailurePolicyMatching(t *testing.T) {
 		{"containerName matches its container",
 			policyOf(harness.OnExitCodes(failJob, "sidecar", in, 42)),
 			makePod(job, 0).failedAt(testNow, 0).containerExit("sidecar", 42, testNow).obj(), failJob},
+		{"a container the template does not name (injected at admission) never matches",
+			policyOf(harness.OnExitCodes(failJob, "", in, 137)),
+			makePod(job, 0).failedAt(testNow, 0).containerExit("istio-proxy", 137, testNow).obj(), count},
+		{"nor when a rule names it",
+			policyOf(harness.OnExitCodes(failJob, "istio-proxy", notIn, 0)),
+			makePod(job, 0).failedAt(testNow, 0).containerExit("istio-proxy", 137, testNow).obj(), count},
 		{"init containers are matched",
 			policyOf(harness.OnExitCodes(failJob, "", in, 7)),
 			makePod(job, 0).initFailedAt(testNow, "setup", 7).obj(), failJob},
@@ -114,9 +120,13 @@ func TestFailJobMessageNamesPodContainerAndRule(t *testing.T) {
 	}
 }
 
-// matchFailurePolicy is the rule that matches a cached pod, nil for none.
+// matchFailurePolicy is the rule that matches a cached pod of a job with
+// policy, whose template has init container setup and containers main and
+// sidecar; nil for none.
 func matchFailurePolicy(policy *ibjv1.PodFailurePolicy, pod *jobpod.Pod) *jobpod.Match {
-	return jobpod.MatchPolicy(policy, pod)
+	job := harness.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").Obj()
+	job.Spec.PodFailurePolicy = policy
+	return jobpod.MatchPolicy(job, pod)
 }
 
 // actionOf is the action taken on a failure: Count where no rule matched.
@@ -278,7 +288,7 @@ func TestWhyFailedNamesWhatFailedTheIndex(t *testing.T) {
 			if !f.FailsIndex {
 				t.Fatalf("classifyFailure = %+v, want the index failed", f)
 			}
-			if got := whyFailed(tc.pod, f); got != tc.want {
+			if got := whyFailed(tc.job, tc.pod, f); got != tc.want {
 				t.Errorf("whyFailed = %q, want %q", got, tc.want)
 			}
 		})

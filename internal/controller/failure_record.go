@@ -23,9 +23,10 @@ import (
 // it: a new pod avoids the nodes where its index failed and those where
 // failedIndexesPerNode of the job's indexes did (avoidFor).
 
-// attemptOf is what the record keeps of a failed pod and how its failure
-// counted (f).
-func attemptOf(pod *jobpod.Pod, f jobpod.Failure) failrecord.Attempt {
+// attemptOf is what the record keeps of a failed pod of job and how its
+// failure counted (f). Its exit is a container of the job's template: an
+// injected sidecar's is not the job's failure (jobpod.OwnExits).
+func attemptOf(job *ibjv1.IndexedBatchJob, pod *jobpod.Pod, f jobpod.Failure) failrecord.Attempt {
 	a := failrecord.Attempt{
 		Index: pod.Index, Attempt: pod.Attempt, Time: pod.FinishedAt, Node: pod.NodeName,
 		Action: failrecord.ActionCount,
@@ -33,9 +34,9 @@ func attemptOf(pod *jobpod.Pod, f jobpod.Failure) failrecord.Attempt {
 	if a.Time.IsZero() && pod.DeletionTimestamp != nil {
 		a.Time = pod.DeletionTimestamp.Time
 	}
-	exit := firstExit(pod, f)
+	exit := firstExit(jobpod.OwnExits(job, pod), f)
 	switch {
-	case exit != nil && pod.OOMKilled:
+	case exit != nil && exit.OOMKilled:
 		a.Container, a.ExitCode, a.HasExit, a.Reason = exit.Container, exit.Code, true, "OOMKilled"
 	case exit != nil:
 		a.Container, a.ExitCode, a.HasExit, a.Reason = exit.Container, exit.Code, true, "Error"
@@ -61,14 +62,14 @@ func attemptOf(pod *jobpod.Pod, f jobpod.Failure) failrecord.Attempt {
 	return a
 }
 
-// firstExit is the container exit the matched rule read, else the pod's
-// first non-zero one.
-func firstExit(pod *jobpod.Pod, f jobpod.Failure) *jobpod.Exit {
+// firstExit is the container exit the matched rule read, else the first
+// of exits.
+func firstExit(exits []jobpod.Exit, f jobpod.Failure) *jobpod.Exit {
 	if f.Match != nil && f.Match.Exit != nil {
 		return f.Match.Exit
 	}
-	if len(pod.Exits) > 0 {
-		return &pod.Exits[0]
+	if len(exits) > 0 {
+		return &exits[0]
 	}
 	return nil
 }
@@ -96,7 +97,7 @@ func (s *syncState) noteFailure(pod *jobpod.Pod, f jobpod.Failure) {
 	} else {
 		before = s.jobAvoided
 	}
-	a := attemptOf(pod, f)
+	a := attemptOf(s.job, pod, f)
 	if !s.failures.Add(a) {
 		return
 	}

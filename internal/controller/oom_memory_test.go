@@ -162,11 +162,37 @@ func TestPodRecordKeepsTheOOMKill(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).RetryOnOOMKilled(150, "4Gi").
 		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
 	killed := jobpod.Read(makePodFor(job, podbuild.Spec{Index: 1, Attempt: 2, OOMKills: 2}).oomKilledAt(testNow).api())
-	if !killed.OOMKilled || killed.OOMKills != 2 {
-		t.Errorf("OOM-killed pod cached with OOMKilled=%v OOMKills=%d, want true, 2", killed.OOMKilled, killed.OOMKills)
+	if !jobpod.OwnOOMKilled(job, killed) || killed.OOMKills != 2 {
+		t.Errorf("OOM-killed pod cached with OOMKilled=%v OOMKills=%d, want true, 2", jobpod.OwnOOMKilled(job, killed), killed.OOMKills)
 	}
-	if failed := jobpod.Read(makePod(job, 1).failedAt(testNow, 137).api()); failed.OOMKilled {
+	if failed := jobpod.Read(makePod(job, 1).failedAt(testNow, 137).api()); jobpod.OwnOOMKilled(job, failed) {
 		t.Error("a pod that exited 137 without reason OOMKilled is cached as OOM-killed")
+	}
+}
+
+// An injected sidecar OOM-killed beside the template's container raises
+// nothing and names no exit: the next pod keeps its memory and the
+// failure record names the template's container.
+func TestAnInjectedSidecarsOOMKillRaisesNothing(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).BackoffLimitPerIndex(3).RetryOnOOMKilled(150, "4Gi").
+		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).Obj()
+	api := makePod(job, 1).failedAt(testNow, 1).api()
+	api.Status.InitContainerStatuses = append(api.Status.InitContainerStatuses, corev1.ContainerStatus{Name: "istio-proxy",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: jobpod.ReasonOOMKilled}}})
+	pod := jobpod.Read(api)
+	f := jobpod.Classify(job, pod)
+	if got := jobpod.NextOOMKills(job, pod, f); got != 0 {
+		t.Errorf("NextOOMKills after the sidecar's OOM kill = %d, want 0", got)
+	}
+	a := attemptOf(job, pod, f)
+	if a.Container != "main" || a.ExitCode != 1 || a.Reason != "Error" {
+		t.Errorf("recorded attempt = container %q exit %d reason %q, want main's exit 1, Error", a.Container, a.ExitCode, a.Reason)
+	}
+	// The same kill in the template's container raises.
+	api.Status.ContainerStatuses[0].State.Terminated.Reason = jobpod.ReasonOOMKilled
+	pod = jobpod.Read(api)
+	if got := jobpod.NextOOMKills(job, pod, jobpod.Classify(job, pod)); got != 1 {
+		t.Errorf("NextOOMKills after main's OOM kill = %d, want 1", got)
 	}
 }
 

@@ -167,7 +167,7 @@ func (s *syncState) recordFinishedPods() {
 		}
 		if f.FailsIndex && !s.completed.Has(ix) && !s.failedIndexes.Has(ix) {
 			s.failedIndexes = s.failedIndexes.Add(ix)
-			s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(pod, f)))
+			s.indexFailures = append(s.indexFailures, fmt.Sprintf("Index %d failed for good after %s: %s", ix, attempts(pod.Attempt+1), whyFailed(s.job, pod, f)))
 		}
 	}
 }

@@ -13,10 +13,12 @@ import (
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 )
 
-// Exit is a container that terminated with a non-zero exit code.
+// Exit is a container that terminated with a non-zero exit code;
+// OOMKilled when the kernel killed it for going over its memory limit.
 type Exit struct {
 	Container string
 	Code      int32
+	OOMKilled bool
 }
 
 // Condition is a pod condition as a podFailurePolicy rule matches it.
@@ -33,11 +35,45 @@ func Exits(pod *corev1.Pod) []Exit {
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, cs := range list {
 			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-				exits = append(exits, Exit{Container: cs.Name, Code: t.ExitCode})
+				exits = append(exits, Exit{Container: cs.Name, Code: t.ExitCode, OOMKilled: t.Reason == ReasonOOMKilled})
 			}
 		}
 	}
 	return exits
+}
+
+// OwnExits are the exits of p's containers that the job's template
+// names: a container admission injected (a service mesh's sidecar, which
+// the kubelet stops with SIGTERM or SIGKILL once the template's containers
+// end) is not the job's work, and no podFailurePolicy rule, failure
+// record or OOM raise reads it. The slice is p.Exits itself when every
+// exit is the template's, as it is in a pod admission left alone.
+func OwnExits(job *ibjv1.IndexedBatchJob, p *Pod) []Exit {
+	for i, e := range p.Exits {
+		if !TemplateContainer(&job.Spec.Template.Spec, e.Container) {
+			own := slices.Clone(p.Exits[:i])
+			for _, e := range p.Exits[i+1:] {
+				if TemplateContainer(&job.Spec.Template.Spec, e.Container) {
+					own = append(own, e)
+				}
+			}
+			return own
+		}
+	}
+	return p.Exits
+}
+
+// TemplateContainer: the template names a container or init container
+// name.
+func TemplateContainer(spec *corev1.PodSpec, name string) bool {
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Conditions lists the pod's conditions, type and status only.
@@ -163,7 +199,7 @@ func Classify(job *ibjv1.IndexedBatchJob, p *Pod) Failure {
 	if !countsAsFailed(p, OnlyReplaceFailed(job)) {
 		return Failure{InPlace: inPlace}
 	}
-	m := MatchPolicy(job.Spec.PodFailurePolicy, p)
+	m := MatchPolicy(job, p)
 	if m != nil && m.Action == batchv1.PodFailurePolicyActionIgnore {
 		return Failure{Failed: true, Ignored: true, Match: m, InPlace: inPlace}
 	}
@@ -223,14 +259,17 @@ func countsAsFailed(p *Pod, onlyFailed bool) bool {
 	return !onlyFailed && p.DeletionTimestamp != nil && p.Phase != corev1.PodSucceeded
 }
 
-// MatchPolicy applies the rules in order, first match wins, as upstream's
-// matchPodFailurePolicy; nil without a policy or when no rule matches (the
-// failure is then counted). A rule with an action from a newer API is
-// passed over, as upstream does.
-func MatchPolicy(policy *ibjv1.PodFailurePolicy, p *Pod) *Match {
+// MatchPolicy applies the job's podFailurePolicy rules in order, first
+// match wins, as upstream's matchPodFailurePolicy; nil without a policy or
+// when no rule matches (the failure is then counted). A rule with an action
+// from a newer API is passed over, as upstream does. Exit codes are read
+// from the template's containers only (OwnExits).
+func MatchPolicy(job *ibjv1.IndexedBatchJob, p *Pod) *Match {
+	policy := job.Spec.PodFailurePolicy
 	if policy == nil {
 		return nil
 	}
+	exits := OwnExits(job, p)
 	for i, rule := range policy.Rules {
 		switch rule.Action {
 		case batchv1.PodFailurePolicyActionFailJob, batchv1.PodFailurePolicyActionFailIndex,
@@ -241,7 +280,7 @@ func MatchPolicy(policy *ibjv1.PodFailurePolicy, p *Pod) *Match {
 		var m *Match
 		switch {
 		case rule.OnExitCodes != nil:
-			if e := matchExitCodes(p.Exits, rule.OnExitCodes); e != nil {
+			if e := matchExitCodes(exits, rule.OnExitCodes); e != nil {
 				m = &Match{Exit: e, Message: fmt.Sprintf("Container %s for pod %s/%s failed with exit code %d matching %s rule at index %d",
 					e.Container, p.Namespace, p.Name, e.Code, rule.Action, i)}
 			}

@@ -22,7 +22,8 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Status: corev1.PodStatus{
 		Phase:                 corev1.PodFailed,
 		InitContainerStatuses: []corev1.ContainerStatus{terminated("setup", 5)},
-		ContainerStatuses:     []corev1.ContainerStatus{terminated("sidecar", 0), terminated("main", 42)},
+		// istio-proxy is no container of the template: admission injected it.
+		ContainerStatuses: []corev1.ContainerStatus{terminated("sidecar", 0), terminated("main", 42), terminated("istio-proxy", 137)},
 		Conditions:            []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse}},
 	}}
 	const (
@@ -50,6 +51,12 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 		{"a condition pattern with its status", []batchv1.PodFailurePolicyRule{
 			harness.OnPodCondition(batchv1.PodFailurePolicyActionIgnore, corev1.DisruptionTarget, corev1.ConditionFalse),
 		}, "Pod ns/p has condition DisruptionTarget matching Ignore rule at index 0"},
+		{"an injected container's exit never matches", []batchv1.PodFailurePolicyRule{
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "", in, 137),
+		}, ""},
+		{"nor when the rule names it", []batchv1.PodFailurePolicyRule{
+			harness.OnExitCodes(batchv1.PodFailurePolicyActionFailJob, "istio-proxy", notIn, 0),
+		}, ""},
 		{"an unknown action is passed over", []batchv1.PodFailurePolicyRule{
 			harness.OnExitCodes("FailEverything", "", in, 42),
 			harness.OnExitCodes(batchv1.PodFailurePolicyActionCount, "", in, 42),
@@ -59,8 +66,8 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got string
 			ended := Read(pod)
-			policy := harness.MakeIndexedBatchJob("a", "ns").PodFailurePolicy(tc.rules...).Obj().Spec.PodFailurePolicy
-			if m := MatchPolicy(policy, ended); m != nil {
+			job := harness.MakeIndexedBatchJob("a", "ns").InitContainer("setup").Container("sidecar").PodFailurePolicy(tc.rules...).Obj()
+			if m := MatchPolicy(job, ended); m != nil {
 				got = m.Message
 			}
 			if got != tc.want {
@@ -96,7 +103,9 @@ func TestMatchPolicyCarriesTheRuleNameAndRetryDelay(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := MatchPolicy(&ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{tc.rule}}, pod)
+			job := harness.MakeIndexedBatchJob("a", "ns").Obj()
+			job.Spec.PodFailurePolicy = &ibjv1.PodFailurePolicy{Rules: []ibjv1.PodFailurePolicyRule{tc.rule}}
+			m := MatchPolicy(job, pod)
 			if m == nil {
 				t.Fatal("no match")
 			}

@@ -11,14 +11,13 @@ import (
 // when the kernel killed it for going over its memory limit.
 const ReasonOOMKilled = "OOMKilled"
 
-// OOMKilled reports whether a container or init container of the pod
-// terminated with reason OOMKilled.
-func OOMKilled(pod *corev1.Pod) bool {
-	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
-		for _, cs := range list {
-			if t := cs.State.Terminated; t != nil && t.Reason == ReasonOOMKilled {
-				return true
-			}
+// OwnOOMKilled reports whether a container or init container of the
+// job's template was OOM-killed in p; an injected sidecar's OOM kill
+// raises nothing (OwnExits).
+func OwnOOMKilled(job *ibjv1.IndexedBatchJob, p *Pod) bool {
+	for _, e := range OwnExits(job, p) {
+		if e.OOMKilled {
+			return true
 		}
 	}
 	return false
@@ -34,7 +33,7 @@ func NextOOMKills(job *ibjv1.IndexedBatchJob, p *Pod, f Failure) int32 {
 	if job.Spec.RetryResources == nil || job.Spec.RetryResources.OnOOMKilled == nil {
 		return 0
 	}
-	if f.Failed && p.OOMKilled {
+	if f.Failed && OwnOOMKilled(job, p) {
 		return p.OOMKills + 1
 	}
 	return p.OOMKills

@@ -54,10 +54,6 @@ type Pod struct {
 	Held      bool
 	Discarded bool // its finalizer was removed without counting its end
 	Ready     bool
-	// OOMKilled: a container or init container terminated with reason
-	// OOMKilled. Kept only for pods not Succeeded. Beside the other bools,
-	// so that the record does not grow.
-	OOMKilled bool
 	Restarts  int32 // container restarts, init containers included
 	// InPlace is the restarts of the pod's containers, init containers
 	// not included. In a pod with restartPolicy Never only container
@@ -137,7 +133,6 @@ func Read(pod *corev1.Pod) *Pod {
 		c.Reason = intern(pod.Status.Reason)
 		c.Exits = Exits(pod)
 		c.Conditions = Conditions(pod)
-		c.OOMKilled = OOMKilled(pod)
 	}
 	c.FinishedAt = FinishTime(pod)
 	return c

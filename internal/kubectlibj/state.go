@@ -271,7 +271,7 @@ func (v *jobView) restarted(s *IndexStatus, f *podFacts) {
 		// The restart made this pod's failure count for nothing, and
 		// Classify no longer names the rule; it may be the failure that
 		// restarted the job.
-		if m := jobpod.MatchPolicy(v.job.Spec.PodFailurePolicy, f.Pod); m != nil && m.Action == ibjv1.PodFailurePolicyActionRestartJob {
+		if m := jobpod.MatchPolicy(v.job, f.Pod); m != nil && m.Action == ibjv1.PodFailurePolicyActionRestartJob {
 			parts = append(parts, ruleMatch(m))
 		}
 	}

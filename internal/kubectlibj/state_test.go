@@ -82,6 +82,7 @@ func deleted(d time.Duration) func(*corev1.Pod) {
 
 func testJob(opts ...func(*ibjv1.IndexedBatchJob)) *ibjv1.IndexedBatchJob {
 	j := &ibjv1.IndexedBatchJob{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns"}, Spec: ibjv1.IndexedBatchJobSpec{Completions: 1}}
+	j.Spec.Template.Spec.Containers = []corev1.Container{{Name: "main"}}
 	for _, o := range opts {
 		o(j)
 	}
