@@ -24,7 +24,7 @@ func TestMatchPolicyOnAPod(t *testing.T) {
 		InitContainerStatuses: []corev1.ContainerStatus{terminated("setup", 5)},
 		// istio-proxy is no container of the template: admission injected it.
 		ContainerStatuses: []corev1.ContainerStatus{terminated("sidecar", 0), terminated("main", 42), terminated("istio-proxy", 137)},
-		Conditions:            []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse}},
+		Conditions:        []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse}},
 	}}
 	const (
 		in    = batchv1.PodFailurePolicyOnExitCodesOpIn
