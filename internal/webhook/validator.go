@@ -205,18 +205,24 @@ func (v *Validator) ValidateDelete(context.Context, *ibjv1.IndexedBatchJob) (adm
 // For a job with a retry InPlace rule, a first pod that comes back without
 // the container restart rules it was sent with refuses the job
 // (droppedRestartRulesError), and nodes whose kubelet is older than 1.35
-// are warned of (oldKubeletWarnings).
+// are warned of (oldKubeletWarnings). A pod the admission chain changed in
+// what the operator relies on refuses the job or is warned of
+// (mutatedAtAdmission).
 func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
 	first := podbuild.First(job, 0)
-	sentRules := hasRestartRules(first)
+	dryRunnable(first)
+	sent := first.DeepCopy()
 	warnings, err := v.judgePod(ctx, job, first, "")
 	if err != nil || len(warnings) > 0 {
 		return warnings, err
 	}
-	if sentRules && !hasRestartRules(first) {
+	if hasRestartRules(sent) && !hasRestartRules(first) {
 		return nil, droppedRestartRulesError(job)
 	}
-	warnings = v.oldKubeletWarnings(ctx, job)
+	if warnings, err = mutatedAtAdmission(job, sent, first, ""); err != nil {
+		return nil, err
+	}
+	warnings = append(warnings, v.oldKubeletWarnings(ctx, job)...)
 	rr := job.Spec.RetryResources
 	if rr == nil || rr.OnOOMKilled == nil {
 		return warnings, nil
@@ -227,7 +233,14 @@ func (v *Validator) judgePods(ctx context.Context, job *ibjv1.IndexedBatchJob) (
 			"in namespace %s, below spec.retryResources.onOOMKilled.maxMemory (%s)",
 			memoryCap.Max.String(), memoryCap.LimitRange, job.Namespace, rr.OnOOMKilled.MaxMemory.String()))
 	}
-	more, err := v.judgePod(ctx, job, podbuild.MostMemory(job, 0, memoryCap), raisedPodWords)
+	raised := podbuild.MostMemory(job, 0, memoryCap)
+	dryRunnable(raised)
+	sent = raised.DeepCopy()
+	more, err := v.judgePod(ctx, job, raised, raisedPodWords)
+	if err != nil || len(more) > 0 {
+		return append(warnings, more...), err
+	}
+	more, err = mutatedAtAdmission(job, sent, raised, raisedPodWords)
 	return append(warnings, more...), err
 }
 
@@ -253,13 +266,7 @@ const raisedPodWords = "with its memory raised as far as retryResources.onOOMKil
 // into the job's (see judgePods); about, when set, begins each message.
 // The pod becomes what the API server made of it.
 func (v *Validator) judgePod(ctx context.Context, job *ibjv1.IndexedBatchJob, pod *corev1.Pod, about string) (admission.Warnings, error) {
-	// A generated name: the pod the controller made for index 0 may exist.
-	pod.GenerateName, pod.Name = pod.Name+"-", ""
-	for i := range pod.OwnerReferences {
-		if pod.OwnerReferences[i].UID == "" {
-			pod.OwnerReferences[i].UID = placeholderUID
-		}
-	}
+	dryRunnable(pod)
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	err := v.client.Create(ctx, pod, client.DryRunAll)
@@ -280,6 +287,25 @@ func (v *Validator) judgePod(ctx context.Context, job *ibjv1.IndexedBatchJob, po
 		log.FromContext(ctx).Info("Admitted a job whose pod template could not be checked", "job", client.ObjectKeyFromObject(job), "error", err)
 		return admission.Warnings{fmt.Sprintf("%sthe pod template was not checked (dry-run create of its first pod: %s); "+
 			"if its pods are refused, the job's condition PodCreationFailed will say why", about, apiMessage(err))}, nil
+	}
+}
+
+// dryRunnable makes pod one the API server can dry-run for a job it may
+// not have yet: a generated name (the pod the controller made for index 0
+// may exist) and placeholderUID for the job's UID. Done once: the pod
+// keeps its generated name after.
+func dryRunnable(pod *corev1.Pod) {
+	if pod.Name == "" {
+		return
+	}
+	pod.GenerateName, pod.Name = pod.Name+"-", ""
+	for i := range pod.OwnerReferences {
+		if pod.OwnerReferences[i].UID == "" {
+			pod.OwnerReferences[i].UID = placeholderUID
+		}
+	}
+	if uid, ok := pod.Labels[ibjv1.ControllerUIDLabel]; ok && uid == "" {
+		pod.Labels[ibjv1.ControllerUIDLabel] = string(placeholderUID)
 	}
 }
 

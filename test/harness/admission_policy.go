@@ -40,3 +40,50 @@ func PodCreatePolicy(name, namespace, match, validation, message string) (*admis
 	}
 	return policy, binding
 }
+
+// PodMutatePolicy is a MutatingAdmissionPolicy that applies patch (a CEL
+// expression giving a list of JSONPatch) to the pod creates in namespace,
+// and its binding, both named name; match, when not empty, is a CEL match
+// condition that limits it to some pods. It stands for a policy engine or
+// a platform team's policy that rewrites pods at admission.
+func PodMutatePolicy(name, namespace, match, patch string) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
+	policy := &admissionv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.MutatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Mutations:          []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: patch}}},
+			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
+		},
+	}
+	if match != "" {
+		policy.Spec.MatchConditions = []admissionv1.MatchCondition{{Name: "match", Expression: match}}
+	}
+	binding := &admissionv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{
+			PolicyName: name,
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
+			}},
+		},
+	}
+	return policy, binding
+}
+
+// RemoveLabelPatch is a PodMutatePolicy patch that removes the pod's label
+// key.
+func RemoveLabelPatch(key string) string {
+	return `[JSONPatch{op: "remove", path: "/metadata/labels/" + jsonpatch.escapeKey("` + key + `")}]`
+}
+
+// SetAnnotationPatch is a PodMutatePolicy patch that sets the pod's
+// annotation key to value.
+func SetAnnotationPatch(key, value string) string {
+	return `[JSONPatch{op: "replace", path: "/metadata/annotations/" + jsonpatch.escapeKey("` + key + `"), value: "` + value + `"}]`
+}
