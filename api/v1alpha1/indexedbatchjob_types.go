@@ -599,7 +599,10 @@ type RetryBackoff struct {
 	// to 60 s, and at once on any change of the job or its pods. The wait
 	// is kept in the operator's memory: a restarted operator tries once at
 	// once. 1 to 3600 (an hour; Kueue, not a longer wait, is the tool to
-	// queue a job for quota).
+	// queue a job for quota). A create that admission changed in what the
+	// operator relies on (reason PodMutated) waits this long too, but at
+	// least a minute over parallelism+1; unset, it waits 10 s doubling to
+	// 60 s.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600

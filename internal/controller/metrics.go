@@ -26,7 +26,7 @@ var (
 	}, []string{"result"})
 	podsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "indexedbatchjob_pods_creation_total",
-		Help: "Pods created, by reason (new: first pod of an index; retry: replacement of a failed pod) and status (succeeded, failed).",
+		Help: "Pods created, by reason (new: first pod of an index; retry: replacement of a failed pod) and status (succeeded; failed: refused; mutated: created as admission changed it, and deleted).",
 	}, []string{"reason", "status"}) //nolint:goconst // label names read best where they are declared
 	podsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "indexedbatchjob_pods_finished_total",

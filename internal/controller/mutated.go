@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
@@ -61,10 +62,14 @@ const (
 )
 
 // mutatedDelay is how long a job waits after its n-th create in a row
-// came back mutated.
+// came back mutated. A job's createRefusedDelaySeconds is kept, but never
+// below a minute over parallelism+1: each wait ends in one create (the
+// slow start's first), so the job creates at most parallelism+2 pods in
+// any minute while its creates come back mutated, even at a delay of 1 s.
 func mutatedDelay(job *ibjv1.IndexedBatchJob, n int32) time.Duration {
 	if d := jobpod.CreateRefusedDelay(job); d > 0 {
-		return d
+		floor := time.Minute / time.Duration(max(ptr.Deref(job.Spec.Parallelism, 1), 0)+1)
+		return max(d, floor.Truncate(time.Second)+time.Second)
 	}
 	d := mutatedDelayBase
 	for i := int32(1); i < n && d < mutatedDelayMax; i++ {
