@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/serverload"
 )
 
 // options are the manager's command-line flags, all bound by bindFlags.
@@ -22,6 +23,7 @@ type options struct {
 	qps          float64
 	burst        int
 	throttleTick time.Duration
+	busyLatency  time.Duration
 
 	maxConcurrent           int
 	namespaces              string
@@ -56,6 +58,10 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of queries the client may send to the API server.")
 	fs.DurationVar(&o.throttleTick, "kube-api-throttle-tick", 250*time.Millisecond,
 		"Requests held back by --kube-api-qps are released together on this tick (0: each as soon as its token is due).")
+	fs.DurationVar(&o.busyLatency, "api-busy-latency", serverload.DefaultSlow,
+		"Average write latency above which the API server counts as busy: creates go in smaller batches and work "+
+			"that may wait (finalizers of counted pods, events, counter-only status writes) yields; "+
+			"a 429 counts as busy for its Retry-After. 0 turns this off.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", 5, "How many IndexedBatchJobs are synced at once.")
 	fs.StringVar(&o.namespaces, "namespaces", "", "Comma-separated namespaces to watch; empty watches all.")
 	fs.DurationVar(&o.backoffBase, "pod-failure-backoff", jobpod.DefaultBackoff.Base,
@@ -70,7 +76,7 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 // clientLimitsValid reports whether the client's rate limit flags make a
 // token bucket that ever lets a request through.
 func (o *options) clientLimitsValid() bool {
-	return o.qps > 0 && o.burst >= 1 && o.throttleTick >= 0
+	return o.qps > 0 && o.burst >= 1 && o.throttleTick >= 0 && o.busyLatency >= 0
 }
 
 // watchedNamespaces are the namespaces of --namespaces, nil for all.

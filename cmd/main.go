@@ -65,7 +65,7 @@ func main() {
 		fatal(err, "Unable to start manager")
 	}
 
-	stopRecorder := setupControllers(mgr, cfgs.manager, &o)
+	stopRecorder := setupControllers(mgr, cfgs, &o)
 	queue, err := setupKueue(mgr, o.kueue)
 	if err != nil {
 		fatal(err, "Unable to set up the Kueue integration")

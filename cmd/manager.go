@@ -13,6 +13,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/apicheck"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/metricsauth"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/serverload"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
 
@@ -29,6 +30,9 @@ type restConfigs struct {
 	// writes, so no --kube-api-qps or --max-concurrent-reconciles loses it
 	// under load.
 	lease *rest.Config
+	// load follows how busy the API server is from the manager's writes
+	// (nil with --api-busy-latency=0).
+	load *serverload.Monitor
 }
 
 // newRESTConfigs reads the kubeconfig (exiting when there is none) and
@@ -47,8 +51,16 @@ func newRESTConfigs(o *options) restConfigs {
 	// kube-controller-manager's clients. Requests it holds back leave
 	// together on a tick, which costs less CPU than one every 1/QPS seconds
 	// (docs/bench/library-choices.md).
-	cfg.RateLimiter = throttle.New(float32(o.qps), o.burst, o.throttleTick)
-	return restConfigs{manager: cfg, dryRun: dryRun, lease: lease}
+	limiter := throttle.New(float32(o.qps), o.burst, o.throttleTick)
+	cfg.RateLimiter = limiter
+	cfgs := restConfigs{manager: cfg, dryRun: dryRun, lease: lease}
+	if o.busyLatency > 0 {
+		cfgs.load = serverload.New(clock.RealClock{}, o.busyLatency, controller.MaxWritesPerSync,
+			ctrl.Log.WithName("serverload"))
+		cfg.Wrap(cfgs.load.WrapTransport)
+		limiter.SetServerBusy(cfgs.load.Busy)
+	}
+	return cfgs
 }
 
 // tlsOptions keep HTTP/2 off unless asked for (CVE-2023-44487 and

@@ -15,16 +15,20 @@ import (
 )
 
 // setupControllers adds the IndexedBatchJob controller to mgr, its events
-// sent on a client of cfg, and returns the function that stops the event
+// sent on a client of the manager's config, following the API server's
+// load where cfgs has a Monitor, and returns the function that stops the event
 // recorder once the manager has stopped.
-func setupControllers(mgr ctrl.Manager, cfg *rest.Config, o *options) func() {
-	clientset, err := kubernetes.NewForConfig(cfg)
+func setupControllers(mgr ctrl.Manager, cfgs restConfigs, o *options) func() {
+	clientset, err := kubernetes.NewForConfig(cfgs.manager)
 	if err != nil {
 		fatal(err, "Unable to create the events client")
 	}
 	recorder, stopRecorder := controller.NewEventRecorder(clientset, scheme, "indexedbatchjob-controller")
 	r := controller.NewReconciler(mgr.GetClient(), recorder,
 		clock.RealClock{}, controller.Backoff{Base: o.backoffBase, Max: o.backoffMax})
+	if cfgs.load != nil {
+		r.SetServerLoad(cfgs.load)
+	}
 	if err := r.SetupWithManager(mgr, o.watchedNamespaces(), o.maxConcurrent); err != nil {
 		fatal(err, "Unable to create controller", "controller", "IndexedBatchJob")
 	}

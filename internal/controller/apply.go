@@ -30,6 +30,10 @@ import (
 // the load on the API server.
 const maxWritesPerSync = 64
 
+// MaxWritesPerSync is maxWritesPerSync, for the window of a
+// serverload.Monitor the reconciler follows.
+const MaxWritesPerSync = maxWritesPerSync
+
 // writeQueueSeconds is how long, at most, the writes the syncs have in
 // flight together may wait for the client's rate limiter: the writes one
 // sync sends at once are bounded so that every concurrent sync's together
@@ -357,13 +361,13 @@ func (r *Reconciler) forEachPod(ctx context.Context, pods []*jobpod.Pod, f func(
 	return r.parallel(ctx, len(pods), func(i int) error { return f(ctx, pods[i]) })
 }
 
-// parallel runs f for 0…n-1, r.writes at a time, and joins errors.
+// parallel runs f for 0…n-1, writeWindow at a time, and joins errors.
 func (r *Reconciler) parallel(ctx context.Context, n int, f func(i int) error) error {
 	if n == 0 {
 		return nil
 	}
 	errs := make([]error, n)
-	workqueue.ParallelizeUntil(ctx, r.writes, n, func(i int) { errs[i] = f(i) })
+	workqueue.ParallelizeUntil(ctx, r.writeWindow(), n, func(i int) { errs[i] = f(i) })
 	return errors.Join(errs...)
 }
 

@@ -32,7 +32,8 @@ const nextTurn = time.Millisecond
 // createPods creates the pods in batches of 1, 2, 4, ... (upstream's slow
 // start) and stops at the first batch with a refusal: a job whose creates
 // are refused (a full quota, a policy) sends a handful of them per sync,
-// not all of its parallelism. A batch is at most r.writes creates, and
+// not all of its parallelism. A batch is at most r.writes creates, fewer
+// while the API server answers slowly (writeWindow), and
 // once the sync has sent that many while a job that goes before it waits
 // for a worker (r.order: one that came earlier, or came later than a big
 // job that was charged for its creates) it stops there (yielded): a job
@@ -46,7 +47,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 	errs = make([]error, len(creates))
 	took = make([]bool, len(creates))
 	created := 0
-	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, min(2*batch, max(r.writes, 1)) {
+	for start, batch := 0, slowStartInitialBatch; start < len(creates); start, batch = start+batch, min(2*batch, r.writeWindow()) {
 		if created >= r.writes && r.othersAhead(job) {
 			// This sync has sent its share of the write queue; the worker
 			// goes to a job that comes before this one now, and the rest

@@ -29,6 +29,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/podcache"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/serverload"
 )
 
 // podLister gives a sync the pods of a job: podcache.Source, or a test's
@@ -72,8 +73,11 @@ type Reconciler struct {
 	// jobs is what is remembered of each job between its syncs
 	// (job_state.go).
 	jobs *jobStates
-	// writes is how many pod writes a sync sends at once (writesPerSync).
+	// writes is how many pod writes a sync sends at once (writesPerSync),
+	// at most; load, when set, narrows it while the API server is slow
+	// (writeWindow) and says when it is busy.
 	writes int
+	load   *serverload.Monitor
 	// order ranks the jobs waiting for a worker (order.go): every add to
 	// the controller's queue carries the job's priority, and a sync with
 	// many pods to create gives its worker up once it has sent its share
@@ -118,6 +122,25 @@ func NewReconciler(c client.Client, recorder events.EventRecorder, clk clock.Pas
 	r.strays = newStrayReleases(r)
 	return r
 }
+
+// SetServerLoad lets the reconciler follow how busy the API server is:
+// creates go in batches no larger than m's window, and, while it is busy,
+// status writes that only move counters wait longer (holdCounters).
+func (r *Reconciler) SetServerLoad(m *serverload.Monitor) {
+	r.load = m
+	registerServerLoadMetrics(m)
+}
+
+// writeWindow is how many writes a sync sends at once now.
+func (r *Reconciler) writeWindow() int {
+	if r.load == nil {
+		return r.writes
+	}
+	return max(min(r.writes, r.load.Window()), 1)
+}
+
+// serverBusy: the API server is busy now (SetServerLoad).
+func (r *Reconciler) serverBusy() bool { return r.load != nil && r.load.Busy() }
 
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=batch.indexedjob.dev,resources=indexedbatchjobs/status,verbs=get;update
@@ -380,6 +403,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		heldStart:             heldStart,
 		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
 		mutatedUntil:          r.jobs.mutatedUntil(job),
+		serverBusy:            r.serverBusy(),
 		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -17,12 +18,22 @@ import (
 // flight at once.
 const laterReleaseWorkers = 16
 
+// releaseBound bounds how long a counted pod's finalizer removal waits as
+// background work: once queued that long, it waits in line for the next
+// token as the foreground's writes do (throttle.BackgroundUntil), whatever
+// the foreground's use of the budget or the API server's business. A
+// counted pod so keeps its finalizer at most releaseBound plus one turn
+// of the client's queue (about writeQueueSeconds) and the patch's own
+// time, unless the patch fails and is retried.
+const releaseBound = 30 * time.Second
+
 // laterReleases removes, off the critical path, the tracking finalizer of
 // pods whose result is counted already (a succeeded pod whose index is in
 // the written completedIndexes, any pod of a finished job). Their removals
-// are marked as background requests (throttle.Background): they use only
-// the client budget that pod creates, deletes, status writes and the
-// removals that count failures leave over, and wait while those use it all.
+// are marked as background requests (throttle.BackgroundUntil): they use
+// only the client budget that pod creates, deletes, status writes and the
+// removals that count failures leave over, and wait while those use it all
+// or while the API server is busy, for at most releaseBound.
 //
 // Nothing is lost when the queue is: a sync plans the removal again for
 // every such pod that still has its finalizer, after a restart too. A
@@ -38,10 +49,11 @@ type laterReleases struct {
 	pending map[types.UID]*laterRelease
 }
 
-// laterRelease is one pod to let go of, and its job.
+// laterRelease is one pod to let go of, and its job; queued is when.
 type laterRelease struct {
 	job             types.UID
 	namespace, name string
+	queued          time.Time
 	// released: this queue removed the finalizer; seen: the cache shows
 	// it gone. The pod is forgotten once both hold (or, seen before it
 	// was released, without a patch of its own).
@@ -74,7 +86,7 @@ func (l *laterReleases) add(job types.UID, pods []*jobpod.Pod) {
 		if _, ok := l.pending[pod.UID]; ok {
 			continue
 		}
-		l.pending[pod.UID] = &laterRelease{job: job, namespace: pod.Namespace, name: pod.Name}
+		l.pending[pod.UID] = &laterRelease{job: job, namespace: pod.Namespace, name: pod.Name, queued: l.r.clock.Now()}
 		l.queue.Add(pod.UID)
 	}
 }
@@ -149,7 +161,7 @@ func (l *laterReleases) drain(ctx context.Context) {
 func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterRelease) {
 	pod := &jobpod.Pod{}
 	pod.Namespace, pod.Name, pod.UID = item.namespace, item.name, uid
-	if err := l.r.removeFinalizer(throttle.Background(ctx), pod); err != nil {
+	if err := l.r.removeFinalizer(throttle.BackgroundUntil(ctx, item.queued.Add(releaseBound)), pod); err != nil {
 		if ctx.Err() == nil {
 			log.FromContext(ctx).V(2).Info("Retrying a finalizer removal", "pod", klog.KObj(pod), "error", err)
 			l.queue.AddRateLimited(uid)

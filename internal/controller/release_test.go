@@ -4,17 +4,20 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 )
 
 // The background queue patches each pod once, whatever order the syncs,
@@ -82,5 +85,29 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 	}
 	if n := len(l.pending); n != 0 {
 		t.Errorf("%d pods still pending, want 0", n)
+	}
+}
+
+// A counted pod's finalizer removal is background work for at most
+// releaseBound from when it was queued: its request carries that deadline.
+func TestLaterReleasesAreBackgroundUntilTheBound(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done", Finalizers: []string{ibjv1.TrackingFinalizer}}}
+	var deadline time.Time
+	var background bool
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			background, deadline = throttle.IsBackground(ctx), throttle.BackgroundDeadline(ctx)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	clk := clocktesting.NewFakeClock(testNow)
+	r := NewReconciler(c, nil, clk, jobpod.DefaultBackoff)
+	p := &jobpod.Pod{Tracked: true}
+	p.Name, p.Namespace, p.UID = pod.Name, pod.Namespace, pod.UID
+	r.later.add("job", []*jobpod.Pod{p})
+	clk.Step(5 * time.Second)
+	r.later.drain(context.Background())
+	if !background || !deadline.Equal(testNow.Add(releaseBound)) {
+		t.Errorf("the removal went as background %v until %v, want background until %v", background, deadline, testNow.Add(releaseBound))
 	}
 }

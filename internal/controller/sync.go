@@ -40,6 +40,9 @@ type syncInput struct {
 	// mutatedUntil is when the job may create pods again after a create
 	// came back mutated by admission (mutated.go); zero if none did.
 	mutatedUntil time.Time
+	// serverBusy: the API server is busy (internal/serverload): a status
+	// that only moved counters waits busyStatusInterval.
+	serverBusy bool
 	// service is what the reconciler found of the job's headless Service
 	// (peer DNS); the zero value leaves condition PeerDNSReady alone.
 	service peerService
@@ -241,7 +244,9 @@ func (s *syncState) settles(pod *jobpod.Pod) bool {
 // for its counters, and a short job's no more than upstream's.
 const statusCounterInterval = time.Second
 
-// holdCounters lets a status that only moves counters wait, unless this
+// holdCounters lets a status that only moves counters wait
+// (statusCounterInterval, busyStatusInterval while the API server is
+// busy), unless this
 // sync releases finalizers that need it written: a condition, a failure or
 // a pod whose result must be recorded before its finalizer goes are never
 // held back. A held status is computed again by the next sync, from the
@@ -264,7 +269,11 @@ func (s *syncState) holdCounters() {
 	case since.IsZero() || !onlyCountersMoved(&s.job.Status, s.status):
 		return
 	}
-	if left := since.Add(statusCounterInterval).Sub(s.now); left > 0 {
+	interval := statusCounterInterval
+	if s.serverBusy {
+		interval = busyStatusInterval
+	}
+	if left := since.Add(interval).Sub(s.now); left > 0 {
 		s.plan.holdStatus = left
 	} else {
 		s.plan.holdStart = time.Time{}

@@ -11,6 +11,7 @@ package throttle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,21 @@ type Limiter struct {
 	// lastForeground is when a foreground request last asked for a token
 	// (Unix nanoseconds).
 	lastForeground atomic.Int64
+	// busy, when set, says the API server is the limit now
+	// (SetServerBusy).
+	busy atomic.Pointer[func() bool]
+}
+
+// SetServerBusy makes background requests wait while busy says the API
+// server is busy (a 429's Retry-After, slow writes: internal/serverload),
+// whatever tokens the bucket holds, until their deadline
+// (BackgroundUntil): while the server is the limit, a spare token spent
+// on work that may wait is a seat the foreground waits for.
+func (l *Limiter) SetServerBusy(busy func() bool) { l.busy.Store(&busy) }
+
+func (l *Limiter) serverBusy() bool {
+	f := l.busy.Load()
+	return f != nil && (*f)()
 }
 
 // foregroundQuiet is how long after the last foreground request the
@@ -64,10 +80,20 @@ func (l *Limiter) QPS() float32 { return float32(l.bucket.Limit()) }
 // with Background takes only a spare token (see Background).
 func (l *Limiter) Wait(ctx context.Context) error {
 	if IsBackground(ctx) {
-		return l.waitSpare(ctx)
+		if err := l.waitSpare(ctx); err != errDeadline {
+			return err
+		}
+		// Past its deadline: it waits in line as the foreground does.
+		return l.reserve(ctx, time.Now())
 	}
 	now := time.Now()
 	l.lastForeground.Store(now.UnixNano())
+	return l.reserve(ctx, now)
+}
+
+// reserve takes the next token and waits until it is due and the tick
+// after.
+func (l *Limiter) reserve(ctx context.Context, now time.Time) error {
 	r := l.bucket.ReserveN(now, 1)
 	if !r.OK() {
 		return fmt.Errorf("rate limiter: a burst of %d allows no request", l.bucket.Burst())
@@ -93,6 +119,9 @@ func (l *Limiter) Wait(ctx context.Context) error {
 
 type backgroundKey struct{}
 
+// errDeadline ends a background wait whose deadline passed.
+var errDeadline = errors.New("background deadline passed")
+
 // Background marks the requests made with the returned context as work
 // that may wait: each takes a token only when one is in the bucket, so it
 // never takes a token a foreground request is waiting for (those reserve
@@ -102,11 +131,27 @@ type backgroundKey struct{}
 // requests go at the full rate while nothing else asks, and not at all
 // while the foreground uses the whole rate.
 func Background(ctx context.Context) context.Context {
-	return context.WithValue(ctx, backgroundKey{}, true)
+	return context.WithValue(ctx, backgroundKey{}, time.Time{})
+}
+
+// BackgroundUntil is Background until deadline: a request still waiting
+// for a spare token then, or for the server to be no longer busy
+// (SetServerBusy), waits in line for the next token as a foreground
+// request does. It bounds how long work that may wait (the finalizer of a
+// counted pod) waits.
+func BackgroundUntil(ctx context.Context, deadline time.Time) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, deadline)
 }
 
 // IsBackground is whether ctx marks its requests as background (Background).
 func IsBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) != nil }
+
+// BackgroundDeadline is the deadline of a BackgroundUntil context, zero
+// for none.
+func BackgroundDeadline(ctx context.Context) time.Time {
+	t, _ := ctx.Value(backgroundKey{}).(time.Time)
+	return t
+}
 
 // waitSpare waits for a spare token (see Background), looking again on
 // every tick of the wall clock (every token's time without a tick). The
@@ -115,17 +160,24 @@ func IsBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) 
 // meanwhile, and their requests go out together, where waiters each on a
 // timer of their own would take the tokens one at a time as they come.
 func (l *Limiter) waitSpare(ctx context.Context) error {
+	deadline := BackgroundDeadline(ctx)
 	var t *time.Timer
 	for {
 		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return errDeadline
+		}
 		reserve := 0.0
 		if now.Sub(time.Unix(0, l.lastForeground.Load())) < foregroundQuiet {
 			reserve = float64(l.bucket.Burst() / 2)
 		}
-		if l.bucket.TokensAt(now) >= reserve+1 && l.bucket.AllowN(now, 1) {
+		if !l.serverBusy() && l.bucket.TokensAt(now) >= reserve+1 && l.bucket.AllowN(now, 1) {
 			return nil
 		}
 		poll := l.nextLook(now)
+		if !deadline.IsZero() {
+			poll = min(poll, deadline.Sub(now))
+		}
 		if t == nil {
 			t = time.NewTimer(poll)
 			defer t.Stop()

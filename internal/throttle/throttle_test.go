@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -193,5 +194,46 @@ func TestBackgroundWaitersGoTogetherOnTheTick(t *testing.T) {
 	first, second := <-released, <-released
 	if gap := second.Sub(first).Abs(); gap > 150*time.Millisecond {
 		t.Errorf("the two background waiters went %v apart, not on one tick", gap)
+	}
+}
+
+// While the server is busy a background request waits, whatever tokens
+// the bucket holds; it goes once the server is no longer busy, or, with
+// a deadline, once the deadline passes, in line as the foreground goes.
+func TestBackgroundWaitsWhileTheServerIsBusyUntilItsDeadline(t *testing.T) {
+	l := New(1000, 100, 10*time.Millisecond)
+	var busy atomic.Bool
+	busy.Store(true)
+	l.SetServerBusy(busy.Load)
+
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(Background(context.Background())) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a background request went while the server was busy (err %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	busy.Store(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the background request did not go once the server was no longer busy")
+	}
+
+	busy.Store(true)
+	start := time.Now()
+	if err := l.Wait(BackgroundUntil(context.Background(), start.Add(150*time.Millisecond))); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond || waited > 2*time.Second {
+		t.Errorf("a background request with a deadline 150ms ahead went after %v, want at the deadline", waited)
+	}
+	// A foreground request never waits for the server's business.
+	start = time.Now()
+	if err := l.Wait(context.Background()); err != nil || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("a foreground request waited %v (err %v) while the server was busy", time.Since(start), err)
 	}
 }
