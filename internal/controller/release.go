@@ -49,11 +49,13 @@ type laterReleases struct {
 	pending map[types.UID]*laterRelease
 }
 
-// laterRelease is one pod to let go of, and its job; queued is when.
+// laterRelease is one pod to let go of, and its job; queued is when, and
+// finished when the pod ended (queued where unknown), from which the
+// finalizer's hold is measured.
 type laterRelease struct {
-	job             types.UID
-	namespace, name string
-	queued          time.Time
+	job              types.UID
+	namespace, name  string
+	queued, finished time.Time
 	// released: this queue removed the finalizer; seen: the cache shows
 	// it gone. The pod is forgotten once both hold (or, seen before it
 	// was released, without a patch of its own).
@@ -86,7 +88,12 @@ func (l *laterReleases) add(job types.UID, pods []*jobpod.Pod) {
 		if _, ok := l.pending[pod.UID]; ok {
 			continue
 		}
-		l.pending[pod.UID] = &laterRelease{job: job, namespace: pod.Namespace, name: pod.Name, queued: l.r.clock.Now()}
+		now := l.r.clock.Now()
+		finished := pod.FinishedAt
+		if finished.IsZero() || finished.After(now) {
+			finished = now
+		}
+		l.pending[pod.UID] = &laterRelease{job: job, namespace: pod.Namespace, name: pod.Name, queued: now, finished: finished}
 		l.queue.Add(pod.UID)
 	}
 }
@@ -169,6 +176,7 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 		return
 	}
 	l.queue.Forget(uid)
+	finalizerHold.Observe(l.r.clock.Since(item.finished).Seconds())
 	// A sync that read its pods before the cache showed this release
 	// would queue the pod again once observed has forgotten it; the
 	// expectation stops that until a sync reads the pod let go. A job
