@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -11,17 +12,25 @@ import (
 )
 
 // The API server writes one audit event per finished request of the two
-// controllers' users (policy below): the request count of each controller,
-// counted the same way for both, on the server side. kube-controller-manager
-// does not expose client-side rest_client_requests_total.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
+// controllers' users (the policy auditPolicy writes): the request count of
+// each controller, counted the same way for both, on the server side, and
+// the requests it answered 429 (API Priority and Fairness's queues full).
+// kube-controller-manager does not expose client-side
+// rest_client_requests_total.
+func auditPolicy(users ...string) string {
+	quoted := make([]string, len(users))
+	for i, u := range users {
+		quoted[i] = strconv.Quote(u)
+	}
+	return `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
 - level: Metadata
-  users: ["ibj-operator", "kcm-job-controller"]
+  users: [` + strings.Join(quoted, ", ") + `]
 - level: None
 `
+}
 
 func fileSize(p string) int64 {
 	st, err := os.Stat(p)
@@ -32,28 +41,30 @@ func fileSize(p string) int64 {
 }
 
 // auditCount counts the events of user in the audit log from offset on,
-// in total and by "verb resource[/subresource]".
-func auditCount(p string, offset int64, user string) (int, map[string]int) {
-	byVerb := map[string]int{}
+// in total and by "verb resource[/subresource]", and those answered 429.
+func auditCount(p string, offset int64, user string) (n int, byVerb map[string]int, throttled int) {
+	byVerb = map[string]int{}
 	f, err := os.Open(p)
 	if err != nil {
-		return 0, byVerb
+		return 0, byVerb, 0
 	}
 	defer f.Close()
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return 0, byVerb
+		return 0, byVerb, 0
 	}
-	needle := `"username":"` + user + `"`
+	needle := `"username":` + strconv.Quote(user)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<22)
-	n := 0
 	for sc.Scan() {
 		l := sc.Bytes()
 		if !strings.Contains(string(l), needle) {
 			continue
 		}
 		var ev struct {
-			Verb      string `json:"verb"`
+			Verb           string `json:"verb"`
+			ResponseStatus *struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 			ObjectRef *struct {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
@@ -63,6 +74,9 @@ func auditCount(p string, offset int64, user string) (int, map[string]int) {
 			continue
 		}
 		n++
+		if ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusTooManyRequests {
+			throttled++
+		}
 		k := ev.Verb
 		if ev.ObjectRef != nil {
 			k += " " + ev.ObjectRef.Resource
@@ -72,7 +86,7 @@ func auditCount(p string, offset int64, user string) (int, map[string]int) {
 		}
 		byVerb[k]++
 	}
-	return n, byVerb
+	return n, byVerb, throttled
 }
 
 func verbSummary(m map[string]int) string {

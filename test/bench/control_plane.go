@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 	"path/filepath"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -16,12 +21,76 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
-// The users the controllers under test run as, both in system:masters:
-// the audit log counts each one's requests.
+// The users the controllers under test run as; the audit log counts each
+// one's requests. By default they are who they are on a cluster, and API
+// Priority and Fairness classifies them with the API server's default
+// FlowSchemas: kube-controller-manager's own user (FlowSchema
+// kube-controller-manager, priority level workload-high) and the
+// operator's ServiceAccount (service-accounts, workload-low), each with
+// the permissions its install gives it. With -exempt both are
+// system:masters users, which APF exempts (the benchmarks before
+// 2026-12-07).
+var operatorUser, kcmUser string
+
+// Who the controllers are under APF, and under -exempt.
 const (
-	operatorUser = "ibj-operator"
-	kcmUser      = "kcm-job-controller"
+	operatorNamespace = "indexed-batch-job-system"
+	operatorSA        = "system:serviceaccount:" + operatorNamespace + ":indexed-batch-job-controller-manager"
+	kcmSelf           = "system:kube-controller-manager"
+	exemptOperator    = "ibj-operator"
+	exemptKCM         = "kcm-job-controller"
 )
+
+// controllerUsers sets operatorUser and kcmUser for the mode, and returns
+// the users to make.
+func controllerUsers() []controlplane.User {
+	if *exempt {
+		operatorUser, kcmUser = exemptOperator, exemptKCM
+		masters := []string{"system:masters"}
+		return []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
+	}
+	operatorUser, kcmUser = operatorSA, kcmSelf
+	return []controlplane.User{
+		{Name: operatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"}},
+		{Name: kcmUser, Groups: []string{"system:authenticated"}},
+	}
+}
+
+// grantControllers gives each controller the permissions it has on a
+// cluster (not needed under -exempt): the operator its install's
+// ClusterRole (config/rbac/role.yaml), kube-controller-manager's Job
+// controller its bootstrap ClusterRole system:controller:job-controller,
+// which a cluster gives its job-controller ServiceAccount.
+func (b *bench) grantControllers(ctx context.Context) error {
+	if *exempt {
+		return nil
+	}
+	data, err := os.ReadFile(filepath.Join("config", "rbac", "role.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return err
+	}
+	role.Name = "bench-indexed-batch-job-manager"
+	if err := b.cl.Create(ctx, role); err != nil {
+		return err
+	}
+	for name, grant := range map[string]struct{ role, user string }{
+		"bench-indexed-batch-job-manager": {role.Name, operatorUser},
+		"bench-kcm-job-controller":        {"system:controller:job-controller", kcmUser},
+	} {
+		if err := b.cl.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: grant.role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: grant.user}},
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // newBench starts the control plane (the harness's, on loopback, with the
 // IndexedBatchJob CRD and an audit log of the two controllers' users),
@@ -34,11 +103,11 @@ func newBench(ctx context.Context) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{work: work, manager: mgrBin, auditLog: filepath.Join(work, "audit.log"), kubeconfigs: map[string]string{}}
+	users := controllerUsers()
 	policy := filepath.Join(work, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	if err := os.WriteFile(policy, []byte(auditPolicy(operatorUser, kcmUser)), 0o644); err != nil {
 		return nil, err
 	}
-	masters := []string{"system:masters"}
 	b.cp, err = controlplane.Start(ctx, controlplane.Options{
 		BinDir: absAssets, Dir: work, Name: "bench",
 		APIServerFlags: []string{
@@ -48,7 +117,7 @@ func newBench(ctx context.Context) (*bench, error) {
 			"--audit-policy-file=" + policy, "--audit-log-path=" + b.auditLog, "--audit-log-maxsize=0",
 		},
 		CRDPaths: []string{"config/crd/bases"},
-		Users:    []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}},
+		Users:    users,
 	})
 	if err != nil {
 		return nil, err
@@ -63,6 +132,10 @@ func newBench(ctx context.Context) (*bench, error) {
 	if err := b.startClients(ctx); err != nil {
 		b.stop()
 		return nil, err
+	}
+	if err := b.grantControllers(ctx); err != nil {
+		b.stop()
+		return nil, fmt.Errorf("granting the controllers their permissions: %w", err)
 	}
 	return b, nil
 }

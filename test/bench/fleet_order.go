@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -86,6 +87,27 @@ func smallLatencies(jobs []jobTimes) []float64 {
 		if j.size <= smallJob {
 			xs = append(xs, j.finished-j.created)
 		}
+	}
+	return xs
+}
+
+// smallestJobs is how many of a fleet's smallest jobs the smallest-jobs
+// p50 is over.
+const smallestJobs = 100
+
+// smallestLatencies are the latencies of the n smallest jobs, the earlier
+// created first among jobs of one size.
+func smallestLatencies(jobs []jobTimes, n int) []float64 {
+	sorted := slices.Clone(jobs)
+	slices.SortStableFunc(sorted, func(a, b jobTimes) int {
+		if a.size != b.size {
+			return int(a.size - b.size)
+		}
+		return cmp.Compare(a.created, b.created)
+	})
+	xs := make([]float64, 0, min(n, len(sorted)))
+	for _, j := range sorted[:min(n, len(sorted))] {
+		xs = append(xs, j.finished-j.created)
 	}
 	return xs
 }

@@ -157,3 +157,21 @@ func TestOnlyPicksWorkloadsByNameOrPartOfIt(t *testing.T) {
 		}
 	}
 }
+
+// The smallest jobs are taken by size, the earlier created first among
+// jobs of one size.
+func TestSmallestLatencies(t *testing.T) {
+	jobs := []jobTimes{
+		{size: 5, created: 0, finished: 50},
+		{size: 1, created: 2, finished: 4},
+		{size: 1, created: 1, finished: 9},
+		{size: 200, created: 0, finished: 100},
+	}
+	got := smallestLatencies(jobs, 3)
+	if want := []float64{8, 2, 50}; !slices.Equal(got, want) {
+		t.Errorf("smallest 3 = %v, want %v", got, want)
+	}
+	if got := smallestLatencies(jobs, 100); len(got) != 4 {
+		t.Errorf("smallest 100 of 4 jobs = %v, want all 4", got)
+	}
+}

@@ -81,6 +81,7 @@ const (
 	keyFleet      = "fleet"
 	keyFailing    = "fleet with failures"
 	keyMixedSizes = "mixed sizes"
+	keyVaried     = "varied"
 	keyBig        = "big"
 )
 
@@ -93,8 +94,9 @@ type targets struct {
 	// time to terminal.
 	JobP99, First float64
 	// SmallP50 and SmallP99 apply to the mixed-size fleet: the p50 and p99
-	// of its jobs of at most smallJob indexes.
-	SmallP50, SmallP99 float64
+	// of its jobs of at most smallJob indexes; Smallest100P50 to a fleet of
+	// sizes: the p50 of its smallestJobs smallest jobs.
+	SmallP50, SmallP99, Smallest100P50 float64
 }
 
 // usual holds on every workload unless it sets its own: CPU ≤ 0.5x, peak
@@ -112,6 +114,7 @@ func (t targets) tighter(o targets) targets {
 	t.Requests, t.Finalizers = cmp.Or(o.Requests, t.Requests), cmp.Or(o.Finalizers, t.Finalizers)
 	t.JobP50, t.JobP99, t.First = cmp.Or(o.JobP50, t.JobP50), cmp.Or(o.JobP99, t.JobP99), cmp.Or(o.First, t.First)
 	t.SmallP50, t.SmallP99 = cmp.Or(o.SmallP50, t.SmallP50), cmp.Or(o.SmallP99, t.SmallP99)
+	t.Smallest100P50 = cmp.Or(o.Smallest100P50, t.Smallest100P50)
 	return t
 }
 
@@ -128,6 +131,7 @@ var issueTargets = []issueRow{
 	{"fleet 1,000 jobs × 10", keyFleet, targets{Time: 0.5, JobP50: 0.35, JobP99: 0.5}},
 	{"fleet with failures", keyFailing, targets{JobP50: 0.4}},
 	{"mixed workload's small jobs", keyMixedSizes, targets{SmallP50: 0.3, SmallP99: 0.5, CPU: 0.7}},
+	{"varied fleet at QPS 50, client-bound", keyVaried, targets{Time: 0.55, JobP99: 0.5, Smallest100P50: 0.3}},
 	{"10,000 indexes", key10k, targets{CPU: 0.4}},
 	{"100,000 indexes", keyBig, targets{Time: 0.55, CPU: 0.35, RSS: 0.25}},
 }
@@ -168,6 +172,19 @@ func mixedSizes() workload {
 	return workload{
 		Name:  fmt.Sprintf("mixed sizes %d jobs x 1-%d", *sizesJobs, *sizesMax),
 		Sizes: sizes, Repeats: *repeats, Key: keyMixedSizes, Targets: usual(targets{}),
+	}
+}
+
+// variedFleet is a fleet of -varied-jobs jobs of 1 to -mixed-sizes-max
+// indexes (jobSizes, the mixed-size fleet's law and seed), created
+// together, at QPS 50 / burst 100: where the client's QPS, not the
+// server, bounds both controllers, the operator needs one write per pod
+// before a job ends and the built-in controller two.
+func variedFleet() workload {
+	return workload{
+		Name:  fmt.Sprintf("varied fleet %d jobs x 1-%d at QPS 50/burst 100", *variedJobs, *sizesMax),
+		Sizes: jobSizes(*variedJobs, *sizesMax, *sizesSeed), QPS: 50, Burst: 100,
+		Repeats: *repeats, Key: keyVaried, Targets: usual(targets{}),
 	}
 }
 
@@ -212,6 +229,14 @@ func (w workload) limits() (int, int) {
 	return *qps, *burst
 }
 
+// apfMode is how API Priority and Fairness saw the run's controllers.
+func (r result) apfMode() string {
+	if r.APF {
+		return "default FlowSchemas"
+	}
+	return "exempt"
+}
+
 type result struct {
 	Workload   string
 	Controller string
@@ -234,7 +259,10 @@ type result struct {
 	// at most smallJob indexes: how many, and their latencies.
 	SmallJobs int     `json:",omitempty"`
 	SmallP50  float64 `json:",omitempty"`
-	SmallP99  float64 `json:",omitempty"`
+	// Smallest100P50 is the p50 of a fleet of sizes' smallestJobs
+	// smallest jobs (smallestLatencies).
+	Smallest100P50 float64 `json:",omitempty"`
+	SmallP99       float64 `json:",omitempty"`
 	// OrderTau and InOrder compare the order a fleet's jobs were created
 	// in with the order they finished in (finishOrder); Ordered says they
 	// were measured (a run of more than one job).
@@ -247,12 +275,23 @@ type result struct {
 	// started, its caches synced, no job yet (the floor under RSSMiB).
 	StartMiB float64
 	// AnonMiB is the peak of RssAnon, sampled every 100 ms.
-	AnonMiB    float64
-	Requests   float64 // API requests (server side, audit log)
-	ClientReqs float64 // rest_client_requests_total, where the controller exposes it
-	Verbs      map[string]int
-	OK         bool
-	Detail     string
+	AnonMiB  float64
+	Requests float64 // API requests (server side, audit log)
+	// Throttled are the requests the API server answered 429 (API
+	// Priority and Fairness), from the audit log; APF says the run's
+	// controllers ran as on a cluster, under the default FlowSchemas
+	// (runs before 2026-12-07, and -exempt ones, ran as system:masters
+	// users, which APF exempts).
+	Throttled int
+	APF       bool `json:",omitempty"`
+	// FinalizerHoldBound is, for the operator, the upper bound of the
+	// lowest bucket of indexedbatchjob_counted_finalizer_hold_seconds that
+	// holds every counted pod's hold (finalizerHoldBound).
+	FinalizerHoldBound float64 `json:",omitempty"`
+	ClientReqs         float64 // rest_client_requests_total, where the controller exposes it
+	Verbs              map[string]int
+	OK                 bool
+	Detail             string
 }
 
 var (
@@ -277,6 +316,8 @@ var (
 	oursArgs   = flag.String("ours-args", "", "extra flags for the operator, space separated")
 	oursEnv    = flag.String("ours-env", "", "extra environment of the operator, space separated NAME=value")
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
+	exempt     = flag.Bool("exempt", false, "run both controllers as system:masters users, which API Priority and Fairness exempts; "+
+		"by default the built-in one runs as system:kube-controller-manager (workload-high) and the operator as its ServiceAccount (workload-low)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
 	fleetJobs  = flag.Int("fleet-jobs", 1000, "jobs in the fleet workload")
 	failJobs   = flag.Int("failing-fleet-jobs", 200, "jobs in the fleet with failures (each with index 0 failing twice)")
@@ -285,6 +326,7 @@ var (
 	sizesJobs  = flag.Int("mixed-sizes-jobs", 500, "jobs of the mixed-size fleet")
 	sizesMax   = flag.Int("mixed-sizes-max", 200, "the most indexes of a job of the mixed-size fleet")
 	sizesSeed  = flag.Uint64("mixed-sizes-seed", 1, "seed of the mixed-size fleet's sizes")
+	variedJobs = flag.Int("varied-jobs", 300, "jobs of the varied fleet at QPS 50 (sizes as the mixed-size fleet's)")
 )
 
 func main() {
@@ -348,6 +390,7 @@ func selectWorkloads() (all, workloads []workload) {
 		fleet,
 		failingFleet(),
 		mixedSizes(),
+		variedFleet(),
 		{Name: "2k/p500 at QPS 20/burst 30", Completions: 2000, Parallelism: 500, QPS: 20, Burst: 30, Repeats: *repeats, Targets: usual(targets{Time: 0.6})},
 		mixed(),
 		big(),
@@ -711,7 +754,7 @@ type runState struct {
 // the jobs, waits for every terminal condition and every finalizer gone,
 // and checks each job's status.
 func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, profile string) result {
-	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs()}
+	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs(), APF: !*exempt}
 	ns := fmt.Sprintf("bench-%02d", n)
 	if err := b.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		r.Detail = err.Error()
@@ -833,11 +876,14 @@ func (b *bench) measureEnd(st *runState, r *result) {
 	if st.ctrl == upstream {
 		user = kcmUser
 	}
-	cnt, verbs := auditCount(b.auditLog, st.audit0, user)
-	r.Requests, r.Verbs = float64(cnt), verbs
+	cnt, verbs, throttled := auditCount(b.auditLog, st.audit0, user)
+	r.Requests, r.Verbs, r.Throttled = float64(cnt), verbs, throttled
 	if resp, err := metricsClient.Get(st.p.metricsURL); err == nil {
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if st.ctrl == ours {
+			r.FinalizerHoldBound = finalizerHoldBound(string(data))
+		}
 		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", st.n)), data, 0o644)
 	}
 }
@@ -889,6 +935,7 @@ func (st *runState) check(r *result, names []string, sent []time.Time, l lateJob
 	if st.w.Sizes != nil {
 		small := smallLatencies(finished)
 		r.SmallJobs, r.SmallP50, r.SmallP99 = len(small), percentile(small, 0.5), percentile(small, 0.99)
+		r.Smallest100P50 = percentile(smallestLatencies(finished, smallestJobs), 0.5)
 	}
 	r.OK = r.Detail == "" && badJobs == 0
 	if len(bad) > 0 {

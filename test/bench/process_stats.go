@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"math"
 )
 
 // cpuSeconds is utime+stime of a process, from /proc/<pid>/stat.
@@ -77,4 +78,42 @@ func restRequests(url string) (float64, error) {
 		return 0, fmt.Errorf("%s: %s: %s", url, resp.Status, b)
 	}
 	return harness.SumSeries(resp.Body, "rest_client_requests_total")
+}
+
+// finalizerHoldBound reads, from the operator's metrics text, the upper
+// bound of the lowest bucket of indexedbatchjob_counted_finalizer_hold_seconds
+// that holds every observation: no counted pod kept its finalizer longer
+// in the background. 0 without observations, +Inf when some went past the
+// highest bucket.
+func finalizerHoldBound(metricsText string) float64 {
+	const name = "indexedbatchjob_counted_finalizer_hold_seconds"
+	var total float64
+	type bucket struct{ le, n float64 }
+	var buckets []bucket
+	for line := range strings.Lines(metricsText) {
+		line = strings.TrimSpace(line)
+		value := func() float64 {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			return v
+		}
+		switch {
+		case strings.HasPrefix(line, name+"_count "):
+			total = value()
+		case strings.HasPrefix(line, name+`_bucket{le="`):
+			le, _, _ := strings.Cut(strings.TrimPrefix(line, name+`_bucket{le="`), `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if err == nil {
+				buckets = append(buckets, bucket{bound, value()})
+			}
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	for _, b := range buckets { // the text lists them by le, increasing
+		if b.n >= total {
+			return b.le
+		}
+	}
+	return math.Inf(1)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -22,6 +23,7 @@ type agg struct {
 	// jobs' finish order followed their creation order, over the ordered
 	// runs (ordered of them).
 	pods, smallP50, smallP99, tau, inOrder float64
+	smallest100P50                         float64
 	ordered                                int
 	verbs                                  map[string]int
 	details                                []string
@@ -50,7 +52,7 @@ func median(xs []float64) float64 {
 func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	var a agg
 	var sec, pps, cpu, rss, start, anon, req, creq, fin, jps, p50, p99, first []float64
-	var pods, smallP50, smallP99, tau, inOrder []float64
+	var pods, smallP50, smallP99, tau, inOrder, smallest []float64
 	for _, r := range rs {
 		if r.Workload != wl || r.Controller != ctrl {
 			continue
@@ -72,6 +74,7 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 		p50, p99, first = append(p50, r.JobP50), append(p99, r.JobP99), append(first, r.FirstSeconds)
 		pods = append(pods, math.Round(r.PodsPerSec*r.Seconds))
 		smallP50, smallP99 = append(smallP50, r.SmallP50), append(smallP99, r.SmallP99)
+		smallest = append(smallest, r.Smallest100P50)
 		if r.Ordered {
 			a.ordered++
 			tau, inOrder = append(tau, r.OrderTau), append(inOrder, r.InOrder)
@@ -84,6 +87,7 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	a.anon, a.start = median(anon), median(start)
 	a.fin, a.jobsPerSec, a.p50, a.p99, a.first = median(fin), median(jps), median(p50), median(p99), median(first)
 	a.pods, a.smallP50, a.smallP99, a.tau, a.inOrder = median(pods), median(smallP50), median(smallP99), median(tau), median(inOrder)
+	a.smallest100P50 = median(smallest)
 	return a, a.n > 0
 }
 
@@ -135,7 +139,7 @@ func writeSetup(p printer) {
 	p("- Go: %s; Kubernetes (kube-apiserver, kube-controller-manager): v1.37.2, with etcd v3.7.0, built from source by `hack/build-controlplane.sh`\n\n", runtime.Version())
 	p("## Setup\n\n")
 	p("- One local control plane (the test harness's `controlplane`: etcd + kube-apiserver), no scheduler, no kubelet, no garbage collector.\n")
-	p("- Controllers under test run as separate, fresh processes per run, both as `system:masters` users with client QPS %d / burst %d (unless the workload names other limits) and %d concurrent syncs:\n", *qps, *burst, *syncs)
+	p("- Controllers under test run as separate, fresh processes per run, with client QPS %d / burst %d (unless the workload names other limits) and %d concurrent syncs. By default each runs as it does on a cluster, under the API server's default FlowSchemas of API Priority and Fairness: the built-in controller as `system:kube-controller-manager` (priority level `workload-high`, with the bootstrap ClusterRole `system:controller:job-controller`), the operator as its ServiceAccount (`service-accounts`, `workload-low`, with its install's ClusterRole); runs marked `exempt` in the APF column ran both as `system:masters` users (`-exempt`), which APF exempts. The 429s each side received are counted from the audit log:\n", *qps, *burst, *syncs)
 	p("  - this operator: `bin/bench-manager --kube-api-qps=%d --kube-api-burst=%d --max-concurrent-reconciles=%d` (defaults `--pod-failure-backoff=10s`, the same as upstream's fixed 10 s, and `--kube-api-throttle-tick=250ms`: the same token bucket, its held-back requests released together every 250 ms), built as the image builds its entrypoint `/manager` (`CGO_ENABLED=0 go build -trimpath -ldflags=\"-s -w\"`, with the Kueue integration, which waits for Kueue's API; kube-controller-manager is built `-trimpath -ldflags \"-s -w\"` too);\n", *qps, *burst, *syncs)
 	p("  - the built-in controller: `kube-controller-manager --controllers=job --kube-api-qps=%d --kube-api-burst=%d --concurrent-job-syncs=%d --leader-elect=false`.\n", *qps, *burst, *syncs)
 	p("- Pods are finished by one pod simulator (`test/harness/podsim`, in the benchmark process) that plays every kubelet: for each new pod it writes, in one status update, phase `Succeeded` (or `Failed`, exit code 1, for the always-failing indexes) with a terminated container status; a pod being deleted is failed. Same simulator for both controllers.\n")
@@ -236,14 +240,26 @@ func writeRuns(p printer, ws []workload, rs []result) {
 			}
 		}
 	}
-	p("\n## All runs\n\n| workload | controller | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | status |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("\n## All runs\n\n| workload | controller | APF | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | 429s | counted finalizer held ≤ (s) | status |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
 		st := "OK"
 		if !r.OK {
 			st = "FAILED: " + r.Detail
 		}
-		p("| %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %s |\n", r.Workload, r.Controller, r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, mib(r.StartMiB), r.AnonMiB, r.Requests, st)
+		p("| %s | %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %d | %s | %s |\n", r.Workload, r.Controller, r.apfMode(), r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, mib(r.StartMiB), r.AnonMiB, r.Requests, r.Throttled, holdBound(r), st)
 	}
+}
+
+// holdBound writes FinalizerHoldBound: — where not measured (the built-in
+// controller removes a pod's finalizer before it counts it done).
+func holdBound(r result) string {
+	switch {
+	case r.FinalizerHoldBound == 0:
+		return "—"
+	case math.IsInf(r.FinalizerHoldBound, 1):
+		return "> 300"
+	}
+	return strconv.FormatFloat(r.FinalizerHoldBound, 'g', -1, 64)
 }
 
 // writeMixed reports the workloads with late jobs: the late jobs' p50 and

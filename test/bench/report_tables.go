@@ -21,6 +21,7 @@ var figures = []figure{
 	{"job p99", "s", func(a agg) float64 { return a.p99 }, func(t targets) float64 { return t.JobP99 }},
 	{"small jobs p50", "s", func(a agg) float64 { return a.smallP50 }, func(t targets) float64 { return t.SmallP50 }},
 	{"small jobs p99", "s", func(a agg) float64 { return a.smallP99 }, func(t targets) float64 { return t.SmallP99 }},
+	{"smallest 100 jobs p50", "s", func(a agg) float64 { return a.smallest100P50 }, func(t targets) float64 { return t.Smallest100P50 }},
 	{"CPU", "s", func(a agg) float64 { return a.cpu }, func(t targets) float64 { return t.CPU }},
 	{"peak RSS", "MiB", func(a agg) float64 { return a.rss }, func(t targets) float64 { return t.RSS }},
 }
