@@ -49,8 +49,8 @@ var (
 		Help: "Nodes that a job's pods came to avoid because spec.nodeAvoidance.failedIndexesPerNode of its indexes failed there, counted once per job and node.",
 	})
 	finalizerHold = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "indexedbatchjob_counted_finalizer_hold_seconds",
-		Help: "How long a counted pod kept its tracking finalizer after it ended, for the finalizers removed in the background (bounded: releaseBound after it was counted, plus one turn of the client's queue).",
+		Name:    "indexedbatchjob_counted_finalizer_hold_seconds",
+		Help:    "How long a counted pod kept its tracking finalizer after it ended, for the finalizers removed in the background (bounded: releaseBound after it was counted, plus one turn of the client's queue).",
 		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 35, 45, 60, 120, 300},
 	})
 	restarts = prometheus.NewCounter(prometheus.CounterOpts{

@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"math"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
 // cpuSeconds is utime+stime of a process, from /proc/<pid>/stat.
