@@ -15,14 +15,9 @@ func PodCreatePolicy(name, namespace, match, validation, message string) (*admis
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{Expression: validation, Message: message}},
+			FailurePolicy:    ptr.To(admissionv1.Fail),
+			MatchConstraints: podCreates(),
+			Validations:      []admissionv1.Validation{{Expression: validation, Message: message}},
 		},
 	}
 	if match != "" {
@@ -33,9 +28,7 @@ func PodCreatePolicy(name, namespace, match, validation, message string) (*admis
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        name,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
-			}},
+			MatchResources:    inNamespace(namespace),
 		},
 	}
 	return policy, binding
@@ -50,13 +43,8 @@ func PodMutatePolicy(name, namespace, match, patch string) (*admissionv1.Mutatin
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
+			FailurePolicy:      ptr.To(admissionv1.Fail),
+			MatchConstraints:   podCreates(),
 			Mutations:          []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: patch}}},
 			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
 		},
@@ -67,10 +55,8 @@ func PodMutatePolicy(name, namespace, match, patch string) (*admissionv1.Mutatin
 	binding := &admissionv1.MutatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.MutatingAdmissionPolicyBindingSpec{
-			PolicyName: name,
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
-			}},
+			PolicyName:     name,
+			MatchResources: inNamespace(namespace),
 		},
 	}
 	return policy, binding
@@ -86,4 +72,21 @@ func RemoveLabelPatch(key string) string {
 // annotation key to value.
 func SetAnnotationPatch(key, value string) string {
 	return `[JSONPatch{op: "replace", path: "/metadata/annotations/" + jsonpatch.escapeKey("` + key + `"), value: "` + value + `"}]`
+}
+
+// podCreates matches the creates of pods.
+func podCreates() *admissionv1.MatchResources {
+	return &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+		RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: []admissionv1.OperationType{admissionv1.Create},
+			Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+		},
+	}}}
+}
+
+// inNamespace matches the objects of one namespace.
+func inNamespace(namespace string) *admissionv1.MatchResources {
+	return &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
+	}}
 }
