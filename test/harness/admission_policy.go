@@ -40,12 +40,26 @@ func PodCreatePolicy(name, namespace, match, validation, message string) (*admis
 // condition that limits it to some pods. It stands for a policy engine or
 // a platform team's policy that rewrites pods at admission.
 func PodMutatePolicy(name, namespace, match, patch string) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
+	return podMutatingPolicy(name, namespace, match,
+		admissionv1.Mutation{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: patch}})
+}
+
+// PodApplyPolicy is PodMutatePolicy with an ApplyConfiguration (a CEL
+// expression giving an Object to merge into the pod, as server-side apply
+// merges): how a policy injects a container, as a service mesh's webhook
+// does.
+func PodApplyPolicy(name, namespace, match, apply string) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
+	return podMutatingPolicy(name, namespace, match,
+		admissionv1.Mutation{PatchType: admissionv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: apply}})
+}
+
+func podMutatingPolicy(name, namespace, match string, m admissionv1.Mutation) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{
 			FailurePolicy:      ptr.To(admissionv1.Fail),
 			MatchConstraints:   podCreates(),
-			Mutations:          []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: patch}}},
+			Mutations:          []admissionv1.Mutation{m},
 			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
 		},
 	}
