@@ -44,15 +44,6 @@ func PodMutatePolicy(name, namespace, match, patch string) (*admissionv1.Mutatin
 		admissionv1.Mutation{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: patch}})
 }
 
-// PodApplyPolicy is PodMutatePolicy with an ApplyConfiguration (a CEL
-// expression giving an Object to merge into the pod, as server-side apply
-// merges): how a policy injects a container, as a service mesh's webhook
-// does.
-func PodApplyPolicy(name, namespace, match, apply string) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
-	return podMutatingPolicy(name, namespace, match,
-		admissionv1.Mutation{PatchType: admissionv1.PatchTypeApplyConfiguration, ApplyConfiguration: &admissionv1.ApplyConfiguration{Expression: apply}})
-}
-
 func podMutatingPolicy(name, namespace, match string, m admissionv1.Mutation) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding) {
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -80,6 +71,15 @@ func podMutatingPolicy(name, namespace, match string, m admissionv1.Mutation) (*
 // key.
 func RemoveLabelPatch(key string) string {
 	return `[JSONPatch{op: "remove", path: "/metadata/labels/" + jsonpatch.escapeKey("` + key + `")}]`
+}
+
+// AddInitContainerPatch is a PodMutatePolicy patch that appends the init
+// container container (a CEL Object.spec.initContainers{...}) to the pod's,
+// as a service mesh injects its sidecar.
+func AddInitContainerPatch(container string) string {
+	return `has(object.spec.initContainers) ? ` +
+		`[JSONPatch{op: "add", path: "/spec/initContainers/-", value: ` + container + `}] : ` +
+		`[JSONPatch{op: "add", path: "/spec/initContainers", value: [` + container + `]}]`
 }
 
 // SetAnnotationPatch is a PodMutatePolicy patch that sets the pod's

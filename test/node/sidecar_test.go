@@ -30,10 +30,10 @@ func injectSidecar(ctx context.Context, ns string, args ...string) {
 	for i, a := range args {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
-	policy, binding := harness.PodApplyPolicy("inject-"+ns, ns, "", fmt.Sprintf(
-		`Object{spec: Object.spec{initContainers: [Object.spec.initContainers{name: %q, image: %q, args: [%s], restartPolicy: "Always", `+
-			`env: [Object.spec.initContainers.env{name: "JOB_COMPLETION_INDEX", value: "0"}]}]}}`,
-		sidecarName, nodecluster.WorkerImage, strings.Join(quoted, ", ")))
+	policy, binding := harness.PodMutatePolicy("inject-"+ns, ns, "", harness.AddInitContainerPatch(fmt.Sprintf(
+		`Object.spec.initContainers{name: %q, image: %q, args: [%s], restartPolicy: "Always", `+
+			`env: [Object.spec.initContainers.env{name: "JOB_COMPLETION_INDEX", value: "0"}]}`,
+		sidecarName, nodecluster.WorkerImage, strings.Join(quoted, ", "))))
 	Expect(k8sClient.Create(ctx, policy)).To(Succeed())
 	Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 	DeferCleanup(func(ctx context.Context) {
