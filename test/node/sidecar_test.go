@@ -52,8 +52,9 @@ func injectSidecar(ctx context.Context, ns string, args ...string) {
 }
 
 // sidecarExits are the exit codes the kubelet reported for the injected
-// sidecar of each of the job's pods, by index, and whether every pod had it.
-func sidecarExits(kind, ns, name string) (exits map[int][]int32, everyPod bool) {
+// sidecar of each of the job's pods, by index, whether every pod had it,
+// and how many times the kubelet restarted it in all.
+func sidecarExits(kind, ns, name string) (exits map[int][]int32, everyPod bool, restarts int32) {
 	GinkgoHelper()
 	var pods corev1.PodList
 	Expect(k8sClient.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{jobNameLabel[kind]: name})).To(Succeed())
@@ -63,7 +64,7 @@ func sidecarExits(kind, ns, name string) (exits map[int][]int32, everyPod bool) 
 		found := false
 		for _, cs := range pod.Status.InitContainerStatuses {
 			if cs.Name == sidecarName {
-				found = true
+				found, restarts = true, restarts+cs.RestartCount
 				if t := cs.State.Terminated; t != nil {
 					exits[r.Index] = append(exits[r.Index], t.ExitCode)
 				}
@@ -71,7 +72,7 @@ func sidecarExits(kind, ns, name string) (exits map[int][]int32, everyPod bool) 
 		}
 		everyPod = everyPod && found
 	}
-	return exits, everyPod
+	return exits, everyPod, restarts
 }
 
 var _ = Describe("A sidecar injected at admission, on real nodes", Label("node", "sidecar"), func() {
@@ -85,7 +86,7 @@ var _ = Describe("A sidecar injected at admission, on real nodes", Label("node",
 		Expect(ibj).To(Equal(want))
 		Expect(job).To(Equal(want))
 		for _, kind := range []string{ibjKind, jobKind} {
-			_, every := sidecarExits(kind, ns, "mesh")
+			_, every, _ := sidecarExits(kind, ns, "mesh")
 			Expect(every).To(BeTrue(), "%s: a pod without the injected sidecar", kind)
 		}
 	})
@@ -113,12 +114,12 @@ var _ = Describe("A sidecar injected at admission, on real nodes", Label("node",
 		By("the operator: index 0 fails twice by backoffLimitPerIndex, the rule never matches")
 		Expect(ibj).To(Equal(outcome{Succeeded: 1, Failed: 2, CompletedIndexes: "1", FailedIndexes: "0",
 			Conditions: failedConditions("FailedIndexes")}))
-		exits, every := sidecarExits(ibjKind, ns, "rules")
+		exits, every, _ := sidecarExits(ibjKind, ns, "rules")
 		Expect(every).To(BeTrue())
 		Expect(exits[0]).NotTo(BeEmpty(), "the kubelet reported no end of index 0's sidecar")
 
 		By("the built-in Job reads every container of the pod: where the sidecar exited 143, its FailJob rule fires")
-		jobExits, _ := sidecarExits(jobKind, ns, "rules")
+		jobExits, _, _ := sidecarExits(jobKind, ns, "rules")
 		figures := fmt.Sprintf("sidecar exit codes of index 0: operator %v, built-in %v; built-in outcome: %s", exits[0], jobExits[0], job)
 		AddReportEntry("sidecar exit codes", figures)
 		fmt.Fprintln(GinkgoWriter, figures)
@@ -137,5 +138,10 @@ var _ = Describe("A sidecar injected at admission, on real nodes", Label("node",
 		report(ns, "crashing", ibj, job)
 		Expect(ibj).To(Equal(job), "the same count as the built-in Job")
 		Expect(ibj).To(Equal(outcome{Succeeded: 2, CompletedIndexes: "0,1", Conditions: completedConditions()}))
+		for _, kind := range []string{ibjKind, jobKind} {
+			_, every, restarts := sidecarExits(kind, ns, "crashing")
+			Expect(every).To(BeTrue())
+			Expect(restarts).To(BeNumerically(">=", 2), "%s: the sidecar did not crash and restart while the main containers ran", kind)
+		}
 	})
 })
