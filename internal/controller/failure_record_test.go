@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -26,18 +27,24 @@ func (c *cluster) bind(p *corev1.Pod, node string) {
 	c.reload(p.Name)
 }
 
-// avoided reads the nodes the pod's required terms leave out.
+// avoided reads the nodes the pod's required terms leave out: the
+// metadata.name NotIn matches of its first term, one value each, as the
+// API server allows.
 func avoided(p *corev1.Pod) []string {
 	a := p.Spec.Affinity
 	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		return nil
 	}
+	var out []string
 	for _, r := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields {
 		if r.Key == "metadata.name" && r.Operator == corev1.NodeSelectorOpNotIn {
-			return r.Values
+			if len(r.Values) != 1 {
+				return append(out, fmt.Sprintf("a match of %d values", len(r.Values)))
+			}
+			out = append(out, r.Values[0])
 		}
 	}
-	return nil
+	return out
 }
 
 // readRecord is the job's failure record as the API server holds it.

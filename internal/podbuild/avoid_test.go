@@ -10,8 +10,14 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 )
 
-func nameNotIn(nodes ...string) corev1.NodeSelectorRequirement {
-	return corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: nodes}
+// nameNotIn is the matches that keep a pod off nodes: one a node, since
+// the API server takes one value in a NotIn match on a field.
+func nameNotIn(nodes ...string) []corev1.NodeSelectorRequirement {
+	reqs := make([]corev1.NodeSelectorRequirement, len(nodes))
+	for i, n := range nodes {
+		reqs[i] = corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}}
+	}
+	return reqs
 }
 
 // The nodes a pod avoids go into its node affinity: under Required into
@@ -42,27 +48,27 @@ func TestAvoidedNodesGoIntoTheNodeAffinity(t *testing.T) {
 		"required, no template affinity": {
 			job: base().NodeAvoidance(ibjv1.NodeAvoidanceRequired, 0).Obj(), avoid: []string{"n1", "n2"},
 			want: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{nameNotIn("n1", "n2")}}}}}},
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: nameNotIn("n1", "n2")}}}}},
 		},
 		"required, into each of the template's terms": {
 			job:   withTerms(base().NodeAvoidance(ibjv1.NodeAvoidanceRequired, 0).Obj(), zoneTerm("z1"), zoneTerm("z2")),
-			avoid: []string{"n1"},
+			avoid: []string{"n1", "n2"},
 			want: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
-					{MatchExpressions: zoneTerm("z1").MatchExpressions, MatchFields: []corev1.NodeSelectorRequirement{nameNotIn("n1")}},
-					{MatchExpressions: zoneTerm("z2").MatchExpressions, MatchFields: []corev1.NodeSelectorRequirement{nameNotIn("n1")}},
+					{MatchExpressions: zoneTerm("z1").MatchExpressions, MatchFields: nameNotIn("n1", "n2")},
+					{MatchExpressions: zoneTerm("z2").MatchExpressions, MatchFields: nameNotIn("n1", "n2")},
 				}},
 				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 5, Preference: zoneTerm("z9")}},
 			}},
 		},
 		"preferred, beside the template's preferences": {
 			job:   withTerms(base().NodeAvoidance(ibjv1.NodeAvoidancePreferred, 0).Obj(), zoneTerm("z1")),
-			avoid: []string{"n1"},
+			avoid: []string{"n1", "n2"},
 			want: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{zoneTerm("z1")}},
 				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
 					{Weight: 5, Preference: zoneTerm("z9")},
-					{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{nameNotIn("n1")}}},
+					{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: nameNotIn("n1", "n2")}},
 				},
 			}},
 		},
