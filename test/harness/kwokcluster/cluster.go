@@ -12,7 +12,9 @@
 // is the only controller.
 //
 // How pods end is scripted by their annotations, which kwok's stages in
-// hack/kwok/stages/pods.yaml read: see that file.
+// hack/kwok/stages/pods.yaml read: see that file. A faulty node
+// (Options.FaultyNodes) fails every pod it starts, whatever they say: see
+// hack/kwok/stages/node-fault.yaml.
 package kwokcluster
 
 import (
@@ -25,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +79,14 @@ const (
 // template's nodeSelector can pick some of them.
 const ZoneLabel = "topology.kubernetes.io/zone"
 
+// NodeFaultLabel marks a faulty node (Options.FaultyNodes), value
+// NodeFaultExit1, for whoever looks at the nodes; the fault itself is the
+// node's kwok, which loads hack/kwok/stages/node-fault.yaml.
+const (
+	NodeFaultLabel = "kwok.indexedjob.dev/node-fault"
+	NodeFaultExit1 = "exit-1"
+)
+
 // Options says where the binaries and manifests are and where to put state.
 type Options struct {
 	// Root is the repository root. Required.
@@ -106,6 +117,13 @@ type Options struct {
 	// capacity (kwok keeps what a node was created with); unset, kwok
 	// gives each node room for any pod.
 	NodeAllocatable corev1.ResourceList
+	// FaultyNodes is how many of the Nodes, the last ones, are faulty:
+	// every container started there exits 1 a second after it started,
+	// whatever its pod's annotations say, as on a node with a broken GPU.
+	// Each is played by a kwok of its own (--manage-single-node) that
+	// loads hack/kwok/stages/node-fault.yaml after the usual stages, so
+	// the fault is the node's, not the pods'. kwok's kubelets only.
+	FaultyNodes int
 	// GarbageCollector runs kube-controller-manager with its garbage
 	// collector alone, so that deleting an owner deletes what it owns, as on
 	// a real cluster (MultiKueue's deletes rely on it). Its binary must be
@@ -120,6 +138,8 @@ type Cluster struct {
 	*controlplane.ControlPlane
 	// NodeNames are the fake nodes, in order.
 	NodeNames []string
+	// FaultyNodeNames are the faulty ones among them (Options.FaultyNodes).
+	FaultyNodeNames []string
 	// WebhookPort is the port of the URL the webhook configurations call
 	// (https://localhost:<port>): a forwarder that passes each connection to
 	// the first of WebhookBackendPorts an operator listens on.
@@ -188,6 +208,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.WebhookReplicas <= 0 {
 		opts.WebhookReplicas = 1
 	}
+	if opts.FaultyNodes < 0 || opts.FaultyNodes > opts.Nodes {
+		return nil, fmt.Errorf("kwokcluster: FaultyNodes %d out of 0..Nodes (%d)", opts.FaultyNodes, opts.Nodes)
+	}
+	if opts.FaultyNodes > 0 && opts.Kubelets != KwokKubelets {
+		return nil, errors.New("kwokcluster: FaultyNodes needs kwok's kubelets")
+	}
 	progress := cmp.Or[io.Writer](opts.Progress, io.Discard)
 	step := func(format string, args ...any) { _, _ = fmt.Fprintf(progress, "  "+format+"\n", args...) }
 	c = &Cluster{nodeAllocatable: opts.NodeAllocatable}
@@ -207,8 +233,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	step("installing the admission webhook: https://localhost:%d, forwarded to the operator's port %v", c.WebhookPort, c.WebhookBackendPorts)
-	for range opts.Nodes {
-		if _, err := c.createNode(ctx); err != nil {
+	for i := range opts.Nodes {
+		if _, err := c.createNode(ctx, i >= opts.Nodes-opts.FaultyNodes); err != nil {
 			return c, err
 		}
 	}
@@ -216,7 +242,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		step("starting the pod simulator for %d fake nodes", opts.Nodes)
 		err = c.startSimulatedKubelets(ctx)
 	} else {
-		step("starting kwok %s with %d fake nodes", KwokVersion, opts.Nodes)
+		step("starting kwok %s with %d fake nodes (faulty: %v)", KwokVersion, opts.Nodes, c.FaultyNodeNames)
 		err = c.startKwok(ctx, opts)
 	}
 	if err != nil {
@@ -302,35 +328,61 @@ func (c *Cluster) startHelpers(opts Options) error {
 // restores it (true). The operators behind it keep running.
 func (c *Cluster) SetWebhookReachable(reachable bool) { c.forwarder.setDown(!reachable) }
 
-// startKwok starts kwok for the fake nodes and waits until it has made
-// them Ready.
+// Values of kwok's node annotation kwok.x-k8s.io/node: the cluster's
+// kwok manages the nodes annotated fake; each faulty node, annotated
+// faulty, has a kwok of its own.
+const (
+	kwokNodeAnnotation = "kwok.x-k8s.io/node"
+	kwokNodeFake       = "fake"
+	kwokNodeFaulty     = "faulty"
+)
+
+// startKwok starts kwok for the fake nodes, and one more for each faulty
+// node, and waits until they have made them Ready.
 func (c *Cluster) startKwok(ctx context.Context, opts Options) error {
 	stages := filepath.Join(opts.Root, "hack", "kwok", "stages")
-	_, err := c.Run("kwok", KwokBinary(opts.Root),
-		"--kubeconfig="+c.Kubeconfig,
-		"--config="+filepath.Join(stages, "nodes.yaml"),
-		"--config="+filepath.Join(stages, "pods.yaml"),
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40",
-		"--cidr=10.244.0.0/16",
-		"--node-ip=10.0.0.2",
-		"--server-address=",
-	)
-	if err != nil {
+	args := func(configs []string, manage ...string) []string {
+		a := []string{"--kubeconfig=" + c.Kubeconfig}
+		for _, f := range configs {
+			a = append(a, "--config="+filepath.Join(stages, f))
+		}
+		return append(append(a, "--manage-all-nodes=false"), append(manage,
+			"--node-lease-duration-seconds=40",
+			"--cidr=10.244.0.0/16",
+			"--node-ip=10.0.0.2",
+			"--server-address=",
+		)...)
+	}
+	usual := []string{"nodes.yaml", "pods.yaml"}
+	if _, err := c.Run("kwok", KwokBinary(opts.Root),
+		args(usual, "--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"="+kwokNodeFake)...); err != nil {
 		return err
+	}
+	// One kwok per faulty node: --manage-single-node watches only that
+	// node's pods, where a second kwok keyed on an annotation would decode
+	// every bound pod of the cluster.
+	for _, name := range c.FaultyNodeNames {
+		if _, err := c.Run("kwok-faulty-"+strings.TrimPrefix(name, "kwok-"), KwokBinary(opts.Root),
+			args(append(usual, "node-fault.yaml"), "--manage-single-node="+name)...); err != nil {
+			return err
+		}
 	}
 	return c.waitNodesReady(ctx)
 }
 
-// createNode creates the next fake node, kwok-node-<n>, for kwok to run.
-func (c *Cluster) createNode(ctx context.Context) (string, error) {
+// createNode creates the next fake node, kwok-node-<n>, for kwok to run,
+// or for a kwok of its own to run with the node's fault (faulty).
+func (c *Cluster) createNode(ctx context.Context, faulty bool) (string, error) {
 	i := len(c.NodeNames)
 	name := fmt.Sprintf("kwok-node-%d", i)
+	managedBy := kwokNodeFake
+	if faulty {
+		managedBy = kwokNodeFaulty
+	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: name,
-		// kwok manages the nodes with this annotation and only them.
-		Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		// The cluster's kwok manages the nodes annotated fake, and only them.
+		Annotations: map[string]string{kwokNodeAnnotation: managedBy, "node.alpha.kubernetes.io/ttl": "0"},
 		Labels: map[string]string{
 			"kubernetes.io/hostname": name,
 			"kubernetes.io/os":       "linux",
@@ -339,6 +391,9 @@ func (c *Cluster) createNode(ctx context.Context) (string, error) {
 			ZoneLabel:                "zone-" + string(rune('a'+i%26)),
 		},
 	}}
+	if faulty {
+		node.Labels[NodeFaultLabel] = NodeFaultExit1
+	}
 	if c.nodeAllocatable != nil {
 		node.Status.Allocatable, node.Status.Capacity = c.nodeAllocatable.DeepCopy(), c.nodeAllocatable.DeepCopy()
 	}
@@ -346,6 +401,9 @@ func (c *Cluster) createNode(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("creating node %s: %w", name, err)
 	}
 	c.NodeNames = append(c.NodeNames, name)
+	if faulty {
+		c.FaultyNodeNames = append(c.FaultyNodeNames, name)
+	}
 	return name, nil
 }
 
@@ -353,7 +411,7 @@ func (c *Cluster) createNode(ctx context.Context) (string, error) {
 // only), and returns its name once kwok made it Ready: more room for the
 // scheduler.
 func (c *Cluster) AddNode(ctx context.Context) (string, error) {
-	name, err := c.createNode(ctx)
+	name, err := c.createNode(ctx, false)
 	if err != nil {
 		return "", err
 	}
