@@ -125,20 +125,21 @@ func specMutations(want, got *corev1.PodSpec) []Mutation {
 }
 
 // avoidedBy reads the nodes a pod's affinity avoids by name (avoidNodes):
-// the last metadata.name NotIn match of its first required term, else of
-// its last preferred term.
+// the values of the metadata.name NotIn matches of its first required
+// term, else of its last preferred term.
 func avoidedBy(spec *corev1.PodSpec) []string {
 	a := spec.Affinity
 	if a == nil || a.NodeAffinity == nil {
 		return nil
 	}
 	find := func(reqs []corev1.NodeSelectorRequirement) []string {
-		for i := len(reqs) - 1; i >= 0; i-- {
-			if reqs[i].Key == nodeNameField && reqs[i].Operator == corev1.NodeSelectorOpNotIn {
-				return reqs[i].Values
+		var nodes []string
+		for _, r := range reqs {
+			if r.Key == nodeNameField && r.Operator == corev1.NodeSelectorOpNotIn {
+				nodes = append(nodes, r.Values...)
 			}
 		}
-		return nil
+		return nodes
 	}
 	if r := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; r != nil && len(r.NodeSelectorTerms) > 0 {
 		if v := find(r.NodeSelectorTerms[0].MatchFields); v != nil {

@@ -22,7 +22,7 @@ func TestMutationsNameWhatTheOperatorReliesOn(t *testing.T) {
 		RetryInPlace(0).RetryOnOOMKilled(150, "2Gi").
 		Limits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}).
 		NodeAvoidance(ibjv1.NodeAvoidanceRequired, 0).Obj()
-	want := New(job, Spec{Index: 2, Attempt: 1, Failures: 1, Avoid: []string{"node-a"}})
+	want := New(job, Spec{Index: 2, Attempt: 1, Failures: 1, Avoid: []string{"node-a", "node-b"}})
 	cases := []struct {
 		name   string
 		mutate func(*corev1.Pod)
@@ -56,6 +56,10 @@ func TestMutationsNameWhatTheOperatorReliesOn(t *testing.T) {
 			[]Mutation{{"spec.containers[main]", "was removed"}}},
 		{"a replaced node affinity", func(p *corev1.Pod) { p.Spec.Affinity = nil },
 			[]Mutation{{"spec.affinity.nodeAffinity", "lost the match that keeps the pod off the nodes it avoids"}}},
+		{"one avoided node dropped of two", func(p *corev1.Pod) {
+			term := &p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+			term.MatchFields = term.MatchFields[1:]
+		}, []Mutation{{"spec.affinity.nodeAffinity", "lost the match that keeps the pod off the nodes it avoids"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,6 +28,10 @@ const (
 	operatorDeployment = "indexed-batch-job-controller-manager"
 )
 
+// bothIndexes is completedIndexes of the specs' two-index jobs once both
+// indexes succeeded.
+const bothIndexes = "0,1"
+
 // A job runs as an IndexedBatchJob (kind ibj) and as a batch/v1 Job
 // (kind job) from the same spec.
 const (

@@ -66,7 +66,7 @@ var _ = Describe("Retry in place on a real node", Label("node"), func() {
 			out, err := kc.RunWithStdin(jobManifest(ibjKind, name, ns, inPlaceSpec(retry)), "create", "-f", "-")
 			Expect(err).NotTo(HaveOccurred(), "creating the %s job:\n%s", name, out)
 		}
-		want := outcome{Succeeded: 2, Failed: 1, CompletedIndexes: "0,1",
+		want := outcome{Succeeded: 2, Failed: 1, CompletedIndexes: bothIndexes,
 			Conditions: completedConditions()}
 		for _, name := range []string{"in-place", "new-pod"} {
 			Eventually(func(g Gomega) {

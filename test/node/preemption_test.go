@@ -68,7 +68,7 @@ var _ = Describe("Real failures", Label("node", "node-failure"), func() {
 
 		ibj, job := waitBoth(ctx, ns, "preempted", jobTimeout)
 		report(ns, "preempted", ibj, job)
-		Expect(ibj).To(Equal(outcome{Succeeded: 2, Failed: 1, CompletedIndexes: "0,1",
+		Expect(ibj).To(Equal(outcome{Succeeded: 2, Failed: 1, CompletedIndexes: bothIndexes,
 			Conditions: completedConditions()}))
 		Expect(job).To(Equal(ibj), "the built-in Job controller's status on the same nodes")
 		for _, kind := range []string{ibjKind, jobKind} {

@@ -82,7 +82,7 @@ var _ = Describe("A sidecar injected at admission, on real nodes", Label("node",
 		createBoth(ns, "mesh", "    completions: 2\n    parallelism: 2\n"+workerTemplate("--duration=2s"))
 		ibj, job := waitBoth(ctx, ns, "mesh", jobTimeout)
 		report(ns, "mesh", ibj, job)
-		want := outcome{Succeeded: 2, CompletedIndexes: "0,1", Conditions: completedConditions()}
+		want := outcome{Succeeded: 2, CompletedIndexes: bothIndexes, Conditions: completedConditions()}
 		Expect(ibj).To(Equal(want))
 		Expect(job).To(Equal(want))
 		for _, kind := range []string{ibjKind, jobKind} {
@@ -137,7 +137,7 @@ var _ = Describe("A sidecar injected at admission, on real nodes", Label("node",
 		ibj, job := waitBoth(ctx, ns, "crashing", jobTimeout)
 		report(ns, "crashing", ibj, job)
 		Expect(ibj).To(Equal(job), "the same count as the built-in Job")
-		Expect(ibj).To(Equal(outcome{Succeeded: 2, CompletedIndexes: "0,1", Conditions: completedConditions()}))
+		Expect(ibj).To(Equal(outcome{Succeeded: 2, CompletedIndexes: bothIndexes, Conditions: completedConditions()}))
 		for _, kind := range []string{ibjKind, jobKind} {
 			_, every, restarts := sidecarExits(kind, ns, "crashing")
 			Expect(every).To(BeTrue())
