@@ -375,9 +375,10 @@ node-prereqs: ## Install Debian's containerd, runc, CNI plugins, iptables and ip
 	fi
 
 .PHONY: node-binaries
-node-binaries: ## Build the node cluster's Kubernetes binaries (the control plane, kube-controller-manager, kube-scheduler, kube-proxy, kubelet) and bin/node-cluster.
+node-binaries: ## Build the node cluster's Kubernetes binaries (the control plane, kube-controller-manager, kube-scheduler, kube-proxy, kubelet), bin/node-cluster and bin/faulty-runc (a broken node's runc).
 	@if [ "$(KUBEBUILDER_ASSETS)" = "$(LOCALBIN)/k8s/$(K8S_VERSION)" ]; then hack/build-controlplane.sh $(NODE_BINARIES); fi
 	go build -o $(LOCALBIN)/ ./cmd/kubectl-ibj ./test/harness/cmd/node-cluster
+	CGO_ENABLED=0 go build -o $(LOCALBIN)/ ./test/harness/cmd/faulty-runc
 
 .PHONY: node-images
 node-images: build-installer-node ## Build the node cluster's images as OCI layouts in NODE_IMAGES: the pod sandbox (pause), the specs' workload (worker) and the manager (make image, for this host's platform).
@@ -446,7 +447,8 @@ bench: ## Benchmark the operator against the built-in Job controller side by sid
 ##@ Test tiers
 
 # The Go binaries the suites run, in one go build: the operator, the plugin
-# and the harness's cluster commands.
+# and the harness's cluster commands. faulty-runc (a bad node's runc) is
+# built apart, without cgo: it runs inside the containers it breaks.
 HARNESS_COMMANDS = ./cmd/kubectl-ibj ./test/harness/cmd/kwok-cluster ./test/harness/cmd/node-cluster \
   ./test/harness/cmd/multikueue-cluster ./test/harness/cmd/kueue-demo
 
@@ -461,6 +463,7 @@ ci-binaries: ## Build every binary the test tiers run, once, side by side: Kuber
 go-binaries:
 	go build -o $(LOCALBIN)/manager ./cmd
 	go build -o $(LOCALBIN)/ $(HARNESS_COMMANDS)
+	CGO_ENABLED=0 go build -o $(LOCALBIN)/ ./test/harness/cmd/faulty-runc
 
 .PHONY: test-ci
 test-ci: ## What CI runs (.ci/run): every suite and demo, the e2e fleet and chaos specs at CI sizes, against K8S_VERSION; each step timed (hack/ci.sh, docs/bench/ci.md).

@@ -79,6 +79,11 @@ type Options struct {
 	// TerminatedPodGCThreshold is how many terminated pods pod GC keeps;
 	// default 1000 (Kubernetes' own: 12500).
 	TerminatedPodGCThreshold int
+	// FaultyRuntime is the faulty-runc binary a broken node's containerd
+	// runs as its runc (BreakNode); default Root/bin/faulty-runc, where
+	// make node-binaries builds test/harness/cmd/faulty-runc. Only
+	// BreakNode needs it.
+	FaultyRuntime string
 }
 
 func (o *Options) setDefaults() {
@@ -102,6 +107,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.TerminatedPodGCThreshold == 0 {
 		o.TerminatedPodGCThreshold = 1000
+	}
+	if o.FaultyRuntime == "" {
+		o.FaultyRuntime = filepath.Join(o.Root, "bin", "faulty-runc")
 	}
 }
 
@@ -202,6 +210,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	return c, nil
 }
 
+// nodeName is node i's name.
+func nodeName(i int) string { return fmt.Sprintf("ibj-node-%d", i) }
+
 // step reports a step of Start to Options.Progress.
 func (c *Cluster) step(format string, args ...any) {
 	if c.opts.Progress != nil {
@@ -220,7 +231,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	c.APIServerIP = c.net.cp
 	c.step("network namespace %s: the control plane at %s, services %s", c.net.name, c.net.cp, c.net.svcs)
 	for i, n := range c.net.nodes {
-		c.Nodes = append(c.Nodes, fmt.Sprintf("ibj-node-%d", i))
+		c.Nodes = append(c.Nodes, nodeName(i))
 		c.step("network namespace %s: node %s at %s, pods %s", n.name, c.Nodes[i], n.ip, n.pods)
 	}
 	c.step("starting the control plane (node monitor grace period %s, pod GC over %d terminated pods)",

@@ -49,8 +49,13 @@ var images = []image{
 // through its v2 shim with the cgroupfs driver (the kubelet's, on this
 // host's cgroup v1) and its state in runcRoot (its default,
 // /run/containerd/runc, is shared by every containerd of the host), and the
-// CNI configuration of conf.
-func containerdConfig(root, state, socket, runcRoot, cniConf string) string {
+// CNI configuration of conf. A non-empty runcBinary replaces runc (the
+// runc options' BinaryName): a broken node's faulty-runc (BreakNode).
+func containerdConfig(root, state, socket, runcRoot, runcBinary, cniConf string) string {
+	binaryName := ""
+	if runcBinary != "" {
+		binaryName = fmt.Sprintf("\n        BinaryName = %q", runcBinary)
+	}
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -71,11 +76,11 @@ state = %q
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = %q
+        Root = %q%s
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, root, state, socket, PauseImage, runcRoot, cniBinDir, cniConf)
+`, root, state, socket, PauseImage, runcRoot, binaryName, cniBinDir, cniConf)
 }
 
 // cniBinDir is where Debian's containernetworking-plugins puts the plugins.

@@ -24,10 +24,15 @@ func nodeUser(node string) string { return "system:node:" + node }
 // the control plane's namespace, the API server on its address, port 6443
 // (the namespace is the cluster's own, so a fixed port is free).
 func (c *Cluster) controlPlaneOptions() controlplane.Options {
-	users := make([]controlplane.User, 0, 3+len(c.Nodes))
+	users := make([]controlplane.User, 0, 3+MaxNodes)
 	users = append(users, controlplane.User{Name: controllerUser}, controlplane.User{Name: schedulerUser}, controlplane.User{Name: proxyUser})
-	for _, node := range c.Nodes {
-		users = append(users, controlplane.User{Name: nodeUser(node), Groups: []string{"system:nodes"}})
+	// A kubelet identity for every node the cluster may have, not only
+	// those it starts with: kube-apiserver reads its static token file
+	// once, and AddNode's kubelet needs one too. An identity no kubelet
+	// uses can do nothing: the Node authorizer lets it write only its own
+	// node.
+	for i := range MaxNodes {
+		users = append(users, controlplane.User{Name: nodeUser(nodeName(i)), Groups: []string{"system:nodes"}})
 	}
 	return controlplane.Options{
 		BinDir:               c.bin,

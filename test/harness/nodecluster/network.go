@@ -84,11 +84,7 @@ func newNetwork(nodes int) (*network, error) {
 			kubernetesIP: net.IPv4(198, 18, byte(128+slot), 1),
 		}
 		for i := range nodes {
-			n.nodes = append(n.nodes, nodeNet{
-				name: fmt.Sprintf("ibj-node-%d-%d", slot, i),
-				ip:   net.IPv4(198, 19, byte(slot), byte(10+i)),
-				pods: fmt.Sprintf("198.18.%d.0/24", 8*slot+i),
-			})
+			n.nodes = append(n.nodes, n.nodeNet(i))
 		}
 		if err := n.create(); err != nil {
 			_ = n.delete()
@@ -99,12 +95,21 @@ func newNetwork(nodes int) (*network, error) {
 	return nil, fmt.Errorf("no free network slot: /run/netns/ibj-node-0-cp to -%d-cp all exist (ip netns del the ones no cluster runs in)", maxSlots-1)
 }
 
+// nodeNet is node i's namespace and addresses.
+func (n *network) nodeNet(i int) nodeNet {
+	return nodeNet{
+		name: fmt.Sprintf("ibj-node-%d-%d", n.slot, i),
+		ip:   net.IPv4(198, 19, byte(n.slot), byte(10+i)),
+		pods: fmt.Sprintf("198.18.%d.0/24", 8*n.slot+i),
+	}
+}
+
 // create makes the control plane's namespace with its bridge, joins this
 // host to it, then each node.
 func (n *network) create() error {
 	steps := make([][]string, 0, 10+len(n.nodes)*(11+len(n.nodes)))
 	steps = append(steps,
-		[]string{"ip", "netns", "add", n.name},
+		netnsStep("add", n.name),
 		ipIn(n.name, "link set lo up"),
 		ipIn(n.name, "link add %s type bridge", bridge),
 		ipIn(n.name, "addr add %s/24 dev %s", n.cp, bridge),
@@ -118,6 +123,11 @@ func (n *network) create() error {
 	for i := range n.nodes {
 		steps = append(steps, n.nodeSteps(i)...)
 	}
+	return runSteps(steps)
+}
+
+// runSteps runs each command line in turn, up to the first that fails.
+func runSteps(steps [][]string) error {
 	for _, step := range steps {
 		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %w: %s", strings.Join(step, " "), err, strings.TrimSpace(string(out)))
@@ -126,8 +136,48 @@ func (n *network) create() error {
 	return nil
 }
 
+// addNode creates the namespace of one more node, as create makes each,
+// and routes its pods from every other node.
+func (n *network) addNode() error {
+	i := len(n.nodes)
+	if i >= MaxNodes {
+		return fmt.Errorf("nodecluster: a cluster has at most %d nodes", MaxNodes)
+	}
+	n.nodes = append(n.nodes, n.nodeNet(i))
+	steps := n.nodeSteps(i)
+	for _, other := range n.nodes[:i] {
+		steps = append(steps, ipIn(other.name, "route add %s via %s", n.nodes[i].pods, n.nodes[i].ip))
+	}
+	return runSteps(steps)
+}
+
+// removeLastNode deletes the last node's namespace (and with it its end
+// of the bridge) and every route to its pods.
+func (n *network) removeLastNode() error {
+	node := n.nodes[len(n.nodes)-1]
+	n.nodes = n.nodes[:len(n.nodes)-1]
+	steps := make([][]string, 0, 3+len(n.nodes))
+	steps = append(steps,
+		ipIn(n.name, "route del %s via %s", node.pods, node.ip),
+		ipIn("", "route del %s via %s dev %s", node.pods, node.ip, n.hostIf),
+	)
+	for _, other := range n.nodes {
+		steps = append(steps, ipIn(other.name, "route del %s via %s", node.pods, node.ip))
+	}
+	steps = append(steps, netnsStep("del", node.name))
+	errs := make([]error, 0, len(steps))
+	for _, step := range steps {
+		errs = append(errs, runSteps([][]string{step}))
+	}
+	return errors.Join(errs...)
+}
+
 // bridge is the control plane namespace's bridge, which joins the nodes.
 const bridge = "ibjbr"
+
+// netnsStep is the ip netns command that adds or deletes (verb) the
+// network namespace name.
+func netnsStep(verb, name string) []string { return []string{"ip", "netns", verb, name} }
 
 // ipIn is the ip command of the words of format, in network namespace ns
 // ("" for this host's).
@@ -146,7 +196,7 @@ func (n *network) nodeSteps(i int) [][]string {
 	port := fmt.Sprintf("node%d", i)
 	steps := make([][]string, 0, 11+len(n.nodes))
 	steps = append(steps,
-		[]string{"ip", "netns", "add", node.name},
+		netnsStep("add", node.name),
 		ipIn(node.name, "link set lo up"),
 		ipIn(n.name, "link add %s type veth peer name eth0 netns %s", port, node.name),
 		ipIn(n.name, "link set %s master %s up", port, bridge),

@@ -27,6 +27,8 @@ type node struct {
 	socket     string // containerd's
 	cgroupRoot string // the kubelet's cgroupRoot, in every hierarchy
 	kubeconfig string // the kubelet's
+	// faulty makes its containerd run faulty-runc (BreakNode).
+	faulty bool
 	// The components running now, which the control plane watches; nil
 	// once stopped.
 	containerd, kubelet, proxy *controlplane.Process
@@ -78,16 +80,26 @@ func (c *Cluster) newNode(i int) (*node, error) {
 	}
 	files := map[string]string{
 		filepath.Join(cniConf, "10-ibj.conflist"): cniConfig("ibj-"+n.name, nn.pods, filepath.Join(n.dir, "cni", "ipam")),
-		filepath.Join(n.dir, "containerd.toml"): containerdConfig(filepath.Join(n.dir, "containerd"),
-			filepath.Join(n.runDir, "containerd"), n.socket, filepath.Join(n.runDir, "runc"), cniConf),
-		filepath.Join(n.dir, "kubelet.yaml"): c.kubeletConfig(n),
+		filepath.Join(n.dir, "kubelet.yaml"):      c.kubeletConfig(n),
 	}
 	for path, data := range files {
 		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 			return n, err
 		}
 	}
-	return n, nil
+	return n, c.writeContainerdConfig(n)
+}
+
+// writeContainerdConfig writes the node's containerd.toml, with
+// faulty-runc as its runc when the node is faulty.
+func (c *Cluster) writeContainerdConfig(n *node) error {
+	runc := ""
+	if n.faulty {
+		runc = c.opts.FaultyRuntime
+	}
+	config := containerdConfig(filepath.Join(n.dir, "containerd"), filepath.Join(n.runDir, "containerd"), n.socket,
+		filepath.Join(n.runDir, "runc"), runc, filepath.Join(n.dir, "cni", "net.d"))
+	return os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(config), 0o644)
 }
 
 // bootNode starts node i's containerd (importing the images the first
