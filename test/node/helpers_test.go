@@ -174,6 +174,7 @@ func waitBoth(ctx context.Context, namespace, name string, timeout time.Duration
 
 // podReport is one pod as the kubelet reported it.
 type podReport struct {
+	UID      types.UID
 	Name     string
 	Index    int
 	Node     string
@@ -392,7 +393,7 @@ func podsOf(kind, namespace, name string) []podReport {
 
 // reportOf is the pod as the kubelet last reported it.
 func reportOf(kind string, pod *corev1.Pod) podReport {
-	r := podReport{Name: pod.Name, Node: pod.Spec.NodeName, Phase: pod.Status.Phase, ExitCode: -1}
+	r := podReport{UID: pod.UID, Name: pod.Name, Node: pod.Spec.NodeName, Phase: pod.Status.Phase, ExitCode: -1}
 	r.Index, _ = strconv.Atoi(pod.Labels[indexLabel[kind]])
 	for _, cs := range pod.Status.ContainerStatuses {
 		r.Restarts += cs.RestartCount
