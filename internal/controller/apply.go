@@ -79,7 +79,7 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 			// The status and an event say why; the job waits, and the
 			// next sync comes then, not with the rate limiter's retry.
 			createErr = nil
-			p.requeue(r.jobs.mutatedUntil(job).Sub(r.clock.Now()))
+			p.requeue(r.jobs.mutatedUntil(job, r.clock.Now()).Sub(r.clock.Now()))
 		}
 	}
 	if d := jobpod.CreateRefusedDelay(job); d > 0 && createErr != nil {

@@ -402,7 +402,7 @@ func (r *Reconciler) syncInput(job *ibjv1.IndexedBatchJob, pods []*jobpod.Pod, f
 		lastStatusWrite:       lastWrite,
 		heldStart:             heldStart,
 		lastCreateRefused:     r.jobs.lastCreateRefused(job.UID),
-		mutatedUntil:          r.jobs.mutatedUntil(job),
+		mutatedUntil:          r.jobs.mutatedUntil(job, now),
 		serverBusy:            r.serverBusy(),
 		nameFloors:            r.jobs.takenFloors(job.UID, goneFloors(gone, floors)),
 		gone:                  gone,

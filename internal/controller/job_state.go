@@ -51,9 +51,11 @@ type jobState struct {
 	failures *jobFailures
 	// createMutated is when a create of the job last came back mutated
 	// by admission, mutatedInARow how many did since one came back as
-	// asked for (mutated.go).
+	// asked for, pacedCreate when the job last created a pod since
+	// (mutated.go).
 	createMutated time.Time
 	mutatedInARow int32
+	pacedCreate   time.Time
 }
 
 func newJobStates() *jobStates {

@@ -177,6 +177,12 @@ func (s *syncState) startPods() {
 		s.plan.requeue(wait)
 		return
 	}
+	if !s.mutatedUntil.IsZero() && slots > 1 {
+		// Within a minute of a create that came back mutated: one pod a
+		// sync, the next after mutatedFloor (mutated.go).
+		slots = 1
+		s.plan.requeue(mutatedFloor(s.job))
+	}
 	if s.oldPodsLeft() > 0 {
 		// A restart: the new generation starts once the old one is over.
 		return

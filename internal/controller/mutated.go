@@ -63,19 +63,27 @@ const (
 
 // mutatedDelay is how long a job waits after its n-th create in a row
 // came back mutated. A job's createRefusedDelaySeconds is kept, but never
-// below a minute over parallelism+1: each wait ends in one create (the
-// slow start's first), so the job creates at most parallelism+2 pods in
-// any minute while its creates come back mutated, even at a delay of 1 s.
+// below mutatedFloor.
 func mutatedDelay(job *ibjv1.IndexedBatchJob, n int32) time.Duration {
 	if d := jobpod.CreateRefusedDelay(job); d > 0 {
-		floor := time.Minute / time.Duration(max(ptr.Deref(job.Spec.Parallelism, 1), 0)+1)
-		return max(d, floor.Truncate(time.Second)+time.Second)
+		return max(d, mutatedFloor(job))
 	}
 	d := mutatedDelayBase
 	for i := int32(1); i < n && d < mutatedDelayMax; i++ {
 		d *= 2
 	}
 	return min(d, mutatedDelayMax)
+}
+
+// mutatedFloor is the least time between two creates of a job within a
+// minute of one that came back mutated: a minute over parallelism+1,
+// rounded up to the second. Such a job creates one pod a sync, so it
+// creates at most parallelism+2 pods in any minute while its creates come
+// back mutated, even when admission rewrites only some of them and the
+// creates between come back as asked for.
+func mutatedFloor(job *ibjv1.IndexedBatchJob) time.Duration {
+	floor := time.Minute / time.Duration(max(ptr.Deref(job.Spec.Parallelism, 1), 0)+1)
+	return floor.Truncate(time.Second) + time.Second
 }
 
 // discardMutated deletes a pod admission changed, without counting it:
@@ -85,7 +93,8 @@ func (r *Reconciler) discardMutated(ctx context.Context, job *ibjv1.IndexedBatch
 }
 
 // createsMutated remembers that a create of the job came back mutated at
-// now (and how many in a row), or that one came back as asked for.
+// now (and how many in a row), or that one came back as asked for: that
+// ends the wait, not the pacing of the minute after the last mutated one.
 func (s *jobStates) createsMutated(uid types.UID, mutated bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,18 +103,42 @@ func (s *jobStates) createsMutated(uid types.UID, mutated bool, now time.Time) {
 		j.mutatedInARow++
 		j.createMutated = now
 	} else {
-		j.mutatedInARow, j.createMutated = 0, time.Time{}
+		j.mutatedInARow = 0
 	}
+	j.pacedCreate = now
 }
 
-// mutatedUntil is when the job may create pods again after its creates
-// came back mutated; zero when they did not.
-func (s *jobStates) mutatedUntil(job *ibjv1.IndexedBatchJob) time.Time {
+// mutatedUntil is when the job may create a pod again after its creates
+// came back mutated, zero when none did within a minute of now. Not zero,
+// the job creates one pod a sync (startPods): after a mutated create it
+// waits mutatedDelay, after one as asked for mutatedFloor, until a minute
+// passes without a mutated create. A job whose status says its creates
+// come back mutated, which this process has not seen (a restart, a
+// failover), is paced from now.
+func (s *jobStates) mutatedUntil(job *ibjv1.IndexedBatchJob, now time.Time) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.jobs[job.UID]
-	if j == nil || j.createMutated.IsZero() {
+	if (j == nil || j.createMutated.IsZero()) && mutatedAlready(job) {
+		j = s.state(job.UID)
+		j.createMutated = now
+	}
+	switch {
+	case j == nil || j.createMutated.IsZero():
+		return time.Time{}
+	case j.mutatedInARow > 0:
+		return j.createMutated.Add(mutatedDelay(job, j.mutatedInARow))
+	case now.Sub(j.createMutated) >= time.Minute:
+		j.createMutated, j.pacedCreate = time.Time{}, time.Time{}
 		return time.Time{}
 	}
-	return j.createMutated.Add(mutatedDelay(job, j.mutatedInARow))
+	return later(j.createMutated, j.pacedCreate.Add(mutatedFloor(job)))
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -62,7 +63,8 @@ func TestMutatedDelay(t *testing.T) {
 // A create whose answer lost the job-name label: the pod is deleted, its
 // finalizers first, never counted; the slow start stops at it; the job
 // waits mutatedDelay and says why once, naming the field. A create that
-// comes back as asked for forgets the wait.
+// comes back as asked for ends the wait; the job is paced until a minute
+// passes without a mutated create.
 func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(4).Parallelism(4).Obj()
 	api := fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(job).WithStatusSubresource(job).Build()
@@ -91,7 +93,7 @@ func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	if sent.Load() != 1 || res.RequeueAfter != 10*time.Second {
 		t.Errorf("%d creates sent, requeue after %v; want 1 (the slow start stops at it) and 10s", sent.Load(), res.RequeueAfter)
 	}
-	if got := r.jobs.mutatedUntil(job); !got.Equal(testNow.Add(10 * time.Second)) {
+	if got := r.jobs.mutatedUntil(job, clk.Now()); !got.Equal(testNow.Add(10 * time.Second)) {
 		t.Errorf("creates wait until %v, want %v", got, testNow.Add(10*time.Second))
 	}
 	var pods corev1.PodList
@@ -116,11 +118,84 @@ func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	if _, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy(), create: creates[:1]}); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.jobs.mutatedUntil(job); !got.IsZero() {
-		t.Errorf("after a create as asked for, creates still wait until %v", got)
+	// Paced for a minute after the mutated create: one pod every
+	// mutatedFloor (13 s for parallelism 4), not the slow start.
+	if got, want := r.jobs.mutatedUntil(job, clk.Now()), clk.Now().Add(13*time.Second); !got.Equal(want) {
+		t.Errorf("after a create as asked for, creates wait until %v, want %v", got, want)
+	}
+	clk.Step(time.Minute)
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.jobs.mutatedUntil(job, clk.Now()); !got.IsZero() {
+		t.Errorf("a minute after the last mutated create, creates still wait until %v", got)
 	}
 	if err := api.List(context.Background(), &pods); err != nil || len(pods.Items) != 1 {
 		t.Errorf("pods: %d (%v), want the one created", len(pods.Items), err)
+	}
+}
+
+// Within a minute of a mutated create the job creates one pod a sync,
+// mutatedFloor apart when creates come back as asked for, so that a policy
+// that rewrites only some creates cannot make it create more than
+// parallelism+2 pods in a minute; a restarted operator paces a job whose
+// status says its creates come back mutated.
+func TestPacedAfterAMutatedCreate(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").UID("job-uid").Completions(100).Parallelism(40).Obj()
+	job.Spec.RetryBackoff = &ibjv1.RetryBackoff{CreateRefusedDelaySeconds: ptr.To[int32](1)}
+	floor := mutatedFloor(job) // 2 s
+	s := newJobStates()
+	s.createsMutated(job.UID, true, testNow)
+	if got, want := s.mutatedUntil(job, testNow), testNow.Add(floor); !got.Equal(want) {
+		t.Errorf("after a mutated create: until %v, want %v", got, want)
+	}
+	s.createsMutated(job.UID, false, testNow.Add(5*time.Second))
+	if got, want := s.mutatedUntil(job, testNow.Add(5*time.Second)), testNow.Add(5*time.Second+floor); !got.Equal(want) {
+		t.Errorf("after a create as asked for: until %v, want %v", got, want)
+	}
+	if got := s.mutatedUntil(job, testNow.Add(time.Minute)); !got.IsZero() {
+		t.Errorf("a minute after the mutated create: until %v, want none", got)
+	}
+
+	// One pod a sync while paced, though 40 are wanted.
+	in := syncInput{job: job, now: testNow.Add(10 * time.Second), backoff: jobpod.DefaultBackoff, expectationsSatisfied: true,
+		mutatedUntil: testNow.Add(7 * time.Second)}
+	if p := syncJob(in); len(p.create) != 1 || p.requeueAfter != floor {
+		t.Errorf("paced sync creates %d pods, requeue %v; want 1 and %v", len(p.create), p.requeueAfter, floor)
+	}
+	in.mutatedUntil = time.Time{}
+	if p := syncJob(in); len(p.create) != 40 {
+		t.Errorf("unpaced sync creates %d pods, want 40", len(p.create))
+	}
+
+	// A creates sequence where a third come back mutated: never more
+	// than parallelism+2 in a minute.
+	s = newJobStates()
+	var made []time.Time
+	for now := testNow; now.Before(testNow.Add(5 * time.Minute)); now = now.Add(100 * time.Millisecond) {
+		if until := s.mutatedUntil(job, now); until.After(now) {
+			continue
+		}
+		made = append(made, now)
+		s.createsMutated(job.UID, len(made)%3 == 0, now)
+	}
+	for i := range made {
+		n := 0
+		for _, at := range made[i:] {
+			if at.Sub(made[i]) < time.Minute {
+				n++
+			}
+		}
+		if n > 42 {
+			t.Fatalf("%d creates in the minute from %v, want at most 42", n, made[i].Sub(testNow))
+		}
+	}
+
+	// A restarted operator: no memory of the job, its status says its
+	// creates come back mutated: paced from now, no wait.
+	job.Status.Conditions = []metav1.Condition{{Type: ibjv1.ConditionPodCreationFailed, Status: metav1.ConditionTrue, Reason: ibjv1.ReasonPodMutated}}
+	if got := newJobStates().mutatedUntil(job, testNow); !got.Equal(testNow) {
+		t.Errorf("restarted: until %v, want %v (paced, no wait)", got, testNow)
 	}
 }
 

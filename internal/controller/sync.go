@@ -37,8 +37,9 @@ type syncInput struct {
 	// job's pod creates (this process's record), zero if it has not since
 	// a create went through.
 	lastCreateRefused time.Time
-	// mutatedUntil is when the job may create pods again after a create
-	// came back mutated by admission (mutated.go); zero if none did.
+	// mutatedUntil is when the job may create a pod again after a create
+	// came back mutated by admission (mutated.go); zero if none did
+	// within a minute. Not zero, the job creates one pod a sync.
 	mutatedUntil time.Time
 	// serverBusy: the API server is busy (internal/serverload): a status
 	// that only moved counters waits busyStatusInterval.

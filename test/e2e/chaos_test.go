@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -39,6 +40,10 @@ type chaosConfig struct {
 	seed                 uint64
 	// failRate is the chance that a pod fails by itself.
 	failRate float64
+	// editJob, when set, changes the chaos job before it is created.
+	editJob func(*ibjv1.IndexedBatchJob)
+	// deleteEvery is the deleter's interval (deleterOptions); 250 ms unset.
+	deleteEvery time.Duration
 }
 
 func loadChaosConfig() chaosConfig {
@@ -114,11 +119,14 @@ func startChaosRun(ctx context.Context, ns, name string, cfg chaosConfig) *chaos
 		Completions(int32(cfg.indexes)).Parallelism(int32(cfg.parallelism)).
 		BackoffLimitPerIndex(chaosBackoffLimitPerIndex).PodReplacementPolicy(batchv1.Failed).Obj()
 	job.Spec.Template.Spec.NodeName = simNode
+	if cfg.editJob != nil {
+		cfg.editJob(job)
+	}
 	Expect(k8sClient.Create(ctx, job)).To(Succeed())
 
 	// The deleter: every 250-750 ms, delete one running pod with the
 	// default grace period; the simulator stops it and fails it.
-	r.deleter = startDeleter(runCtx, cs, ns, r.sim, rand.New(rand.NewPCG(cfg.seed, 2)), deleterOptions{interval: 250 * time.Millisecond})
+	r.deleter = startDeleter(runCtx, cs, ns, r.sim, rand.New(rand.NewPCG(cfg.seed, 2)), deleterOptions{interval: cmp.Or(cfg.deleteEvery, 250*time.Millisecond)})
 	return r
 }
 

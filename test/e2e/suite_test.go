@@ -84,8 +84,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 
 	By("starting etcd, kube-apiserver and kwok in " + dir)
-	// Two operators at once serve the webhook in the leader failover spec.
-	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, WebhookReplicas: 2, Progress: GinkgoWriter})
+	// Two operators at once serve the webhook in the leader failover spec;
+	// PodNodeSelector acts in the admission-chain spec's namespace alone.
+	cluster, err = kwokcluster.Start(ctx, kwokcluster.Options{Root: root, Dir: dir, Nodes: 2, WebhookReplicas: 2, Progress: GinkgoWriter,
+		AdmissionPlugins: []string{"PodNodeSelector"}})
 	Expect(err).NotTo(HaveOccurred())
 	version, err := harness.CheckServerVersion(cluster.Config)
 	Expect(err).NotTo(HaveOccurred())

@@ -129,6 +129,10 @@ type Options struct {
 	// a real cluster (MultiKueue's deletes rely on it). Its binary must be
 	// built (hack/build-controlplane.sh kube-controller-manager).
 	GarbageCollector bool
+	// AdmissionPlugins are admission plugins kube-apiserver enables
+	// besides its defaults (--enable-admission-plugins), such as
+	// PodNodeSelector, which acts only in namespaces that ask for it.
+	AdmissionPlugins []string
 }
 
 // Cluster is a running cluster: the control plane (its Kubeconfig, admin
@@ -270,6 +274,9 @@ func controlPlaneOptions(opts Options, progress io.Writer) controlplane.Options 
 		APIServerFlags: []string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
 		WorkloadAPI:    opts.WorkloadAPI,
 		CRDPaths:       []string{filepath.Join(opts.Root, "config", "crd", "bases")},
+	}
+	if len(opts.AdmissionPlugins) > 0 {
+		cpo.APIServerFlags = append(cpo.APIServerFlags, "--enable-admission-plugins="+strings.Join(opts.AdmissionPlugins, ","))
 	}
 	if opts.KubeScheduler {
 		cpo.Scheduler = &controlplane.Component{}
