@@ -147,13 +147,13 @@ const (
 	ReasonServiceCreateFailed = "ServiceCreateFailed"
 )
 
-// Condition PodGroupReady and its reasons, for a job with gangScheduling.
-// batch/v1 has no such condition.
+// Condition PodGroupReady and its reasons, for a job with scheduling (or
+// gangScheduling). batch/v1 has no such condition.
 const (
 	// ConditionPodGroupReady is True while the job's Workload and PodGroup
-	// exist with the gang's minCount, so that its pods are placed all or
-	// none; False while they cannot be created, and then the operator
-	// creates no pod.
+	// exist with the job's scheduling settings (and the gang's minCount),
+	// so that kube-scheduler places its pods by them; False while they
+	// cannot be created, and then the operator creates no pod.
 	ConditionPodGroupReady = "PodGroupReady"
 	// ReasonPodGroupCreated: the operator created the job's Workload and
 	// PodGroup (in this or an earlier sync).
@@ -277,6 +277,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.gangScheduling.minCount) || !has(self.parallelism) || self.gangScheduling.minCount <= self.parallelism",message="gangScheduling.minCount must be less than or equal to parallelism: the gang is the pods that run at once"
 // +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.gangScheduling.minCount) || self.gangScheduling.minCount <= self.completions",message="gangScheduling.minCount must be less than or equal to completions"
 // +kubebuilder:validation:XValidation:rule="!has(self.gangScheduling) || !has(self.template.spec.schedulingGroup)",message="template.spec.schedulingGroup must be unset when gangScheduling is set: the operator points the pods at the job's own PodGroup"
+// +kubebuilder:validation:XValidation:rule="!has(self.scheduling) || has(oldSelf.scheduling)",message="field cannot be set once created",fieldPath=".scheduling"
+// +kubebuilder:validation:XValidation:rule="has(self.scheduling) || !has(oldSelf.scheduling)",message="field cannot be cleared once set",fieldPath=".scheduling"
+// +kubebuilder:validation:XValidation:rule="!has(self.scheduling) || !has(self.gangScheduling)",message="must not be set together with scheduling: gangScheduling is deprecated, set scheduling.schedulingPolicy.gang.minCount instead",fieldPath=".gangScheduling"
+// +kubebuilder:validation:XValidation:rule="!has(self.scheduling) || !has(self.template.spec.schedulingGroup)",message="must not be set together with template.spec.schedulingGroup",fieldPath=".scheduling"
+// +kubebuilder:validation:XValidation:rule="!has(self.scheduling) || !has(self.scheduling.schedulingPolicy) || !has(self.scheduling.schedulingPolicy.gang) || !has(self.scheduling.schedulingPolicy.gang.minCount) || self.scheduling.schedulingPolicy.gang.minCount <= (has(self.parallelism) ? self.parallelism : 1)",message="must not be greater than parallelism",fieldPath=".scheduling.schedulingPolicy.gang.minCount"
 type IndexedBatchJobSpec struct {
 	// parallelism is the most pods that run at once. Defaults to 1.
 	// +optional
@@ -445,18 +450,30 @@ type IndexedBatchJobSpec struct {
 	// +optional
 	Network *Network `json:"network,omitempty"`
 
-	// gangScheduling has kube-scheduler place the job's pods all or none:
-	// the operator creates a Workload and a PodGroup
-	// (scheduling.k8s.io/v1beta1, Kubernetes 1.37 with feature gate
-	// GenericWorkload) for the job, controlled by it, and points every pod
-	// at the PodGroup (spec.schedulingGroup), so that the scheduler binds
-	// none of them until it can bind at least minCount at once. Condition
-	// PodGroupReady reports the PodGroup; where the cluster does not serve
-	// the Workload API, it is False with reason WorkloadAPINotServed and the
-	// operator creates no pod (it asks again every 30 seconds). Unset, the
-	// pods are scheduled one by one. Immutable.
+	// gangScheduling is deprecated: scheduling.schedulingPolicy.gang is
+	// the same gang with batch/v1 Job's shape, and the two may not both be
+	// set. It has kube-scheduler place the job's pods all or none, as
+	// scheduling: {schedulingPolicy: {gang: {minCount: N}}} does, but
+	// minCount cannot change. Immutable.
 	// +optional
 	GangScheduling *GangScheduling `json:"gangScheduling,omitempty"`
+
+	// scheduling is the workload-aware scheduling of the job's pods, as
+	// batch/v1 Job's spec.scheduling: a policy (basic, or gang: all or
+	// none), topology constraints, a disruption mode and ResourceClaims
+	// the pods share. When set, the operator creates a Workload and a
+	// PodGroup (scheduling.k8s.io/v1beta1, Kubernetes 1.37 with feature
+	// gate GenericWorkload) for the job, controlled by it, carrying these
+	// settings, and points every pod at the PodGroup
+	// (spec.schedulingGroup); kube-scheduler places the pods by it.
+	// Condition PodGroupReady reports the PodGroup; where the cluster does
+	// not serve the Workload API, it is False with reason
+	// WorkloadAPINotServed and the operator creates no pod (it asks again
+	// every 30 seconds). Unset, the pods are scheduled one by one. It may
+	// not be set or cleared after creation, and only
+	// schedulingPolicy.gang.minCount may change.
+	// +optional
+	Scheduling *JobSchedulingConfiguration `json:"scheduling,omitempty"`
 
 	// nodeAvoidance keeps the job's pods away from the nodes where its pods
 	// failed: an index's next pod avoids the nodes where that index failed,
@@ -497,8 +514,9 @@ type NodeAvoidance struct {
 	// (a constraint). Required is refused with a template that names its
 	// node (nodeName), pins its nodes by name or hostname to no more nodes
 	// than an index may fail on, places its pods through Kueue's
-	// topology-aware scheduling, or with gangScheduling: each of those can
-	// leave a retry with no node at all.
+	// topology-aware scheduling, or with a gang (scheduling's gang policy
+	// or gangScheduling): each of those can leave a retry with no node at
+	// all.
 	// +optional
 	// +kubebuilder:default=Preferred
 	Mode NodeAvoidanceMode `json:"mode,omitempty"`
@@ -515,7 +533,8 @@ type NodeAvoidance struct {
 }
 
 // GangScheduling is the size of the job's gang: how many of its pods the
-// scheduler must be able to place at once before it binds any.
+// scheduler must be able to place at once before it binds any. It is
+// deprecated in favour of spec.scheduling.schedulingPolicy.gang.
 type GangScheduling struct {
 	// minCount is the gang's size. Defaults to parallelism. At most
 	// parallelism and at most completions. Once fewer of the job's indexes
@@ -669,7 +688,7 @@ type IndexedBatchJobStatus struct {
 	// conditions: Suspended, SuccessCriteriaMet, FailureTarget, Complete,
 	// Failed; PodCreationFailed while the API server refuses the job's pods;
 	// PeerDNSReady for a job with network.enableDNSHostnames; and
-	// PodGroupReady for a job with gangScheduling.
+	// PodGroupReady for a job with scheduling or gangScheduling.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -14,8 +14,8 @@ import (
 // has yet to show of this process's writes (expectations.go), the events a
 // sync held back (event_pace.go), pod names found taken (taken_names.go),
 // deleted failed pods that are gone (gone_pods.go), a Service name found
-// taken (service.go) and the minCount the job's gang was last given
-// (gang.go). It also maps each job's namespaced name to its UID.
+// taken (service.go) and what the job's Workload and PodGroup were found
+// to be (gang.go). It also maps each job's namespaced name to its UID.
 //
 // Two stores stay apart, for what they are keyed by: the ranked queue's
 // (order.go), keyed by the queue's namespaced names and kept from a job's
@@ -43,10 +43,10 @@ type jobState struct {
 	// the job does not control, until takenServiceUntil (service.go).
 	takenService      string
 	takenServiceUntil time.Time
-	// gangMinCount is the minCount the job's Workload and PodGroup were last
-	// given, until gangUntil (gang.go).
-	gangMinCount int32
-	gangUntil    time.Time
+	// gang is what ensureGang last found of the job's Workload and
+	// PodGroup, believed until gangUntil (gang.go).
+	gang      podGroup
+	gangUntil time.Time
 	// failures is the job's failure record (failure_record_store.go).
 	failures *jobFailures
 	// createMutated is when a create of the job last came back mutated
@@ -160,19 +160,24 @@ func (s *jobStates) takeService(uid types.UID, name string, now time.Time) {
 	j.takenService, j.takenServiceUntil = name, now.Add(serviceRecheckInterval)
 }
 
-// gangCurrent reports whether the job's gang was given minCount less than
-// gangRecheckInterval before now.
-func (s *jobStates) gangCurrent(uid types.UID, minCount int32, now time.Time) bool {
+// gangCurrent is what was found of the job's Workload and PodGroup less
+// than gangRecheckInterval before now, if their gang was then given
+// minCount; false when that is not known.
+func (s *jobStates) gangCurrent(uid types.UID, minCount int32, now time.Time) (podGroup, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.jobs[uid]
-	return j != nil && j.gangMinCount == minCount && now.Before(j.gangUntil)
+	if j == nil || j.gang.minCount != minCount || !now.Before(j.gangUntil) {
+		return podGroup{}, false
+	}
+	return j.gang, true
 }
 
-// gangGiven remembers that the job's gang was given minCount at now.
-func (s *jobStates) gangGiven(uid types.UID, minCount int32, now time.Time) {
+// gangGiven remembers what was found of the job's Workload and PodGroup
+// at now (ready, with their gang's minCount).
+func (s *jobStates) gangGiven(uid types.UID, pg podGroup, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.state(uid)
-	j.gangMinCount, j.gangUntil = minCount, now.Add(gangRecheckInterval)
+	j.gang, j.gangUntil = pg, now.Add(gangRecheckInterval)
 }

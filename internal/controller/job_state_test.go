@@ -21,7 +21,18 @@ func fillJobState(s *jobStates, uid types.UID, now time.Time) {
 	job := harness.MakeIndexedBatchJob("a", "ns").UID(uid).Obj()
 	s.observeGone(job, []*jobpod.Pod{makePod(job, 0).failedAt(now, 1).deletedAt(now).obj()})
 	s.takeService(uid, "a", now)
-	s.gangGiven(uid, 2, now)
+	s.gangGiven(uid, gangOf(2), now)
+}
+
+// gangOf is a ready gang of minCount pods, as ensureGang remembers it.
+func gangOf(minCount int32) podGroup {
+	return podGroup{name: "a-1", field: "scheduling", gang: true, minCount: minCount}
+}
+
+// gangKnown reports whether s still knows the job's gang of minCount at now.
+func gangKnown(s *jobStates, uid types.UID, minCount int32, now time.Time) bool {
+	_, ok := s.gangCurrent(uid, minCount, now)
+	return ok
 }
 
 // Every part of a job's state goes with the job: when it is found gone,
@@ -53,7 +64,7 @@ func TestJobStateGoesWithTheJob(t *testing.T) {
 	if _, ok := s.keyOf("old"); ok {
 		t.Errorf("the old job's name is still known by its UID")
 	}
-	if s.serviceTaken("new", testNow) || s.gangCurrent("new", 2, testNow) || !s.podsSeen("new", among(), testNow) {
+	if s.serviceTaken("new", testNow) || gangKnown(s, "new", 2, testNow) || !s.podsSeen("new", among(), testNow) {
 		t.Errorf("the new job inherited the old one's Service, gang or expected creates")
 	}
 
@@ -69,20 +80,20 @@ func TestJobStateGoesWithTheJob(t *testing.T) {
 func TestJobStateRechecksServiceAndGang(t *testing.T) {
 	s := newJobStates()
 	s.takeService("job", "a", testNow)
-	s.gangGiven("job", 3, testNow)
+	s.gangGiven("job", gangOf(3), testNow)
 	if !s.serviceTaken("job", testNow.Add(serviceRecheckInterval-time.Second)) {
 		t.Errorf("a Service name found taken is asked about again within its interval")
 	}
 	if s.serviceTaken("job", testNow.Add(serviceRecheckInterval)) {
 		t.Errorf("a Service name found taken is not asked about again after its interval")
 	}
-	if !s.gangCurrent("job", 3, testNow.Add(gangRecheckInterval-time.Second)) {
+	if !gangKnown(s, "job", 3, testNow.Add(gangRecheckInterval-time.Second)) {
 		t.Errorf("the gang is written again within its interval")
 	}
-	if s.gangCurrent("job", 4, testNow) {
+	if gangKnown(s, "job", 4, testNow) {
 		t.Errorf("a gang of another size is taken as current")
 	}
-	if s.gangCurrent("job", 3, testNow.Add(gangRecheckInterval)) {
+	if gangKnown(s, "job", 3, testNow.Add(gangRecheckInterval)) {
 		t.Errorf("the gang is not written again after its interval")
 	}
 }

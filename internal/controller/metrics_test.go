@@ -55,7 +55,7 @@ func TestTrackedEntries(t *testing.T) {
 	r.later.add("job-a", []*jobpod.Pod{pod})
 	r.strays.add(pod)
 	r.jobs.takeService("job-b", "b", now)
-	r.jobs.gangGiven("job-a", 4, now)
+	r.jobs.gangGiven("job-a", gangOf(4), now)
 	r.memoryCaps.Set("ns", (*jobpod.MemoryCap)(nil), time.Minute)
 	r.jobs.pacedEvents("job-a", "a", &plan{}, 2, now)
 	r.jobs.takeName("job-b", 0, 0)

@@ -221,8 +221,8 @@ func (d *description) write(w io.Writer) {
 	fmt.Fprintf(w, "State:\t%s\n", d.state())
 	fmt.Fprintf(w, "Next:\t%s\n", strings.Join(d.next(), "\n\t"))
 	fmt.Fprintf(w, "Indexes:\t%d (%s), %d at a time\n", d.view.wanted.Len(), truncate(d.view.wanted.String(), 60), ptr.Deref(job.Spec.Parallelism, 1))
-	if g := job.Spec.GangScheduling; g != nil {
-		fmt.Fprintf(w, "Gang:\t%s\n", d.gang(g))
+	if minCount, ok := workloadapi.Gang(job); ok {
+		fmt.Fprintf(w, "Gang:\t%s\n", d.gang(minCount))
 	}
 	for _, state := range stateOrder {
 		if ixs := d.summary.indexes[state]; ixs.Len() > 0 {
@@ -282,17 +282,21 @@ func (d *description) restarting() int {
 }
 
 // state is the job's state in words: what it does, or why it does not run.
-// gang is the gang a job's pods are placed in: gangScheduling's minCount
-// (parallelism by default), and, while fewer indexes are left to run, the
-// smaller gang of the PodGroup now.
-func (d *description) gang(g *ibjv1.GangScheduling) string {
+// gang is the gang a job's pods are placed in: the minCount the job
+// states (parallelism by default), and, while fewer indexes are left to
+// run, the smaller gang of the PodGroup now; with the field it comes from.
+func (d *description) gang(minCount *int32) string {
 	job := d.view.job
-	size := min(ptr.Deref(g.MinCount, ptr.Deref(job.Spec.Parallelism, 1)), ptr.Deref(job.Spec.Parallelism, 1))
+	size := min(ptr.Deref(minCount, ptr.Deref(job.Spec.Parallelism, 1)), ptr.Deref(job.Spec.Parallelism, 1))
 	line := fmt.Sprintf("%s placed at once or none", plural(int(size), "pod", "pods"))
 	if now := workloadapi.MinCount(job); now < size && d.finalCondition() == nil {
 		line += fmt.Sprintf(", now %d (the indexes left)", now)
 	}
-	return line + fmt.Sprintf(" (gangScheduling; Workload and PodGroup %s)", workloadapi.Name(job))
+	field := workloadapi.GangSchedulingField
+	if workloadapi.Field(job) == workloadapi.SchedulingField {
+		field = "scheduling.schedulingPolicy.gang"
+	}
+	return line + fmt.Sprintf(" (%s; Workload and PodGroup %s)", field, workloadapi.Name(job))
 }
 
 func (d *description) state() string {

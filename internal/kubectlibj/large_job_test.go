@@ -216,15 +216,21 @@ func allocated(view func(int32) *jobView, command func(*jobView) string, complet
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// TestDescribeShowsTheGang: describe names the gang gangScheduling asks
-// for, and the smaller gang of the indexes left while fewer are left; a
+// TestDescribeShowsTheGang: describe names the gang spec.scheduling (or
+// gangScheduling) asks for, and the smaller gang of the indexes left while fewer are left; a
 // finished job's gang is the one it asked for.
 func TestDescribeShowsTheGang(t *testing.T) {
-	gangJob := func(completed string, finished bool) *jobView {
+	gangJob := func(completed string, finished, scheduling bool) *jobView {
 		job := testJob(perIndex(1), func(j *ibjv1.IndexedBatchJob) {
 			j.Spec.Completions = 6
 			j.Spec.Parallelism = ptr.To[int32](4)
 			j.Spec.GangScheduling = &ibjv1.GangScheduling{}
+			if scheduling {
+				j.Spec.GangScheduling = nil
+				j.Spec.Scheduling = &ibjv1.JobSchedulingConfiguration{SchedulingPolicy: &ibjv1.WorkloadPodGroupSchedulingPolicy{
+					Gang: &ibjv1.WorkloadPodGroupGangSchedulingPolicy{MinCount: ptr.To[int32](3)},
+				}}
+			}
 			j.UID = "0123456789ab"
 			j.Status.CompletedIndexes = completed
 			if finished {
@@ -234,17 +240,19 @@ func TestDescribeShowsTheGang(t *testing.T) {
 		return newJobView(job, newPodScan(job), now, jobpod.DefaultBackoff)
 	}
 	for _, tc := range []struct {
-		name      string
-		completed string
-		finished  bool
-		want      string
+		name       string
+		completed  string
+		finished   bool
+		scheduling bool
+		want       string
 	}{
-		{"none finished", "", false, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
-		{"two left", "0-3", false, "Gang: 4 pods placed at once or none, now 2 (the indexes left) (gangScheduling; Workload and PodGroup j-01234567)"},
-		{"finished", "0-5", true, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"none finished", "", false, false, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"two left", "0-3", false, false, "Gang: 4 pods placed at once or none, now 2 (the indexes left) (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"finished", "0-5", true, false, "Gang: 4 pods placed at once or none (gangScheduling; Workload and PodGroup j-01234567)"},
+		{"spec.scheduling's gang", "", false, true, "Gang: 3 pods placed at once or none (scheduling.schedulingPolicy.gang; Workload and PodGroup j-01234567)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := describeOutput(gangJob(tc.completed, tc.finished))
+			out := describeOutput(gangJob(tc.completed, tc.finished, tc.scheduling))
 			var line string
 			for _, l := range strings.Split(out, "\n") {
 				if strings.HasPrefix(l, "Gang:") {

@@ -24,7 +24,7 @@ func (m Mutation) String() string { return m.Field + " " + m.Change }
 // NeedsSpec says whether Mutations must see the created pod's spec for a
 // pod of job: the job's pods carry what the operator writes into the spec
 // and relies on (container restart rules of retry InPlace, memory raised
-// after OOM kills, the gang's scheduling group, the nodes avoided). Without
+// after OOM kills, the PodGroup's scheduling group, the nodes avoided). Without
 // it, the create's answer may be the pod's metadata only.
 func NeedsSpec(job *ibjv1.IndexedBatchJob) bool {
 	rr := job.Spec.RetryResources
@@ -81,7 +81,7 @@ func appendKey(out []Mutation, field, key string, want, got map[string]string) [
 
 // specMutations compares what New writes into the spec: each container's
 // restart policy and rules (retry InPlace) and memory (an OOM raise), the
-// scheduling group (a gang) and the node affinity (nodeAvoidance). A
+// scheduling group (spec.scheduling) and the node affinity (nodeAvoidance). A
 // container admission added (a sidecar) is not the template's and is not
 // compared; one that admission removed is.
 func specMutations(want, got *corev1.PodSpec) []Mutation {

@@ -1,7 +1,7 @@
 // Package podbuild builds the pods of an IndexedBatchJob from its template,
 // as the controller creates them and the admission webhook dry-runs them:
 // the fixed labels and annotations, JOB_COMPLETION_INDEX, the hostname and
-// subdomain, the gang's scheduling group, the owner reference, the
+// subdomain, the PodGroup's scheduling group, the owner reference, the
 // finalizers, the memory raised after OOM kills, and the container restart
 // rules of podFailurePolicy retry InPlace. It decides nothing
 // about when a pod is made; the controller does (internal/controller).
@@ -51,7 +51,7 @@ func Name(job *ibjv1.IndexedBatchJob, index, attempt int32) string {
 // New builds the pod for one index from the job's template: the fixed
 // labels and annotations of the API (api/v1alpha1), JOB_COMPLETION_INDEX in every container,
 // hostname <job>-<index> (in the job's headless Service's subdomain with peer
-// DNS), the job's PodGroup with gang scheduling, the owner reference and
+// DNS), the job's PodGroup with spec.scheduling, the owner reference and
 // the tracking finalizer; for a job with spec.maxRestarts, the pod's
 // generation; the container restart rules of retry InPlace rules
 // (setRestartRules); for a job with
@@ -186,17 +186,19 @@ func Subdomain(job *ibjv1.IndexedBatchJob) string {
 	return job.Spec.Template.Spec.Subdomain
 }
 
-// PodGroupName is the name of the job's PodGroup under gangScheduling, nil
-// without it.
+// PodGroupName is the name of the job's PodGroup when it has one (it sets
+// scheduling or gangScheduling: workloadapi.Wanted), nil otherwise.
 func PodGroupName(job *ibjv1.IndexedBatchJob) *string {
-	if job.Spec.GangScheduling == nil {
+	if !workloadapi.Wanted(job) {
 		return nil
 	}
 	return ptr.To(workloadapi.Name(job))
 }
 
-// SchedulingGroup points a pod at the job's PodGroup under gangScheduling,
-// and is the template's otherwise.
+// SchedulingGroup points a pod at the job's PodGroup when it has one, as
+// batch/v1's Job controller does (only that: the pods share the group's
+// ResourceClaims through the template's own spec.resourceClaims), and is
+// the template's otherwise.
 func SchedulingGroup(job *ibjv1.IndexedBatchJob) *corev1.PodSchedulingGroup {
 	if name := PodGroupName(job); name != nil {
 		return &corev1.PodSchedulingGroup{PodGroupName: name}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/workloadapi"
 )
 
 // hostnameLabel is the node label kube-scheduler's hostname topology and
@@ -45,8 +46,8 @@ func nodeAvoidanceErrors(job *ibjv1.IndexedBatchJob) field.ErrorList {
 	if tmpl.Spec.NodeName != "" {
 		errs = append(errs, refuse(fmt.Sprintf("spec.template.spec.nodeName binds every pod to node %s, so a retry that avoids it could never run", tmpl.Spec.NodeName)))
 	}
-	if job.Spec.GangScheduling != nil {
-		errs = append(errs, refuse("with spec.gangScheduling the pods are placed all or none, so one retry left without a node would hold back the whole gang"))
+	if _, gang := workloadapi.Gang(job); gang {
+		errs = append(errs, refuse(fmt.Sprintf("with %s the pods are placed all or none, so one retry left without a node would hold back the whole gang", gangField(job))))
 	}
 	if key := topologyAnnotation(tmpl.Annotations); key != "" {
 		errs = append(errs, refuse(fmt.Sprintf("the template's annotation %s has Kueue place the pods (topology-aware scheduling), and the node it assigns a retry may be one the retry must avoid", key)))

@@ -44,7 +44,12 @@ func TestNodeAvoidanceThatCouldNeverPlaceARetry(t *testing.T) {
 		{name: "preferred with nodeName warns", mode: ibjv1.NodeAvoidancePreferred,
 			job: func(j *ibjv1.IndexedBatchJob) { j.Spec.Template.Spec.NodeName = "n1" }, warnings: 1},
 		{name: "required with a gang", mode: ibjv1.NodeAvoidanceRequired,
-			edit: func(w *harness.JobWrapper) { w.Parallelism(2).GangScheduling(2) }, refused: "all or none"},
+			edit: func(w *harness.JobWrapper) { w.Parallelism(2).GangScheduling(2) }, refused: "with spec.gangScheduling the pods are placed all or none"},
+		{name: "required with spec.scheduling's gang", mode: ibjv1.NodeAvoidanceRequired,
+			edit:    func(w *harness.JobWrapper) { w.Parallelism(2).Gang(0) },
+			refused: "with spec.scheduling.schedulingPolicy.gang the pods are placed all or none"},
+		{name: "required with spec.scheduling's basic policy, placed one by one", mode: ibjv1.NodeAvoidanceRequired,
+			edit: func(w *harness.JobWrapper) { w.BasicScheduling().Topology("topology.kubernetes.io/zone") }},
 		{name: "required with Kueue's topology", mode: ibjv1.NodeAvoidanceRequired,
 			edit: func(w *harness.JobWrapper) {
 				w.PodAnnotation("kueue.x-k8s.io/podset-required-topology", "kubernetes.io/hostname")

@@ -90,7 +90,7 @@ func (v *Validator) ValidateCreate(ctx context.Context, job *ibjv1.IndexedBatchJ
 		return nil, invalid(job, errs)
 	}
 	warnings, err := v.judgePods(ctx, job)
-	return append(warnings, nodeAvoidanceWarnings(job)...), err
+	return append(append(warnings, nodeAvoidanceWarnings(job)...), schedulingWarnings(job)...), err
 }
 
 // invalid is the refusal of the job for errs.
@@ -98,7 +98,17 @@ func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
 	return apierrors.NewInvalid(ibjv1.GroupVersion.WithKind("IndexedBatchJob").GroupKind(), job.Name, errs)
 }
 
-// ValidateUpdate applies the queueing system's rules (Queue), then judges
+// ValidateUpdate judges the update (validateUpdate) and warns of the
+// job's deprecated fields, as a create does.
+func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+	warnings, err := v.validateUpdate(ctx, old, job)
+	if job.DeletionTimestamp != nil {
+		return warnings, err
+	}
+	return append(warnings, schedulingWarnings(job)...), err
+}
+
+// validateUpdate applies the queueing system's rules (Queue), then judges
 // the template only when the update changes it or
 // retryResources, which makes the pods' memory (what else the pod depends
 // on, the job's name, namespace, network and backoffLimitPerIndex, cannot
@@ -106,7 +116,7 @@ func invalid(job *ibjv1.IndexedBatchJob, errs field.ErrorList) error {
 // when it was written; judging it again would block, for example, the
 // suspend and resume of a queueing system, or the labels of a job admitted
 // before the webhook was installed, and cost a dry run per update.
-func (v *Validator) ValidateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
+func (v *Validator) validateUpdate(ctx context.Context, old, job *ibjv1.IndexedBatchJob) (admission.Warnings, error) {
 	if job.DeletionTimestamp != nil {
 		return nil, nil
 	}

@@ -1,10 +1,12 @@
 // Package workloadapi holds the few scheduling.k8s.io/v1beta1 types of
-// Kubernetes' Workload API (Workload and PodGroup, KEP-4671) that gang
-// scheduling needs, as small local types sent as unstructured objects. The
-// operator's k8s.io/api (pinned by Kueue and controller-runtime) predates
-// v1beta1, and the API is beta and off by default: keeping its shape here
-// keeps its churn out of the controller. It also says what a job's gang
-// is (Name, MinCount), which the operator and kubectl ibj both read.
+// Kubernetes' Workload API (Workload and PodGroup, KEP-4671) that a job's
+// spec.scheduling (and the deprecated gangScheduling) needs, as small
+// local types sent as unstructured objects. The operator's k8s.io/api
+// (pinned by Kueue and controller-runtime) predates v1beta1, and the API
+// is beta and off by default: keeping its shape here keeps its churn out
+// of the controller. It also says what a job asks of it (job.go: Wanted,
+// Gang, Name, MinCount, Template), which the operator, its webhook and
+// kubectl ibj all read.
 //
 // The types are not CRDs: controller-gen skips the package.
 //
@@ -20,10 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
-
-	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
-	"github.com/indexed-batch-job/indexed-batch-job/internal/indexset"
 )
 
 // GroupVersion is the API version of Workload and PodGroup this package
@@ -60,23 +58,68 @@ type TypedLocalObjectReference struct {
 	Name     string `json:"name"`
 }
 
-// PodGroupTemplate is one group of a Workload's pods.
+// PodGroupTemplate is one group of a Workload's pods: how the scheduler
+// places them, as the PodGroups made from it say again.
 type PodGroupTemplate struct {
 	Name             string           `json:"name"`
 	SchedulingPolicy SchedulingPolicy `json:"schedulingPolicy"`
+	// SchedulingConstraints is served with feature gate
+	// TopologyAwareWorkloadScheduling; without it the API server drops it.
+	SchedulingConstraints *PodGroupSchedulingConstraints `json:"schedulingConstraints,omitempty"`
+	// ResourceClaims is served with feature gate DRAWorkloadResourceClaims;
+	// without it the API server drops it.
+	ResourceClaims    []PodGroupResourceClaim `json:"resourceClaims,omitempty"`
+	DisruptionMode    *DisruptionMode         `json:"disruptionMode,omitempty"`
+	PriorityClassName string                  `json:"priorityClassName,omitempty"`
 }
 
-// SchedulingPolicy is how the scheduler places a group's pods; the operator
-// sets only Gang.
+// SchedulingPolicy is how the scheduler places a group's pods: exactly one
+// of Basic (one by one) and Gang (all or none).
 type SchedulingPolicy struct {
-	Gang *GangSchedulingPolicy `json:"gang,omitempty"`
+	Basic *BasicSchedulingPolicy `json:"basic,omitempty"`
+	Gang  *GangSchedulingPolicy  `json:"gang,omitempty"`
 }
+
+// BasicSchedulingPolicy: the group's pods are placed one by one.
+type BasicSchedulingPolicy struct{}
 
 // GangSchedulingPolicy: the scheduler binds none of the group's pods until
 // it can bind at least MinCount of them at once.
 type GangSchedulingPolicy struct {
 	MinCount int32 `json:"minCount"`
 }
+
+// PodGroupSchedulingConstraints are where a group's pods go together.
+type PodGroupSchedulingConstraints struct {
+	Topology []TopologyConstraint `json:"topology,omitempty"`
+}
+
+// TopologyConstraint keeps a group's pods within one value of a node label.
+type TopologyConstraint struct {
+	Key string `json:"key"`
+}
+
+// PodGroupResourceClaim is a ResourceClaim the group's pods share: a pod
+// consumes it with a claim of the same name and source in its own
+// spec.resourceClaims.
+type PodGroupResourceClaim struct {
+	Name                      string  `json:"name"`
+	ResourceClaimName         *string `json:"resourceClaimName,omitempty"`
+	ResourceClaimTemplateName *string `json:"resourceClaimTemplateName,omitempty"`
+}
+
+// DisruptionMode is how a group's pods may be disrupted: each on its own
+// (Single, the API's default) or together (All).
+type DisruptionMode struct {
+	Single *SingleDisruptionMode `json:"single,omitempty"`
+	All    *AllDisruptionMode    `json:"all,omitempty"`
+}
+
+// SingleDisruptionMode: each pod may be disrupted on its own.
+type SingleDisruptionMode struct{}
+
+// AllDisruptionMode: the group's pods are disrupted together.
+type AllDisruptionMode struct{}
 
 // PodGroup is scheduling.k8s.io/v1beta1 PodGroup: the runtime group a pod
 // names in spec.schedulingGroup.podGroupName.
@@ -86,54 +129,22 @@ type PodGroup struct {
 	Spec              PodGroupSpec `json:"spec"`
 }
 
-// PodGroupSpec is the part of the PodGroup's spec the operator sets.
+// PodGroupSpec is the part of the PodGroup's spec the operator sets: its
+// template's fields, copied, which is what kube-scheduler reads.
 type PodGroupSpec struct {
 	// WorkloadRef names the Workload and its template the group was made from.
-	WorkloadRef *WorkloadReference `json:"workloadRef,omitempty"`
-	// SchedulingPolicy is copied from the template.
-	SchedulingPolicy SchedulingPolicy `json:"schedulingPolicy"`
+	WorkloadRef           *WorkloadReference             `json:"workloadRef,omitempty"`
+	SchedulingPolicy      SchedulingPolicy               `json:"schedulingPolicy"`
+	SchedulingConstraints *PodGroupSchedulingConstraints `json:"schedulingConstraints,omitempty"`
+	ResourceClaims        []PodGroupResourceClaim        `json:"resourceClaims,omitempty"`
+	DisruptionMode        *DisruptionMode                `json:"disruptionMode,omitempty"`
+	PriorityClassName     string                         `json:"priorityClassName,omitempty"`
 }
 
 // WorkloadReference names a PodGroupTemplate of a Workload.
 type WorkloadReference struct {
 	WorkloadName string `json:"workloadName"`
 	TemplateName string `json:"templateName"`
-}
-
-// Name is the name of the job's Workload and PodGroup: the job's name
-// and the start of its UID, so that a job created again under the same
-// name while the garbage collector still deletes its predecessor's objects
-// never finds their names taken.
-func Name(job *ibjv1.IndexedBatchJob) string {
-	uid := string(job.UID)
-	if len(uid) > 8 {
-		uid = uid[:8]
-	}
-	return job.Name + "-" + uid
-}
-
-// MinCount is the gang's size the PodGroup should have: minCount, or
-// parallelism, but never more than the wanted indexes the job's status
-// does not record as finished (a gang larger than the pods left to run
-// would never form, and hold the job's last pods for good); at least 1.
-// It reads the last recorded status, so it follows the job's progress one
-// status write behind.
-func MinCount(job *ibjv1.IndexedBatchJob) int32 {
-	n := ptr.Deref(job.Spec.Parallelism, 1)
-	if g := job.Spec.GangScheduling; g != nil && g.MinCount != nil {
-		n = min(n, *g.MinCount)
-	}
-	wanted, _ := indexset.OfJob(job) // unreadable: the operator starts no pod
-	if done, err := indexset.Parse(job.Status.CompletedIndexes, 0); err == nil {
-		wanted = wanted.Difference(done)
-	}
-	if failed := job.Status.FailedIndexes; failed != nil {
-		if set, err := indexset.Parse(*failed, 0); err == nil {
-			wanted = wanted.Difference(set)
-		}
-	}
-	n = min(n, int32(min(wanted.Len(), 1<<30)))
-	return max(n, 1)
 }
 
 // Unstructured converts a Workload or PodGroup of this package to the

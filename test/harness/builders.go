@@ -154,6 +154,64 @@ func (w *JobWrapper) GangScheduling(minCount int32) *JobWrapper {
 	return w
 }
 
+// Gang sets spec.scheduling.schedulingPolicy.gang, with minCount when it
+// is above 0 (the gang is parallelism pods otherwise).
+func (w *JobWrapper) Gang(minCount int32) *JobWrapper {
+	gang := &v1alpha1.WorkloadPodGroupGangSchedulingPolicy{}
+	if minCount > 0 {
+		gang.MinCount = ptr.To(minCount)
+	}
+	w.scheduling().SchedulingPolicy = &v1alpha1.WorkloadPodGroupSchedulingPolicy{Gang: gang}
+	return w
+}
+
+// BasicScheduling sets spec.scheduling.schedulingPolicy.basic.
+func (w *JobWrapper) BasicScheduling() *JobWrapper {
+	w.scheduling().SchedulingPolicy = &v1alpha1.WorkloadPodGroupSchedulingPolicy{Basic: &v1alpha1.WorkloadPodGroupBasicSchedulingPolicy{}}
+	return w
+}
+
+// Topology sets spec.scheduling.schedulingConstraints to one topology
+// constraint on the node label key.
+func (w *JobWrapper) Topology(key string) *JobWrapper {
+	w.scheduling().SchedulingConstraints = &v1alpha1.WorkloadPodGroupSchedulingConstraints{
+		Topology: []v1alpha1.WorkloadTopologyConstraint{{Key: key}},
+	}
+	return w
+}
+
+// DisruptTogether sets spec.scheduling.disruptionMode to all (true) or
+// single (false).
+func (w *JobWrapper) DisruptTogether(all bool) *JobWrapper {
+	mode := &v1alpha1.WorkloadPodGroupDisruptionMode{Single: &v1alpha1.WorkloadPodGroupSingleDisruptionMode{}}
+	if all {
+		mode = &v1alpha1.WorkloadPodGroupDisruptionMode{All: &v1alpha1.WorkloadPodGroupAllDisruptionMode{}}
+	}
+	w.scheduling().DisruptionMode = mode
+	return w
+}
+
+// SharedClaim adds to spec.scheduling.resourceClaims a claim of the given
+// name on the ResourceClaim claimName, or, with fromTemplate, on the
+// ResourceClaimTemplate of that name.
+func (w *JobWrapper) SharedClaim(name, claimName string, fromTemplate bool) *JobWrapper {
+	c := v1alpha1.WorkloadPodGroupResourceClaim{Name: name, ResourceClaimName: ptr.To(claimName)}
+	if fromTemplate {
+		c.ResourceClaimName, c.ResourceClaimTemplateName = nil, ptr.To(claimName)
+	}
+	s := w.scheduling()
+	s.ResourceClaims = append(s.ResourceClaims, c)
+	return w
+}
+
+// scheduling is the job's spec.scheduling, made empty if unset.
+func (w *JobWrapper) scheduling() *v1alpha1.JobSchedulingConfiguration {
+	if w.job.Spec.Scheduling == nil {
+		w.job.Spec.Scheduling = &v1alpha1.JobSchedulingConfiguration{}
+	}
+	return w.job.Spec.Scheduling
+}
+
 // ManagedBy sets spec.managedBy.
 func (w *JobWrapper) ManagedBy(controller string) *JobWrapper {
 	w.job.Spec.ManagedBy = ptr.To(controller)

@@ -23,6 +23,15 @@ import (
 // until minCount of them have a place, then binds them together).
 const WorkloadAPIFeatureGate = "GenericWorkload=true"
 
+// WorkloadSchedulingFeatureGates are the feature gates of every part of
+// spec.scheduling on Kubernetes 1.37 (kube-apiserver and kube-scheduler):
+// the Workload API, topology constraints
+// (TopologyAwareWorkloadScheduling, alpha) and shared ResourceClaims
+// (DRAWorkloadResourceClaims, beta and off by default). Without the last
+// two, kube-apiserver drops a PodGroup's schedulingConstraints and
+// resourceClaims.
+const WorkloadSchedulingFeatureGates = WorkloadAPIFeatureGate + ",TopologyAwareWorkloadScheduling=true,DRAWorkloadResourceClaims=true"
+
 // WorkloadAPIServerFlags are the kube-apiserver flags (name without
 // dashes, value) that serve the Workload API: its feature gate, and its
 // beta API version, which is off by default. Options.WorkloadAPI sets

@@ -1,7 +1,9 @@
 // Package gang_test runs the operator's reconciler against a kube-apiserver
 // that serves the Workload API (scheduling.k8s.io/v1beta1, Kubernetes 1.37
-// with feature gate GenericWorkload): a job with spec.gangScheduling gets
-// its Workload and PodGroup, and its pods point at the PodGroup. There is
+// with feature gate GenericWorkload, and the gates of its topology
+// constraints and shared claims): a job with spec.scheduling (or the
+// deprecated spec.gangScheduling) gets its Workload and PodGroup carrying
+// its settings, and its pods point at the PodGroup. There is
 // no scheduler here; the e2e suite's gang spec runs kube-scheduler. The
 // controller suite holds the other side, an API server that does not
 // serve the API.
@@ -28,6 +30,7 @@ import (
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 var (
@@ -51,7 +54,8 @@ var _ = BeforeSuite(func() {
 			Skip(fmt.Sprintf("kube-apiserver 1.%d cannot serve the Workload API (1.%d or later)", minor, harness.WorkloadAPIMinor))
 		}
 	}
-	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, WorkloadAPI: true})
+	env, err := harness.StartEnvtest(harness.EnvtestOptions{Scheme: scheme, Log: GinkgoWriter, WorkloadAPI: true,
+		FeatureGates: controlplane.WorkloadSchedulingFeatureGates})
 	Expect(err).NotTo(HaveOccurred())
 	testEnv, k8sClient, clientset = env.Env, env.Client, env.Clientset
 
