@@ -69,9 +69,19 @@ func (w *Writer) Create(ctx context.Context, pod *corev1.Pod, withSpec bool) (*c
 	if withSpec {
 		accept = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	}
-	body, err := w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod).SetHeader("Accept", accept).Do(ctx).Raw()
+	// Stream, not Do: Do decodes a refusal's Status with the client's
+	// serializer, which reads no Status answered to this Accept, and the
+	// API server's reason and message would be lost ("unknown").
+	answer, err := w.rest.Post().Namespace(pod.Namespace).Resource("pods").Body(pod).SetHeader("Accept", accept).Stream(ctx)
 	if err != nil {
 		return nil, err
+	}
+	body, err := io.ReadAll(answer)
+	if cerr := answer.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer to the create of pod %s: %w", pod.Name, err)
 	}
 	obj, _, err := answerDecoder.Decode(body, nil, nil)
 	if err != nil {

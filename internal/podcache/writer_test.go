@@ -2,10 +2,14 @@ package podcache
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -54,6 +58,39 @@ func TestPodWritesAgainstTheAPIServer(t *testing.T) {
 	}
 	if _, err := w.Create(ctx, pod, false); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("create again: %v, want AlreadyExists", err)
+	}
+	// A refusal keeps the API server's reason and message, which the
+	// controller reports (QuotaExceeded), whatever the Accept asked for.
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "full", Namespace: "default"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+	if err := direct.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	quota.Status.Hard, quota.Status.Used = quota.Spec.Hard, corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}
+	if err := direct.Status().Update(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	// The quota admission plugin reads quotas from a cache: wait until it
+	// refuses a dry run.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		probe := harness.MakePod(job, 3, 0, created).Obj()
+		probe.UID, probe.ResourceVersion = "", ""
+		if apierrors.IsForbidden(direct.Create(ctx, probe, client.DryRunAll)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the full quota never refused a pod")
+		}
+	}
+	for _, withSpec := range []bool{false, true} {
+		refused := harness.MakePod(job, 2, 0, created).Obj()
+		refused.UID, refused.ResourceVersion = "", ""
+		if _, err := w.Create(ctx, refused, withSpec); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: full") {
+			t.Errorf("create against a full quota (with the spec %v): %v, want Forbidden with the quota's message", withSpec, err)
+		}
+	}
+	if err := direct.Delete(ctx, quota); err != nil {
+		t.Fatal(err)
 	}
 
 	// The patch the controller sends to release a pod whose end it counted.
