@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,8 +64,18 @@ var _ = Describe("Real failures", Label("node", "node-failure"), func() {
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(preemptCPU)}}}},
 				},
 			}
-			_, err := clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-			Expect(err).NotTo(HaveOccurred())
+			// The API server's priority admission reads PriorityClasses from
+			// its own cache, which may not hold the new class yet: until it
+			// does, the create is refused as naming an unknown class.
+			Eventually(func(ctx context.Context) error {
+				_, err := clientset.CoreV1().Pods(ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+				if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "no PriorityClass with name") {
+					return err
+				}
+				Expect(err).NotTo(HaveOccurred(), "creating %s", pod.Name)
+				return nil
+			}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(),
+				"the API server knows PriorityClass %s", high.Name)
 		}
 
 		ibj, job := waitBoth(ctx, ns, "preempted", jobTimeout)
