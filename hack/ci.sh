@@ -13,9 +13,10 @@
 #
 # After make verify, every binary is built once, side by side (`make
 # ci-binaries`). Then two lanes run side by side: `make lint test`, the e2e
-# suite (all but its tenant specs) and the kwok demos in one; the node,
-# MultiKueue, image and release suites and their demos, whose time goes
-# mostly to waiting on kubelets, timeouts and backoffs, in the other. Last,
+# suite (all but its tenant, bad-node and admission-chain specs) and the
+# kwok demos in one; the node, MultiKueue, image and release suites and
+# their demos, whose time goes mostly to waiting on kubelets, timeouts and
+# backoffs, then the bad-node and admission-chain e2e specs, in the other. Last,
 # the tenant specs run alone, since they hold a canary job's time under
 # attack to its time alone on the same machine.
 #
@@ -115,16 +116,18 @@ quarantine=
 [ "$tier" = ci ] && quarantine=' && !quarantine'
 
 # The lanes are balanced by their last measured times (docs/bench/ci.md):
-# the checks, make test, the e2e suite and the three kwok demos in one; the
-# node, MultiKueue, image and release suites and their demos in the other,
-# which mostly wait on kubelets, timeouts and backoffs while the first
-# computes.
+# the checks, make test, most of the e2e suite and the three kwok demos in
+# one; the node, MultiKueue, image and release suites and their demos in the
+# other, which mostly wait on kubelets, timeouts and backoffs while the first
+# computes, and then the e2e suite's bad-node and admission-chain specs (a
+# second e2e process: its clusters take their own ports and directories).
 main_lane() {
   # golangci-lint v2 with .golangci.yml, then the README's test command;
   # either failing stops the lane: the e2e suite would only repeat it.
   step "make lint" make lint && step "make test" make test || return
   run_steps \
-    "make test-e2e (all but tenant)" "make test-e2e E2E_LABELS='!tenant$quarantine'" \
+    "make test-e2e (all but tenant, bad-node, admission-chain)" \
+    "make test-e2e E2E_LABELS='!tenant && !bad-node && !admission-chain$quarantine'" \
     "make demo" "make demo" \
     "make demo-kueue" "make demo-kueue" \
     "make demo GANG=1" "make demo GANG=1"
@@ -137,7 +140,9 @@ cluster_lane() {
     "make test-multikueue" "make test-multikueue" \
     "make demo-multikueue" "make demo-multikueue" \
     "make test-image" "make test-image" \
-    "make test-release" "make test-release"
+    "make test-release" "make test-release" \
+    "make test-e2e (bad-node, admission-chain)" \
+    "make test-e2e E2E_LABELS='(bad-node || admission-chain)$quarantine'"
 }
 
 step "make node-prereqs" make node-prereqs
