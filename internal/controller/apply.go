@@ -97,7 +97,15 @@ func (r *Reconciler) apply(ctx context.Context, job *ibjv1.IndexedBatchJob, p pl
 	// What stops the job's pods shows in its status (condition
 	// PodCreationFailed, and the phase), not only in events. The error
 	// returned below retries the sync with the controller's rate limiter.
-	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, firstError(createErrs))
+	// Within a minute of a mutated create, condition PodMutated stays
+	// through creates as asked for, and the sync at the minute's end
+	// clears it.
+	mutatedPacing := false
+	if ends := r.jobs.mutatedMinuteEnds(job.UID); ends.After(r.clock.Now()) {
+		mutatedPacing = true
+		p.requeue(ends.Sub(r.clock.Now()))
+	}
+	setPodCreation(&p.status, job.Generation, r.clock.Now(), len(p.create) > 0, mutatedPacing, firstError(createErrs))
 	setPhase(&p.status)
 	var releaseErr error
 	if p.holdStatus > 0 && (onlyCountersMoved(&job.Status, &p.status) ||

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -90,8 +89,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 // mutatedAlready: the job's status says already that its creates come
 // back mutated.
 func mutatedAlready(job *ibjv1.IndexedBatchJob) bool {
-	c := meta.FindStatusCondition(job.Status.Conditions, ibjv1.ConditionPodCreationFailed)
-	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ibjv1.ReasonPodMutated
+	return podMutatedCondition(&job.Status)
 }
 
 // onlyMutated: every error of errs is a MutatedPodError (nil ones aside).

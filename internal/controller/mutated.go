@@ -25,7 +25,9 @@ import (
 // go first), and the create counts as refused: the job's status says why
 // (condition PodCreationFailed, reason PodMutated, naming the field), the
 // job stops creating, and tries again after mutatedDelay, so that a policy
-// fixed since lets it go on. Without this, a pod stripped of its job-name
+// fixed since lets it go on. The condition stays until a minute passes
+// without a mutated create: a process that starts meanwhile paces the job
+// from it, so that restarts do not reset the pace. Without this, a pod stripped of its job-name
 // label is one the job never sees, and it creates another, and another.
 
 // MutatedPodError is a create whose pod came back from admission changed
@@ -133,6 +135,21 @@ func (s *jobStates) mutatedUntil(job *ibjv1.IndexedBatchJob, now time.Time) time
 		return time.Time{}
 	}
 	return later(j.createMutated, j.pacedCreate.Add(mutatedFloor(job)))
+}
+
+// mutatedMinuteEnds is when a minute will have passed since the job's last
+// mutated create (this process's record, or when it found the job's status
+// saying so), zero if none is recorded. Until then the job's condition
+// PodCreationFailed (PodMutated) stays, creates as asked for or not: it is
+// what paces the job from its first sync in a process started meanwhile.
+func (s *jobStates) mutatedMinuteEnds(uid types.UID) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[uid]
+	if j == nil || j.createMutated.IsZero() {
+		return time.Time{}
+	}
+	return j.createMutated.Add(time.Minute)
 }
 
 // later is the later of two times.

@@ -123,12 +123,30 @@ func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	if got, want := r.jobs.mutatedUntil(job, clk.Now()), clk.Now().Add(13*time.Second); !got.Equal(want) {
 		t.Errorf("after a create as asked for, creates wait until %v, want %v", got, want)
 	}
-	clk.Step(time.Minute)
+	// The condition stays for that minute: an operator started now paces
+	// the job from it.
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
 		t.Fatal(err)
 	}
+	if !mutatedAlready(job) {
+		t.Errorf("conditions %v: want PodMutated to stay within a minute of the mutated create", job.Status.Conditions)
+	}
+	if got := newJobStates().mutatedUntil(job, clk.Now()); got.IsZero() {
+		t.Error("an operator started within the minute does not pace the job")
+	}
+	clk.Step(time.Minute)
 	if got := r.jobs.mutatedUntil(job, clk.Now()); !got.IsZero() {
 		t.Errorf("a minute after the last mutated create, creates still wait until %v", got)
+	}
+	// The sync at the minute's end, creating nothing, clears the condition.
+	if _, err := r.apply(context.Background(), job, plan{status: *job.Status.DeepCopy()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+		t.Fatal(err)
+	}
+	if mutatedAlready(job) {
+		t.Errorf("conditions %v: want PodMutated gone a minute after the last mutated create", job.Status.Conditions)
 	}
 	if err := api.List(context.Background(), &pods); err != nil || len(pods.Items) != 1 {
 		t.Errorf("pods: %d (%v), want the one created", len(pods.Items), err)
@@ -168,26 +186,15 @@ func TestPacedAfterAMutatedCreate(t *testing.T) {
 		t.Errorf("unpaced sync creates %d pods, want 40", len(p.create))
 	}
 
-	// A creates sequence where a third come back mutated: never more
-	// than parallelism+2 in a minute.
-	s = newJobStates()
-	var made []time.Time
-	for now := testNow; now.Before(testNow.Add(5 * time.Minute)); now = now.Add(100 * time.Millisecond) {
-		if until := s.mutatedUntil(job, now); until.After(now) {
-			continue
-		}
-		made = append(made, now)
-		s.createsMutated(job.UID, len(made)%3 == 0, now)
-	}
-	for i := range made {
-		n := 0
-		for _, at := range made[i:] {
-			if at.Sub(made[i]) < time.Minute {
-				n++
-			}
-		}
-		if n > 42 {
-			t.Fatalf("%d creates in the minute from %v, want at most 42", n, made[i].Sub(testNow))
+	// Syncs every 100 ms for five minutes, every tenth create mutated:
+	// never more than parallelism+2 creates in the minute from a mutated
+	// one, with the operator
+	// running throughout or restarted every 7.8 s (six kills in 47 s, as
+	// the chaos spec does), each process knowing only the job's status.
+	for _, restartEvery := range []time.Duration{0, 7800 * time.Millisecond} {
+		job.Status = ibjv1.IndexedBatchJobStatus{}
+		if n, from := mostCreatesInAMinute(job, restartEvery); n > 42 {
+			t.Errorf("restarted every %v: %d creates in the minute from %v, want at most 42", restartEvery, n, from)
 		}
 	}
 
@@ -197,6 +204,59 @@ func TestPacedAfterAMutatedCreate(t *testing.T) {
 	if got := newJobStates().mutatedUntil(job, testNow); !got.Equal(testNow) {
 		t.Errorf("restarted: until %v, want %v (paced, no wait)", got, testNow)
 	}
+}
+
+// mostCreatesInAMinute runs a job's creates for five minutes, a sync
+// every 100 ms and every tenth create coming back mutated, as apply does:
+// paced, a sync creates one pod; not paced, batches of 1, 2, 4, ... up to
+// its parallelism, stopping after the batch with a mutated create. The
+// operator restarts every restartEvery (never if zero), keeping only the
+// job's status. It returns the most creates in the minute from a mutated
+// one, and when that minute began.
+func mostCreatesInAMinute(job *ibjv1.IndexedBatchJob, restartEvery time.Duration) (int, time.Duration) {
+	mutatedErr := &MutatedPodError{Pod: "a-0-0", Mutations: []podbuild.Mutation{{Field: "metadata.labels[x]", Change: "was removed"}}}
+	s, restarted := newJobStates(), testNow
+	var made []time.Time
+	var mutatedAt []int
+	for now := testNow; now.Before(testNow.Add(5 * time.Minute)); now = now.Add(100 * time.Millisecond) {
+		if restartEvery > 0 && now.Sub(restarted) >= restartEvery {
+			s, restarted = newJobStates(), now
+		}
+		until := s.mutatedUntil(job, now)
+		if until.After(now) {
+			continue
+		}
+		want := int(ptr.Deref(job.Spec.Parallelism, 1))
+		if !until.IsZero() {
+			want = 1
+		}
+		var failure error
+		for batch, sent := 1, 0; sent < want && failure == nil; batch *= 2 {
+			for range min(batch, want-sent) {
+				made = append(made, now)
+				if len(made)%10 == 0 {
+					failure = mutatedErr
+					mutatedAt = append(mutatedAt, len(made)-1)
+				}
+				sent++
+			}
+		}
+		s.createsMutated(job.UID, failure != nil, now)
+		setPodCreation(&job.Status, 1, now, true, s.mutatedMinuteEnds(job.UID).After(now), failure)
+	}
+	most, from := 0, time.Duration(0)
+	for _, i := range mutatedAt {
+		n := 0
+		for _, at := range made[i:] {
+			if at.Sub(made[i]) < time.Minute {
+				n++
+			}
+		}
+		if n > most {
+			most, from = n, made[i].Sub(testNow)
+		}
+	}
+	return most, from
 }
 
 // isMutated sees a MutatedPodError through wrapping, and nothing else.

@@ -199,16 +199,33 @@ func setPhase(st *ibjv1.IndexedBatchJobStatus) {
 // goes once a sync's creates all succeed (attempted, no failure), and when
 // the job no longer creates pods (suspended, or its end decided): it says
 // what stops the job now, not what stopped it once. A sync that creates
-// nothing (waiting for a backoff, say) leaves it as it is.
-func setPodCreation(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, attempted bool, failure error) {
+// nothing (waiting for a backoff, say) leaves it as it is. One exception:
+// reason PodMutated stays while mutatedPacing (within a minute of the
+// job's last mutated create), since the job's pace after a restart comes
+// from it, and goes at the first sync after that minute.
+func setPodCreation(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, attempted, mutatedPacing bool, failure error) {
+	ended := isTrue(st, ibjv1.ConditionSuspended) || currentTarget(st) != nil ||
+		isTrue(st, ibjv1.ConditionComplete) || isTrue(st, ibjv1.ConditionFailed)
 	switch {
 	case failure != nil && !isTrue(st, ibjv1.ConditionSuspended) && currentTarget(st) == nil:
 		reason, message := podCreationFailure(failure)
 		setCondition(st, gen, now, ibjv1.ConditionPodCreationFailed, metav1.ConditionTrue, reason, message)
-	case attempted, isTrue(st, ibjv1.ConditionSuspended), currentTarget(st) != nil,
-		isTrue(st, ibjv1.ConditionComplete), isTrue(st, ibjv1.ConditionFailed):
+	case ended:
+		meta.RemoveStatusCondition(&st.Conditions, ibjv1.ConditionPodCreationFailed)
+	case podMutatedCondition(st):
+		if !mutatedPacing {
+			meta.RemoveStatusCondition(&st.Conditions, ibjv1.ConditionPodCreationFailed)
+		}
+	case attempted:
 		meta.RemoveStatusCondition(&st.Conditions, ibjv1.ConditionPodCreationFailed)
 	}
+}
+
+// podMutatedCondition: condition PodCreationFailed stands with reason
+// PodMutated.
+func podMutatedCondition(st *ibjv1.IndexedBatchJobStatus) bool {
+	c := meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodCreationFailed)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ibjv1.ReasonPodMutated
 }
 
 // podCreationFailure is the reason and message of condition

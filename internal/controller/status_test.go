@@ -370,6 +370,7 @@ func TestSetPodCreation(t *testing.T) {
 		name      string
 		st        ibjv1.IndexedBatchJobStatus
 		attempted bool
+		pacing    bool
 		failure   error
 		want      ibjv1.IndexedBatchJobStatus
 	}{
@@ -421,6 +422,30 @@ func TestSetPodCreation(t *testing.T) {
 				Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier)}},
 		},
 		{
+			name:      "within a minute of a mutated create, creates as asked for keep PodMutated: a restarted operator paces from it",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonPodMutated, "label removed", earlier)}},
+			attempted: true, pacing: true,
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhasePodMutated,
+				Conditions: []metav1.Condition{failing(ibjv1.ReasonPodMutated, "label removed", earlier)}},
+		},
+		{
+			name:      "a minute after the last mutated create, creates as asked for clear PodMutated",
+			st:        ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonPodMutated, "label removed", earlier)}},
+			attempted: true,
+			want:      ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseRunning, Conditions: []metav1.Condition{}},
+		},
+		{
+			name: "a minute after the last mutated create, a sync that creates nothing clears PodMutated too",
+			st:   ibjv1.IndexedBatchJobStatus{StartTime: started, Conditions: []metav1.Condition{failing(ibjv1.ReasonPodMutated, "label removed", earlier)}},
+			want: ibjv1.IndexedBatchJobStatus{StartTime: started, Phase: ibjv1.PhaseRunning, Conditions: []metav1.Condition{}},
+		},
+		{
+			name:   "a suspended job's PodMutated goes, pacing or not",
+			st:     ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{failing(ibjv1.ReasonPodMutated, "label removed", earlier), suspended}},
+			pacing: true,
+			want:   ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseSuspended, Conditions: []metav1.Condition{suspended}},
+		},
+		{
 			name: "a suspended job creates no pods: cleared",
 			st:   ibjv1.IndexedBatchJobStatus{Conditions: []metav1.Condition{failing(ibjv1.ReasonQuotaExceeded, quotaMessage, earlier), suspended}},
 			want: ibjv1.IndexedBatchJobStatus{Phase: ibjv1.PhaseSuspended, Conditions: []metav1.Condition{suspended}},
@@ -435,7 +460,7 @@ func TestSetPodCreation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := *tc.st.DeepCopy()
-			setPodCreation(&st, 3, testNow, tc.attempted, tc.failure)
+			setPodCreation(&st, 3, testNow, tc.attempted, tc.pacing, tc.failure)
 			setPhase(&st)
 			if diff := cmp.Diff(tc.want, st, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)

@@ -133,12 +133,12 @@ var _ = Describe("Chaos from the admission chain", Label("chaos", "admission-cha
 		// Paced creates (one every 2 s while creates come back mutated)
 		// make this run long: a twentieth of the SIGKILL run's indexes, a
 		// third of its kills. A restarted operator knows nothing of the
-		// pace (it paces a job anew from the job's condition, which a
-		// create that came back as asked for clears): the bound is held
-		// over the minutes no operator started in, the others reported.
-		// The first minute is one: the kills come after it, and the job
-		// is long enough that an operator that paced it less would
-		// create more than parallelism+2 pods in it.
+		// pace but the job's condition PodMutated, which stays for a
+		// minute after the last mutated create: it paces the job from
+		// that. The bound is held over every minute from a stripped
+		// create, those an operator started in too. The first minute
+		// has no kill, and the job is long enough that an operator that
+		// paced it less would create more than parallelism+2 pods in it.
 		cfg.indexes, cfg.kills = max(cfg.indexes/20, 10), max(cfg.kills/3, 1)
 		const id, name = "chaos-strip", "mutated"
 		// The job creates a pod every 2 s or so: a deletion every 3 to 9 s
@@ -180,6 +180,8 @@ var _ = Describe("Chaos from the admission chain", Label("chaos", "admission-cha
 		Expect(pace.mutated).To(BeNumerically(">", 0), "the policy stripped no create: the run tested nothing")
 		Expect(pace.heldMinutes).To(BeNumerically(">", 0), "no stripped create a minute clear of the operator's restarts")
 		Expect(pace.held).To(BeNumerically("<=", cfg.parallelism+2), "creates in the minute from a stripped one")
+		Expect(pace.restartMins).To(BeNumerically(">", 0), "no stripped create in a minute an operator started in")
+		Expect(pace.restarted).To(BeNumerically("<=", cfg.parallelism+2), "creates in the minute from a stripped one, an operator started within it")
 		Expect(starts).NotTo(BeEmpty(), "the job ended within its first minute, before the first kill")
 		Expect(podMutatedEvents(ctx, ns, name)).To(BeNumerically(">", 0), "no PodMutated event")
 	}, SpecTimeout(20*time.Minute))
