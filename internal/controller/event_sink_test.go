@@ -202,14 +202,17 @@ func TestEventSinkSendsAsAnyRequestPastUrgentAndDropsPastItsBound(t *testing.T) 
 	s := startedSink(t, api)
 
 	// One object's events, all in one lane: the first is held in flight
-	// by the gate, the rest wait behind it.
-	for i := range eventsQueued + 10 {
+	// by the gate (it is sent, and decides how, before the rest are
+	// queued: a worker slow to start would otherwise find the queue full
+	// already), the rest wait behind it.
+	_, _ = s.Create(sinkEvent("job.0", "a"))
+	<-api.started
+	for i := 1; i < eventsQueued+10; i++ {
 		_, _ = s.Create(sinkEvent(fmt.Sprintf("job.%d", i), "a"))
 	}
 	if got := s.dropped.Load(); got != 10 {
 		t.Errorf("dropped %d events past the bound, want 10", got)
 	}
-	<-api.started
 	close(api.gate)
 	settle(t, s)
 
