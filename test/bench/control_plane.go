@@ -47,7 +47,11 @@ func controllerUsers() []controlplane.User {
 	if *exempt {
 		operatorUser, kcmUser = exemptOperator, exemptKCM
 		masters := []string{"system:masters"}
-		return []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
+		users := []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
+		if *canaryReplicas > 0 { // the canary's controllers run as on a cluster
+			users = append(users, controlplane.User{Name: kcmSelf, Groups: []string{"system:authenticated"}})
+		}
+		return users
 	}
 	operatorUser, kcmUser = operatorSA, kcmSelf
 	return []controlplane.User{
@@ -137,6 +141,18 @@ func newBench(ctx context.Context) (*bench, error) {
 		b.stop()
 		return nil, fmt.Errorf("granting the controllers their permissions: %w", err)
 	}
+	if *flowSchema {
+		if err := b.installFlowSchema(ctx); err != nil {
+			b.stop()
+			return nil, fmt.Errorf("installing the operator's FlowSchema: %w", err)
+		}
+	}
+	if *canaryReplicas > 0 {
+		if err := b.startCanary(ctx); err != nil {
+			b.stop()
+			return nil, fmt.Errorf("starting the canary: %w", err)
+		}
+	}
 	return b, nil
 }
 
@@ -174,6 +190,9 @@ func (b *bench) startClients(ctx context.Context) error {
 func (b *bench) stop() {
 	if b.stopSim != nil {
 		b.stopSim()
+	}
+	if b.stopCanarySim != nil {
+		b.stopCanarySim()
 	}
 	_ = b.cp.Stop()
 	if *keep {
