@@ -38,6 +38,8 @@ const (
 	// canaryAloneWorkload names the result of the canary scaled up once
 	// before the first run, with no controller under test running.
 	canaryAloneWorkload = "canary alone"
+	// noController is the controller of the canary alone's result.
+	noController = "none"
 )
 
 // The canary's user agents: kube-controller-manager appends each
@@ -109,7 +111,7 @@ func (b *bench) startCanary(ctx context.Context) error {
 // canaryDeployment is the canary at 0 replicas: pods of one container
 // that the canary's simulator keeps Running.
 func canaryDeployment() *appsv1.Deployment {
-	labels := map[string]string{canaryLabel: "true"}
+	labels := map[string]string{canaryLabel: labelOn}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: canaryNamespace, Name: canaryName},
 		Spec: appsv1.DeploymentSpec{
@@ -185,7 +187,7 @@ func (b *bench) runCanary(ctx context.Context, start time.Time) <-chan canaryRes
 // canaryAlone scales the canary up with no controller under test running
 // and back to 0: the time the runs' canaries compare with.
 func (b *bench) canaryAlone(ctx context.Context) result {
-	r := result{Workload: canaryAloneWorkload, Controller: "none", Rep: 1, APF: !*exempt, FlowSchema: *flowSchema}
+	r := result{Workload: canaryAloneWorkload, Controller: noController, Rep: 1, APF: !*exempt, FlowSchema: *flowSchema}
 	d, err := b.scaleCanary(ctx, int32(*canaryReplicas))
 	r.CanarySeconds, r.OK = d.Seconds(), err == nil
 	if err := errors.Join(err, b.resetCanary(ctx)); err != nil {

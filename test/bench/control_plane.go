@@ -39,6 +39,7 @@ const (
 	kcmSelf           = "system:kube-controller-manager"
 	exemptOperator    = "ibj-operator"
 	exemptKCM         = "kcm-job-controller"
+	authenticated     = "system:authenticated"
 )
 
 // controllerUsers sets operatorUser and kcmUser for the mode, and returns
@@ -49,14 +50,14 @@ func controllerUsers() []controlplane.User {
 		masters := []string{"system:masters"}
 		users := []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
 		if *canaryReplicas > 0 { // the canary's controllers run as on a cluster
-			users = append(users, controlplane.User{Name: kcmSelf, Groups: []string{"system:authenticated"}})
+			users = append(users, controlplane.User{Name: kcmSelf, Groups: []string{authenticated}})
 		}
 		return users
 	}
 	operatorUser, kcmUser = operatorSA, kcmSelf
 	return []controlplane.User{
-		{Name: operatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"}},
-		{Name: kcmUser, Groups: []string{"system:authenticated"}},
+		{Name: operatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, authenticated}},
+		{Name: kcmUser, Groups: []string{authenticated}},
 	}
 }
 

@@ -625,7 +625,7 @@ func (b *bench) startOperator(p *proc, n, port int, profile bool, qps, burst int
 func (p *proc) stop() { _ = p.Stop(10 * time.Second) }
 
 func template(w workload) corev1.PodTemplateSpec {
-	labels := map[string]string{benchLabel: "true"}
+	labels := map[string]string{benchLabel: labelOn}
 	if w.FailMod > 0 {
 		labels[failModLabel] = strconv.Itoa(w.FailMod)
 	}

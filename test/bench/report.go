@@ -296,7 +296,7 @@ func serverFigures(l serverLoad) string {
 // server and etcd spent on the run, for every client together, its CPU per
 // request and per write, and the canary's scale-up beside its time alone.
 func writeServer(p printer, ws []workload, rs []result) {
-	alone, hasAlone := aggregate(rs, canaryAloneWorkload, "none")
+	alone, hasAlone := aggregate(rs, canaryAloneWorkload, noController)
 	head := false
 	for _, w := range ws {
 		for _, ctrl := range []string{upstream, ours} {
@@ -309,7 +309,7 @@ func writeServer(p printer, ws []workload, rs []result) {
 				p("kube-apiserver's and etcd's CPU (`/proc/<pid>/stat`) and the requests kube-apiserver finished (`apiserver_request_total`, every client: the controller, the pod simulator, the canary and the benchmark's watches; writes are its POST, PUT, PATCH, DELETE and APPLY), over the same interval as the controller's; medians. ")
 				p("The canary is a Deployment scaled from 0 to `-canary` replicas `-canary-after` into each run by kube-controller-manager's deployment and replicaset controllers (as `system:kube-controller-manager`), timed to all replicas Ready.")
 				if hasAlone {
-					p(" Alone, with no controller under test running: %.1f s (%d runs).", alone.canary, alone.canaries)
+					p(" Alone, with no controller under test running: %.1f s (median of %d).", alone.canary, alone.canaries)
 				}
 				p("\n\n| workload | controller | APF | kube-apiserver CPU (s) | etcd CPU (s) | requests | writes | kube-apiserver CPU per write (ms) | canary scale-up (s) |\n")
 				p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")

@@ -221,7 +221,7 @@ func TestWriteServerPutsTheServersCostAndTheCanaryBesideItsTimeAlone(t *testing.
 		return r
 	}
 	rs := []result{
-		{Workload: canaryAloneWorkload, Controller: "none", OK: true, CanarySeconds: 2},
+		{Workload: canaryAloneWorkload, Controller: noController, OK: true, CanarySeconds: 2},
 		run(quickWorkload, ours, 3, 1, 40, 1000),
 		measured(upstream, 60, 30000, 9), measured(upstream, 80, 30000, 11),
 		measured(ours, 40, 20000, 3),
@@ -234,7 +234,7 @@ func TestWriteServerPutsTheServersCostAndTheCanaryBesideItsTimeAlone(t *testing.
 	if diff := cmp.Diff(want, tableRows(out, "| workload |")); diff != "" {
 		t.Errorf("server rows (-want +got):\n%s\nin:\n%s", diff, out)
 	}
-	if part := "Alone, with no controller under test running: 2.0 s (1 runs)."; !strings.Contains(out, part) {
+	if part := "Alone, with no controller under test running: 2.0 s (median of 1)."; !strings.Contains(out, part) {
 		t.Errorf("no %q in:\n%s", part, out)
 	}
 	if got := render(func(p printer) { writeServer(p, ws, rs[1:2]) }); got != "" {
@@ -249,7 +249,7 @@ func TestWriteRunsShowsEachRunsCanaryAndServer(t *testing.T) {
 	r.APF, r.CanarySeconds, r.Server = true, 4.25, serverLoad{APIServerCPU: 5.5, Requests: 2400}
 	late := run(quickWorkload, upstream, 10, 1, 90, 1000)
 	late.CanaryError = "canary: 50 replicas not ready within 10m0s"
-	rs := []result{{Workload: canaryAloneWorkload, Controller: "none", OK: true, CanarySeconds: 2}, late, r}
+	rs := []result{{Workload: canaryAloneWorkload, Controller: noController, OK: true, CanarySeconds: 2}, late, r}
 	out := render(func(p printer) { writeRuns(p, []workload{{Name: quickWorkload}}, rs) })
 	want := []string{
 		"| 1k/p100 | built-in Job (kcm) | exempt | 1 | 10.0 | 0.0 | 100 | 0.0 / 0.0 | 1.0 | 90 | — | 0 | 0 | 0 | — | not ready: canary: 50 replicas not ready within 10m0s | — | OK |",
