@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The audit policy names both users, quoted, and auditCount counts a
@@ -56,6 +58,71 @@ func TestFinalizerHoldBound(t *testing.T) {
 	} {
 		if got := holdBound(result{FinalizerHoldBound: finalizerHoldBound(tc.text)}); got != tc.want {
 			t.Errorf("bound of\n%s= %s, want %s", tc.text, got, tc.want)
+		}
+	}
+}
+
+// The requests of the canary's controllers, which run as
+// system:kube-controller-manager too, are not the built-in Job
+// controller's.
+func TestAuditCountLeavesOutTheCanarysControllers(t *testing.T) {
+	event := func(agent, verb, resource string) string {
+		return `{"verb":"` + verb + `","user":{"username":"` + kcmSelf + `"},"userAgent":"kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/abc/` + agent +
+			`","objectRef":{"resource":"` + resource + `"},"responseStatus":{"code":201}}`
+	}
+	log := strings.Join([]string{
+		event("job-controller", "create", "pods"),
+		event("replicaset-controller", "create", "pods"),
+		event("deployment-controller", "update", "deployments"),
+		event("job-controller", "patch", "pods"),
+	}, "\n") + "\n"
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, verbs, _ := auditCount(path, 0, kcmSelf, canaryAgents...)
+	if n != 2 || verbs["create pods"] != 1 || verbs["patch pods"] != 1 {
+		t.Errorf("%d requests (%v); want the job controller's 2: a create and a patch", n, verbs)
+	}
+}
+
+// kube-apiserver's counters: every request, the writes among them, what
+// each priority level dispatched and the 429s, and their change over a run.
+func TestServerLoadCountsRequestsWritesAndPriorityLevels(t *testing.T) {
+	text := func(posts, lists, dispatched, rejected string) string {
+		return strings.Join([]string{
+			`# HELP apiserver_request_total [STABLE] Counter of apiserver requests`,
+			`apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} ` + posts,
+			`apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PUT",version="v1"} 10`,
+			`apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} ` + lists,
+			`apiserver_request_total{code="429",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PATCH",version="v1"} 2`,
+			`apiserver_flowcontrol_dispatched_requests_total{flow_schema="indexed-batch-job",priority_level="indexed-batch-job"} ` + dispatched,
+			`apiserver_flowcontrol_dispatched_requests_total{flow_schema="kube-controller-manager",priority_level="workload-high"} 7`,
+			`apiserver_flowcontrol_rejected_requests_total{flow_schema="service-accounts",priority_level="workload-low",reason="queue-full"} ` + rejected,
+		}, "\n") + "\n"
+	}
+	var before, after serverLoad
+	before.count(text("100", "3", "50", "0"))
+	after.count(text("400", "5", "350", "4"))
+	want := serverLoad{Requests: 115, Writes: 112, Dispatched: map[string]float64{"indexed-batch-job": 50, "workload-high": 7}}
+	if diff := cmp.Diff(want, before); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	after.APIServerCPU, before.APIServerCPU = 12.5, 2.5
+	want = serverLoad{APIServerCPU: 10, Requests: 302, Writes: 300, Dispatched: map[string]float64{"indexed-batch-job": 300}, Rejected: 4}
+	if diff := cmp.Diff(want, after.minus(before)); diff != "" {
+		t.Errorf("over the run (-want +got):\n%s", diff)
+	}
+}
+
+func TestAPFModeNamesHowTheControllersRan(t *testing.T) {
+	for want, r := range map[string]result{
+		"exempt":              {},
+		"default FlowSchemas": {APF: true},
+		"shipped FlowSchema":  {APF: true, FlowSchema: true},
+	} {
+		if got := r.apfMode(); got != want {
+			t.Errorf("%+v: %q, want %q", r, got, want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,8 +42,10 @@ func fileSize(p string) int64 {
 }
 
 // auditCount counts the events of user in the audit log from offset on,
-// in total and by "verb resource[/subresource]", and those answered 429.
-func auditCount(p string, offset int64, user string) (n int, byVerb map[string]int, throttled int) {
+// in total and by "verb resource[/subresource]", and those answered 429,
+// leaving out those whose user agent ends with one of skipAgents (another
+// program of the same user).
+func auditCount(p string, offset int64, user string, skipAgents ...string) (n int, byVerb map[string]int, throttled int) {
 	byVerb = map[string]int{}
 	f, err := os.Open(p)
 	if err != nil {
@@ -62,6 +65,7 @@ func auditCount(p string, offset int64, user string) (n int, byVerb map[string]i
 		}
 		var ev struct {
 			Verb           string `json:"verb"`
+			UserAgent      string `json:"userAgent"`
 			ResponseStatus *struct {
 				Code int `json:"code"`
 			} `json:"responseStatus"`
@@ -70,7 +74,7 @@ func auditCount(p string, offset int64, user string) (n int, byVerb map[string]i
 				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
 		}
-		if json.Unmarshal(l, &ev) != nil {
+		if json.Unmarshal(l, &ev) != nil || slices.ContainsFunc(skipAgents, func(a string) bool { return strings.HasSuffix(ev.UserAgent, a) }) {
 			continue
 		}
 		n++

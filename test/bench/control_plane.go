@@ -39,6 +39,7 @@ const (
 	kcmSelf           = "system:kube-controller-manager"
 	exemptOperator    = "ibj-operator"
 	exemptKCM         = "kcm-job-controller"
+	authenticated     = "system:authenticated"
 )
 
 // controllerUsers sets operatorUser and kcmUser for the mode, and returns
@@ -47,12 +48,16 @@ func controllerUsers() []controlplane.User {
 	if *exempt {
 		operatorUser, kcmUser = exemptOperator, exemptKCM
 		masters := []string{"system:masters"}
-		return []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
+		users := []controlplane.User{{Name: operatorUser, Groups: masters}, {Name: kcmUser, Groups: masters}}
+		if *canaryReplicas > 0 { // the canary's controllers run as on a cluster
+			users = append(users, controlplane.User{Name: kcmSelf, Groups: []string{authenticated}})
+		}
+		return users
 	}
 	operatorUser, kcmUser = operatorSA, kcmSelf
 	return []controlplane.User{
-		{Name: operatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, "system:authenticated"}},
-		{Name: kcmUser, Groups: []string{"system:authenticated"}},
+		{Name: operatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNamespace, authenticated}},
+		{Name: kcmUser, Groups: []string{authenticated}},
 	}
 }
 
@@ -137,6 +142,18 @@ func newBench(ctx context.Context) (*bench, error) {
 		b.stop()
 		return nil, fmt.Errorf("granting the controllers their permissions: %w", err)
 	}
+	if *flowSchema {
+		if err := b.installFlowSchema(ctx); err != nil {
+			b.stop()
+			return nil, fmt.Errorf("installing the operator's FlowSchema: %w", err)
+		}
+	}
+	if *canaryReplicas > 0 {
+		if err := b.startCanary(ctx); err != nil {
+			b.stop()
+			return nil, fmt.Errorf("starting the canary: %w", err)
+		}
+	}
 	return b, nil
 }
 
@@ -174,6 +191,9 @@ func (b *bench) startClients(ctx context.Context) error {
 func (b *bench) stop() {
 	if b.stopSim != nil {
 		b.stopSim()
+	}
+	if b.stopCanarySim != nil {
+		b.stopCanarySim()
 	}
 	_ = b.cp.Stop()
 	if *keep {

@@ -231,7 +231,10 @@ func (w workload) limits() (int, int) {
 
 // apfMode is how API Priority and Fairness saw the run's controllers.
 func (r result) apfMode() string {
-	if r.APF {
+	switch {
+	case r.FlowSchema:
+		return "shipped FlowSchema"
+	case r.APF:
 		return "default FlowSchemas"
 	}
 	return "exempt"
@@ -284,6 +287,19 @@ type result struct {
 	// users, which APF exempts).
 	Throttled int
 	APF       bool `json:",omitempty"`
+	// FlowSchema says the operator's shipped PriorityLevelConfiguration
+	// and FlowSchema (config/flowcontrol) were installed (-flowschema): its
+	// requests went to a priority level of its own.
+	FlowSchema bool `json:",omitempty"`
+	// CanarySeconds is the canary Deployment's scale-up, from its request
+	// to all replicas Ready (-canary; 0: none); CanaryError why it was not
+	// measured.
+	CanarySeconds float64 `json:",omitempty"`
+	CanaryError   string  `json:",omitempty"`
+	// Server is what kube-apiserver and etcd did over the run, for every
+	// client (the controller, the pod simulator, the canary and the
+	// benchmark's watches).
+	Server serverLoad `json:",omitzero"`
 	// FinalizerHoldBound is, for the operator, the upper bound of the
 	// lowest bucket of indexedbatchjob_counted_finalizer_hold_seconds that
 	// holds every counted pod's hold (finalizerHoldBound).
@@ -316,7 +332,9 @@ var (
 	oursArgs   = flag.String("ours-args", "", "extra flags for the operator, space separated")
 	oursEnv    = flag.String("ours-env", "", "extra environment of the operator, space separated NAME=value")
 	keep       = flag.Bool("keep", false, "keep the work directory (controller logs, audit log)")
-	exempt     = flag.Bool("exempt", false, "run both controllers as system:masters users, which API Priority and Fairness exempts; "+
+	flowSchema = flag.Bool("flowschema", false, "install the operator's PriorityLevelConfiguration and FlowSchema (config/flowcontrol/flowcontrol.yaml), "+
+		"so that its ServiceAccount's requests go to a priority level of their own")
+	exempt = flag.Bool("exempt", false, "run both controllers as system:masters users, which API Priority and Fairness exempts; "+
 		"by default the built-in one runs as system:kube-controller-manager (workload-high) and the operator as its ServiceAccount (workload-low)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "limit of one run")
 	fleetJobs  = flag.Int("fleet-jobs", 1000, "jobs in the fleet workload")
@@ -331,6 +349,9 @@ var (
 
 func main() {
 	flag.Parse()
+	if *exempt && *flowSchema {
+		log.Fatal("-exempt and -flowschema exclude each other: exempt users are never matched by a FlowSchema")
+	}
 	// The benchmark's own clients log nothing (API warnings included);
 	// the controllers under test log to their files.
 	crlog.SetLogger(logr.Discard())
@@ -445,6 +466,11 @@ func (b *bench) runAll(ctx context.Context, workloads []workload) (results []res
 			_ = json.Unmarshal(data, &results)
 		}
 	}
+	if *canaryReplicas > 0 {
+		r := b.canaryAlone(ctx)
+		log.Printf("RESULT %s: %d replicas Ready in %.1fs %s", r.Workload, *canaryReplicas, r.CanarySeconds, r.Detail)
+		results = append(results, r)
+	}
 	n := 0
 	for _, w := range workloads {
 		for rep := 1; rep <= w.Repeats; rep++ {
@@ -519,6 +545,8 @@ type bench struct {
 	manager     string
 	kubeconfigs map[string]string
 	stopSim     context.CancelFunc
+	// stopCanarySim stops the canary's pod simulator (-canary).
+	stopCanarySim func()
 }
 
 // proc is a controller under test.
@@ -597,7 +625,7 @@ func (b *bench) startOperator(p *proc, n, port int, profile bool, qps, burst int
 func (p *proc) stop() { _ = p.Stop(10 * time.Second) }
 
 func template(w workload) corev1.PodTemplateSpec {
-	labels := map[string]string{benchLabel: "true"}
+	labels := map[string]string{benchLabel: labelOn}
 	if w.FailMod > 0 {
 		labels[failModLabel] = strconv.Itoa(w.FailMod)
 	}
@@ -748,13 +776,15 @@ type runState struct {
 	audit0   int64
 	profDone chan []byte
 	start    time.Time
+	// server0 is kube-apiserver's and etcd's load before the first create.
+	server0 serverLoad
 }
 
 // run measures one run of w under ctrl: it starts the controller, creates
 // the jobs, waits for every terminal condition and every finalizer gone,
 // and checks each job's status.
 func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, profile string) result {
-	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs(), APF: !*exempt}
+	r := result{Workload: w.Name, Controller: ctrl, Rep: rep, Jobs: w.jobs(), APF: !*exempt, FlowSchema: *flowSchema}
 	ns := fmt.Sprintf("bench-%02d", n)
 	if err := b.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		r.Detail = err.Error()
@@ -770,7 +800,8 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		return r
 	}
 	defer st.p.stop()
-	b.measureStart(st, &r, profile)
+	b.measureStart(ctx, st, &r, profile)
+	canary := b.runCanary(ctx, st.start)
 	names, sent, err := b.createJobs(ctx, w, ctrl, ns, "bench")
 	if err != nil {
 		r.Detail = err.Error()
@@ -783,8 +814,13 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 		r.Detail = strings.TrimSpace(r.Detail + " " + l.err.Error())
 	}
 	end := time.Now()
-	b.measureEnd(st, &r)
+	b.measureEnd(ctx, st, &r)
 	st.check(&r, names, sent, l, end, finalizersAt)
+	if c := <-canary; c.err != nil {
+		r.CanaryError = c.err.Error()
+	} else {
+		r.CanarySeconds = c.seconds
+	}
 	if profile != "" {
 		st.saveProfile(profile)
 	}
@@ -794,8 +830,9 @@ func (b *bench) run(ctx context.Context, w workload, ctrl string, rep, n int, pr
 // measureStart reads the controller's CPU, requests and RSS and the audit
 // log's size before the first create, starts its CPU profile if asked,
 // and starts the clock.
-func (b *bench) measureStart(st *runState, r *result, profile string) {
+func (b *bench) measureStart(ctx context.Context, st *runState, r *result, profile string) {
 	pid := st.p.Pid()
+	st.server0 = b.serverLoad(ctx)
 	st.cpu0, _ = cpuSeconds(pid)
 	st.req0, _ = restRequests(st.p.metricsURL)
 	st.audit0 = fileSize(b.auditLog)
@@ -863,8 +900,9 @@ func (st *runState) wait(r *result, first int) time.Time {
 
 // measureEnd reads the controller's CPU, peak RSS and requests (its own
 // count and the audit log's) after the run, and keeps its metrics.
-func (b *bench) measureEnd(st *runState, r *result) {
+func (b *bench) measureEnd(ctx context.Context, st *runState, r *result) {
 	pid := st.p.Pid()
+	r.Server = b.serverLoad(ctx).minus(st.server0)
 	cpu1, _ := cpuSeconds(pid)
 	r.CPU = cpu1 - st.cpu0
 	r.RSSMiB, _ = peakRSSMiB(pid)
@@ -876,7 +914,7 @@ func (b *bench) measureEnd(st *runState, r *result) {
 	if st.ctrl == upstream {
 		user = kcmUser
 	}
-	cnt, verbs, throttled := auditCount(b.auditLog, st.audit0, user)
+	cnt, verbs, throttled := auditCount(b.auditLog, st.audit0, user, canaryAgents...)
 	r.Requests, r.Verbs, r.Throttled = float64(cnt), verbs, throttled
 	if resp, err := metricsClient.Get(st.p.metricsURL); err == nil {
 		data, _ := io.ReadAll(resp.Body)
@@ -1000,6 +1038,9 @@ func (e expectation) check(o observed) []string {
 // wipe deletes the run's objects and pods, so that the next controller's
 // caches start from the same empty state.
 func (b *bench) wipe(ctx context.Context, ns string) {
+	if err := b.resetCanary(ctx); err != nil {
+		log.Printf("wipe: %v", err)
+	}
 	_ = b.cl.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns))
 	_ = b.cl.DeleteAllOf(ctx, &ibjv1.IndexedBatchJob{}, client.InNamespace(ns))
 	var ibjs ibjv1.IndexedBatchJobList

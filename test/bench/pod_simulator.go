@@ -13,11 +13,13 @@ import (
 // the kubelet for pods carrying benchLabel, and fails every index i with
 // i % failMod == 0 when failModLabel is set.
 const (
-	benchLabel      = "bench.indexedjob.dev/workload"
-	failModLabel    = "bench.indexedjob.dev/fail-mod"
-	upstreamIndex   = "batch.kubernetes.io/job-completion-index"
-	ourIndex        = "batch.indexedjob.dev/completion-index"
-	simulatorAgent  = "bench-pod-simulator"
+	benchLabel     = "bench.indexedjob.dev/workload"
+	failModLabel   = "bench.indexedjob.dev/fail-mod"
+	upstreamIndex  = "batch.kubernetes.io/job-completion-index"
+	ourIndex       = "batch.indexedjob.dev/completion-index"
+	simulatorAgent = "bench-pod-simulator"
+	// labelOn is the value of a label whose presence selects a pod.
+	labelOn         = "true"
 	simulatorWorker = 48
 )
 

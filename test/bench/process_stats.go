@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,4 +119,87 @@ func finalizerHoldBound(metricsText string) float64 {
 		}
 	}
 	return math.Inf(1)
+}
+
+// serverLoad is what kube-apiserver and etcd did: their CPU seconds, the
+// requests kube-apiserver finished (apiserver_request_total, every user),
+// the writes among them, and the requests API Priority and Fairness
+// dispatched by priority level and rejected (429).
+type serverLoad struct {
+	APIServerCPU float64            `json:",omitempty"`
+	EtcdCPU      float64            `json:",omitempty"`
+	Requests     float64            `json:",omitempty"`
+	Writes       float64            `json:",omitempty"`
+	Dispatched   map[string]float64 `json:",omitempty"`
+	Rejected     float64            `json:",omitempty"`
+}
+
+// writeVerbs are apiserver_request_total's verbs that change an object.
+var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
+
+// serverLoad reads kube-apiserver's and etcd's CPU and kube-apiserver's
+// request counters now; zero where unreadable.
+func (b *bench) serverLoad(ctx context.Context) serverLoad {
+	var l serverLoad
+	l.APIServerCPU, _ = cpuSeconds(b.cp.APIServerPid())
+	l.EtcdCPU, _ = cpuSeconds(b.cp.EtcdPid())
+	if text, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
+		l.count(string(text))
+	}
+	return l
+}
+
+// count sets the request counters from kube-apiserver's metrics text.
+func (l *serverLoad) count(text string) {
+	l.Dispatched = map[string]float64{}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		labels, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			if labels, ok = strings.CutPrefix(line, "apiserver_flowcontrol_dispatched_requests_total{"); ok {
+				l.Dispatched[label(labels, "priority_level")] += lastValue(line)
+			} else if strings.HasPrefix(line, "apiserver_flowcontrol_rejected_requests_total{") {
+				l.Rejected += lastValue(line)
+			}
+			continue
+		}
+		v := lastValue(line)
+		l.Requests += v
+		if slices.Contains(writeVerbs, label(labels, "verb")) {
+			l.Writes += v
+		}
+	}
+}
+
+// minus is the load between o and l.
+func (l serverLoad) minus(o serverLoad) serverLoad {
+	d := serverLoad{
+		APIServerCPU: l.APIServerCPU - o.APIServerCPU, EtcdCPU: l.EtcdCPU - o.EtcdCPU,
+		Requests: l.Requests - o.Requests, Writes: l.Writes - o.Writes, Rejected: l.Rejected - o.Rejected,
+	}
+	for pl, n := range l.Dispatched {
+		if n -= o.Dispatched[pl]; n > 0 {
+			if d.Dispatched == nil {
+				d.Dispatched = map[string]float64{}
+			}
+			d.Dispatched[pl] = n
+		}
+	}
+	return d
+}
+
+// label is the value of a label in a series' labels (`a="x",b="y"}`).
+func label(labels, name string) string {
+	_, v, ok := strings.Cut(","+labels, ","+name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, `"`)
+	return v
+}
+
+// lastValue is the sample value of a metrics text line.
+func lastValue(line string) float64 {
+	v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+	return v
 }

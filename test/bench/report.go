@@ -27,6 +27,13 @@ type agg struct {
 	ordered                                int
 	verbs                                  map[string]int
 	details                                []string
+	// server is the median of kube-apiserver's and etcd's load over the
+	// runs, canary the canary's scale-up (of the runs that measured it,
+	// canaries of them), and apf the first run's mode.
+	server   serverLoad
+	canary   float64
+	canaries int
+	apf      string
 }
 
 // mib writes a measured MiB figure, — where it was not measured.
@@ -53,11 +60,20 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	var a agg
 	var sec, pps, cpu, rss, start, anon, req, creq, fin, jps, p50, p99, first []float64
 	var pods, smallP50, smallP99, tau, inOrder, smallest []float64
+	var srvCPU, etcdCPU, srvReq, srvWrites, canary []float64
 	for _, r := range rs {
 		if r.Workload != wl || r.Controller != ctrl {
 			continue
 		}
+		if a.n == 0 {
+			a.apf = r.apfMode()
+		}
 		a.n++
+		srvCPU, etcdCPU = append(srvCPU, r.Server.APIServerCPU), append(etcdCPU, r.Server.EtcdCPU)
+		srvReq, srvWrites = append(srvReq, r.Server.Requests), append(srvWrites, r.Server.Writes)
+		if r.CanarySeconds > 0 {
+			canary = append(canary, r.CanarySeconds)
+		}
 		if r.OK {
 			a.ok++
 		}
@@ -88,6 +104,8 @@ func aggregate(rs []result, wl, ctrl string) (agg, bool) {
 	a.fin, a.jobsPerSec, a.p50, a.p99, a.first = median(fin), median(jps), median(p50), median(p99), median(first)
 	a.pods, a.smallP50, a.smallP99, a.tau, a.inOrder = median(pods), median(smallP50), median(smallP99), median(tau), median(inOrder)
 	a.smallest100P50 = median(smallest)
+	a.server = serverLoad{APIServerCPU: median(srvCPU), EtcdCPU: median(etcdCPU), Requests: median(srvReq), Writes: median(srvWrites)}
+	a.canary, a.canaries = median(canary), len(canary)
 	return a, a.n > 0
 }
 
@@ -120,6 +138,7 @@ func writeReport(dir string, ws []workload, rs []result) error {
 	writeIssueTargets(p, ws, rs)
 	writeFleets(p, ws, rs)
 	writeScaling(p, ws, rs)
+	writeServer(p, ws, rs)
 	writeRuns(p, ws, rs)
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644); err != nil {
 		return err
@@ -139,7 +158,7 @@ func writeSetup(p printer) {
 	p("- Go: %s; Kubernetes (kube-apiserver, kube-controller-manager): v1.37.2, with etcd v3.7.0, built from source by `hack/build-controlplane.sh`\n\n", runtime.Version())
 	p("## Setup\n\n")
 	p("- One local control plane (the test harness's `controlplane`: etcd + kube-apiserver), no scheduler, no kubelet, no garbage collector.\n")
-	p("- Controllers under test run as separate, fresh processes per run, with client QPS %d / burst %d (unless the workload names other limits) and %d concurrent syncs. By default each runs as it does on a cluster, under the API server's default FlowSchemas of API Priority and Fairness: the built-in controller as `system:kube-controller-manager` (priority level `workload-high`, with the bootstrap ClusterRole `system:controller:job-controller`), the operator as its ServiceAccount (`service-accounts`, `workload-low`, with its install's ClusterRole); runs marked `exempt` in the APF column ran both as `system:masters` users (`-exempt`), which APF exempts. The 429s each side received are counted from the audit log:\n", *qps, *burst, *syncs)
+	p("- Controllers under test run as separate, fresh processes per run, with client QPS %d / burst %d (unless the workload names other limits) and %d concurrent syncs. By default each runs as it does on a cluster, under the API server's default FlowSchemas of API Priority and Fairness: the built-in controller as `system:kube-controller-manager` (priority level `workload-high`, with the bootstrap ClusterRole `system:controller:job-controller`), the operator as its ServiceAccount (`service-accounts`, `workload-low`, with its install's ClusterRole); runs marked `exempt` in the APF column ran both as `system:masters` users (`-exempt`), which APF exempts, and runs marked `shipped FlowSchema` had the operator's PriorityLevelConfiguration and FlowSchema installed (`-flowschema`, `config/flowcontrol/flowcontrol.yaml`), which give its ServiceAccount a priority level of its own. The 429s each side received are counted from the audit log:\n", *qps, *burst, *syncs)
 	p("  - this operator: `bin/bench-manager --kube-api-qps=%d --kube-api-burst=%d --max-concurrent-reconciles=%d` (defaults `--pod-failure-backoff=10s`, the same as upstream's fixed 10 s, and `--kube-api-throttle-tick=250ms`: the same token bucket, its held-back requests released together every 250 ms), built as the image builds its entrypoint `/manager` (`CGO_ENABLED=0 go build -trimpath -ldflags=\"-s -w\"`, with the Kueue integration, which waits for Kueue's API; kube-controller-manager is built `-trimpath -ldflags \"-s -w\"` too);\n", *qps, *burst, *syncs)
 	p("  - the built-in controller: `kube-controller-manager --controllers=job --kube-api-qps=%d --kube-api-burst=%d --concurrent-job-syncs=%d --leader-elect=false`.\n", *qps, *burst, *syncs)
 	p("- Pods are finished by one pod simulator (`test/harness/podsim`, in the benchmark process) that plays every kubelet: for each new pod it writes, in one status update, phase `Succeeded` (or `Failed`, exit code 1, for the always-failing indexes) with a terminated container status; a pod being deleted is failed. Same simulator for both controllers.\n")
@@ -240,13 +259,77 @@ func writeRuns(p printer, ws []workload, rs []result) {
 			}
 		}
 	}
-	p("\n## All runs\n\n| workload | controller | APF | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | 429s | counted finalizer held ≤ (s) | status |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("\n## All runs\n\n| workload | controller | APF | run | time (s) | last finalizer (s) | pods/s | job p50 / p99 (s) | CPU (s) | peak RSS (MiB) | RSS at start (MiB) | peak anon (MiB) | API requests | 429s | counted finalizer held ≤ (s) | canary scale-up (s) | kube-apiserver CPU (s) / requests | status |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range rs {
+		if r.Workload == canaryAloneWorkload {
+			continue // in the section of the API server and the canary
+		}
 		st := "OK"
 		if !r.OK {
 			st = "FAILED: " + r.Detail
 		}
-		p("| %s | %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %d | %s | %s |\n", r.Workload, r.Controller, r.apfMode(), r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, mib(r.StartMiB), r.AnonMiB, r.Requests, r.Throttled, holdBound(r), st)
+		p("| %s | %s | %s | %d | %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.0f | %s | %.0f | %.0f | %d | %s | %s | %s | %s |\n", r.Workload, r.Controller, r.apfMode(), r.Rep, r.Seconds, r.FinalizerSeconds, r.PodsPerSec, r.JobP50, r.JobP99, r.CPU, r.RSSMiB, mib(r.StartMiB), r.AnonMiB, r.Requests, r.Throttled, holdBound(r), canaryTime(r), serverFigures(r.Server), st)
+	}
+}
+
+// canaryTime writes a run's canary scale-up: — without one.
+func canaryTime(r result) string {
+	switch {
+	case r.CanaryError != "":
+		return "not ready: " + r.CanaryError
+	case r.CanarySeconds == 0:
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", r.CanarySeconds)
+}
+
+// serverFigures writes kube-apiserver's CPU and requests: — where the run
+// did not measure them.
+func serverFigures(l serverLoad) string {
+	if l.Requests == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f / %.0f", l.APIServerCPU, l.Requests)
+}
+
+// writeServer writes, for each workload and controller, what the API
+// server and etcd spent on the run, for every client together, its CPU per
+// request and per write, and the canary's scale-up beside its time alone.
+func writeServer(p printer, ws []workload, rs []result) {
+	alone, hasAlone := aggregate(rs, canaryAloneWorkload, noController)
+	head := false
+	for _, w := range ws {
+		for _, ctrl := range []string{upstream, ours} {
+			a, ok := aggregate(rs, w.Name, ctrl)
+			if !ok || a.server.Requests == 0 && a.canaries == 0 {
+				continue
+			}
+			if !head {
+				p("## The API server and the canary\n\n")
+				p("kube-apiserver's and etcd's CPU (`/proc/<pid>/stat`) and the requests kube-apiserver finished (`apiserver_request_total`, every client: the controller, the pod simulator, the canary and the benchmark's watches; writes are its POST, PUT, PATCH, DELETE and APPLY), over the same interval as the controller's; medians. ")
+				p("The canary is a Deployment scaled from 0 to `-canary` replicas `-canary-after` into each run by kube-controller-manager's deployment and replicaset controllers (as `system:kube-controller-manager`), timed to all replicas Ready.")
+				if hasAlone {
+					p(" Alone, with no controller under test running: %.1f s (median of %d).", alone.canary, alone.canaries)
+				}
+				p("\n\n| workload | controller | APF | kube-apiserver CPU (s) | etcd CPU (s) | requests | writes | kube-apiserver CPU per write (ms) | canary scale-up (s) |\n")
+				p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+				head = true
+			}
+			perWrite, canary := "—", "—"
+			if a.server.Writes > 0 {
+				perWrite = fmt.Sprintf("%.2f", a.server.APIServerCPU*1000/a.server.Writes)
+			}
+			if a.canaries > 0 {
+				canary = fmt.Sprintf("%.1f", a.canary)
+				if hasAlone && alone.canary > 0 {
+					canary += fmt.Sprintf(" (%.1fx alone)", a.canary/alone.canary)
+				}
+			}
+			p("| %s | %s | %s | %.1f | %.1f | %.0f | %.0f | %s | %s |\n", w.Name, ctrl, a.apf, a.server.APIServerCPU, a.server.EtcdCPU, a.server.Requests, a.server.Writes, perWrite, canary)
+		}
+	}
+	if head {
+		p("\n")
 	}
 }
 

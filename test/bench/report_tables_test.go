@@ -206,3 +206,56 @@ func TestCommasGroupThousands(t *testing.T) {
 		}
 	}
 }
+
+// The section of the API server puts each controller's server cost per
+// write and its canary beside the canary's time alone; a workload measured
+// before the server was is left out.
+func TestWriteServerPutsTheServersCostAndTheCanaryBesideItsTimeAlone(t *testing.T) {
+	const fleet = "fleet 1,000 jobs x 10/p10"
+	ws := []workload{{Name: quickWorkload, Completions: 1000}, {Name: fleet, Jobs: 1000, Completions: 10}}
+	measured := func(ctrl string, cpu, writes, canary float64) result {
+		r := run(fleet, ctrl, 60, 10, 60, 10000)
+		r.APF, r.FlowSchema = true, true
+		r.Server = serverLoad{APIServerCPU: cpu, EtcdCPU: cpu / 4, Requests: writes + 100, Writes: writes}
+		r.CanarySeconds = canary
+		return r
+	}
+	rs := []result{
+		{Workload: canaryAloneWorkload, Controller: noController, OK: true, CanarySeconds: 2},
+		run(quickWorkload, ours, 3, 1, 40, 1000),
+		measured(upstream, 60, 30000, 9), measured(upstream, 80, 30000, 11),
+		measured(ours, 40, 20000, 3),
+	}
+	out := render(func(p printer) { writeServer(p, ws, rs) })
+	want := []string{
+		"| fleet 1,000 jobs x 10/p10 | built-in Job (kcm) | shipped FlowSchema | 70.0 | 17.5 | 30100 | 30000 | 2.33 | 10.0 (5.0x alone) |",
+		"| fleet 1,000 jobs x 10/p10 | indexed-batch-job | shipped FlowSchema | 40.0 | 10.0 | 20100 | 20000 | 2.00 | 3.0 (1.5x alone) |",
+	}
+	if diff := cmp.Diff(want, tableRows(out, "| workload |")); diff != "" {
+		t.Errorf("server rows (-want +got):\n%s\nin:\n%s", diff, out)
+	}
+	if part := "Alone, with no controller under test running: 2.0 s (median of 1)."; !strings.Contains(out, part) {
+		t.Errorf("no %q in:\n%s", part, out)
+	}
+	if got := render(func(p printer) { writeServer(p, ws, rs[1:2]) }); got != "" {
+		t.Errorf("wrote %q with nothing of the server measured", got)
+	}
+}
+
+// Every run's line has its canary and the server's CPU and requests; the
+// canary alone is not a run of a controller.
+func TestWriteRunsShowsEachRunsCanaryAndServer(t *testing.T) {
+	r := run(quickWorkload, ours, 3, 1, 40, 1000)
+	r.APF, r.CanarySeconds, r.Server = true, 4.25, serverLoad{APIServerCPU: 5.5, Requests: 2400}
+	late := run(quickWorkload, upstream, 10, 1, 90, 1000)
+	late.CanaryError = "canary: 50 replicas not ready within 10m0s"
+	rs := []result{{Workload: canaryAloneWorkload, Controller: noController, OK: true, CanarySeconds: 2}, late, r}
+	out := render(func(p printer) { writeRuns(p, []workload{{Name: quickWorkload}}, rs) })
+	want := []string{
+		"| 1k/p100 | built-in Job (kcm) | exempt | 1 | 10.0 | 0.0 | 100 | 0.0 / 0.0 | 1.0 | 90 | — | 0 | 0 | 0 | — | not ready: canary: 50 replicas not ready within 10m0s | — | OK |",
+		"| 1k/p100 | indexed-batch-job | default FlowSchemas | 1 | 3.0 | 0.0 | 333 | 0.0 / 0.0 | 1.0 | 40 | — | 0 | 0 | 0 | — | 4.2 | 5.5 / 2400 | OK |",
+	}
+	if diff := cmp.Diff(want, tableRows(out, "| workload | controller | APF |")); diff != "" {
+		t.Errorf("run rows (-want +got):\n%s\nin:\n%s", diff, out)
+	}
+}

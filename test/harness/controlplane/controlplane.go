@@ -258,6 +258,21 @@ func (cp *ControlPlane) step(format string, args ...any) {
 // Server is kube-apiserver's URL.
 func (cp *ControlPlane) Server() string { return cp.Config.Host }
 
+// APIServerPid is the process ID of the running kube-apiserver, for a
+// benchmark that reads its CPU time.
+func (cp *ControlPlane) APIServerPid() int {
+	cp.processMu.Lock()
+	defer cp.processMu.Unlock()
+	return cp.apiserver.Pid()
+}
+
+// EtcdPid is the process ID of the running etcd.
+func (cp *ControlPlane) EtcdPid() int {
+	cp.processMu.Lock()
+	defer cp.processMu.Unlock()
+	return cp.etcd.Pid()
+}
+
 // startEtcd starts etcd on free loopback ports (in Prefix's network).
 func (cp *ControlPlane) startEtcd() error {
 	clientPort, err := cp.FreePort()

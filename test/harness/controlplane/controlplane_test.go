@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -98,6 +99,12 @@ func TestControlPlaneAuthenticatesItsUsersAndKeepsDataAcrossRestarts(t *testing.
 	}
 	if !strings.HasPrefix(cp.Server(), "https://127.0.0.1:") {
 		t.Errorf("server %s, want loopback", cp.Server())
+	}
+	// The pids name the processes running after the restarts.
+	for name, pid := range map[string]int{controlplane.APIServer: cp.APIServerPid(), controlplane.Etcd: cp.EtcdPid()} {
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !strings.Contains(string(cmdline), name) {
+			t.Errorf("pid %d of %s runs %q (%v)", pid, name, cmdline, err)
+		}
 	}
 }
 
