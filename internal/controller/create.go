@@ -75,7 +75,7 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 			switch first := firstError(errs[start:end]); {
 			case !isMutated(first):
 				r.emit(job, warningEvent("FailedCreate", "%s%s", refusedBatch(errs[start:end], refused), skippedCreates(skipped)))
-			case !mutatedAlready(job):
+			case !podMutatedCondition(&job.Status):
 				// Said once: the condition stays while creates come back
 				// mutated.
 				r.emit(job, warningEvent(ibjv1.ReasonPodMutated, "%s", first.Error()))
@@ -84,12 +84,6 @@ func (r *Reconciler) createPods(ctx context.Context, job *ibjv1.IndexedBatchJob,
 		}
 	}
 	return took, false, errs
-}
-
-// mutatedAlready: the job's status says already that its creates come
-// back mutated.
-func mutatedAlready(job *ibjv1.IndexedBatchJob) bool {
-	return podMutatedCondition(&job.Status)
 }
 
 // onlyMutated: every error of errs is a MutatedPodError (nil ones aside).

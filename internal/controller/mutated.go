@@ -121,7 +121,7 @@ func (s *jobStates) mutatedUntil(job *ibjv1.IndexedBatchJob, now time.Time) time
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.jobs[job.UID]
-	if (j == nil || j.createMutated.IsZero()) && mutatedAlready(job) {
+	if (j == nil || j.createMutated.IsZero()) && podMutatedCondition(&job.Status) {
 		j = s.state(job.UID)
 		j.createMutated = now
 	}

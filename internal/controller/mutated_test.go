@@ -128,7 +128,7 @@ func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
 		t.Fatal(err)
 	}
-	if !mutatedAlready(job) {
+	if !podMutatedCondition(&job.Status) {
 		t.Errorf("conditions %v: want PodMutated to stay within a minute of the mutated create", job.Status.Conditions)
 	}
 	if got := newJobStates().mutatedUntil(job, clk.Now()); got.IsZero() {
@@ -145,7 +145,7 @@ func TestACreateThatComesBackMutatedIsDiscarded(t *testing.T) {
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
 		t.Fatal(err)
 	}
-	if mutatedAlready(job) {
+	if podMutatedCondition(&job.Status) {
 		t.Errorf("conditions %v: want PodMutated gone a minute after the last mutated create", job.Status.Conditions)
 	}
 	if err := api.List(context.Background(), &pods); err != nil || len(pods.Items) != 1 {

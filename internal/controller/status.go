@@ -222,7 +222,8 @@ func setPodCreation(st *ibjv1.IndexedBatchJobStatus, gen int64, now time.Time, a
 }
 
 // podMutatedCondition: condition PodCreationFailed stands with reason
-// PodMutated.
+// PodMutated: the job's status says already that its creates come back
+// mutated.
 func podMutatedCondition(st *ibjv1.IndexedBatchJobStatus) bool {
 	c := meta.FindStatusCondition(st.Conditions, ibjv1.ConditionPodCreationFailed)
 	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ibjv1.ReasonPodMutated
