@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -140,8 +139,10 @@ func (c *Cluster) startContainerd(n *node) error {
 		return err
 	}
 	n.containerd = p
+	// The kubelet needs the CRI plugin, which answers after containerd's
+	// own API does.
 	return c.WaitFor(context.Background(), n.name+"'s containerd", 30*time.Second, func() bool {
-		return exec.Command("ctr", "--address", n.socket, "version").Run() == nil
+		return criReady(n.socket)
 	})
 }
 
