@@ -77,6 +77,7 @@ var _ = Describe("Scheduling beside batch/v1", Label("gang", "scheduling"), Orde
 	// kube-scheduler placed both alike and both ended alike.
 	pair := func(ctx context.Context, part string, job *ibjv1.IndexedBatchJob, play func(context.Context, *side) sideResult) partResult {
 		GinkgoHelper()
+		Expect(sc.Check()).To(Succeed(), "a process of the cluster exited")
 		r := partResult{part: part}
 		for _, kind := range []string{kindIBJ, kindBuiltin} {
 			s := &side{kind: kind, c: c, cluster: sc}
@@ -230,7 +231,7 @@ func startSchedulingCluster(ctx context.Context) (*kwokcluster.Cluster, client.C
 		}
 	})
 	By("starting kube-controller-manager with the Job and ResourceClaim controllers")
-	kcm, err := sc.StartComponent(controlplane.ControllerManager, controlplane.Component{Flags: []string{"--controllers=job,resourceclaim"}})
+	kcm, err := sc.StartComponent(controlplane.ControllerManager, controlplane.Component{Flags: []string{"--controllers=job-controller,resourceclaim-controller"}})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(sc.StopComponent(kcm)).To(Succeed()) })
 	c, err := client.New(sc.Config, client.Options{Scheme: scheme})
@@ -300,13 +301,13 @@ func builtinJob(job *ibjv1.IndexedBatchJob) *unstructured.Unstructured {
 func (s *side) waitGrouped(ctx context.Context, n int) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
-		groups := workloadapi.Empty(workloadapi.GroupVersion.WithKind("PodGroupList"))
+		groups := &unstructured.UnstructuredList{}
+		groups.SetGroupVersionKind(workloadapi.GroupVersion.WithKind("PodGroupList"))
 		g.Expect(s.c.List(ctx, groups, client.InNamespace(s.ns))).To(Succeed())
-		var names []string
-		_ = groups.EachListItem(func(o runtime.Object) error {
-			names = append(names, o.(*unstructured.Unstructured).GetName())
-			return nil
-		})
+		names := make([]string, 0, len(groups.Items))
+		for _, pg := range groups.Items {
+			names = append(names, pg.GetName())
+		}
 		g.Expect(names).To(HaveLen(1), "the PodGroups")
 		pods := s.pods(g)
 		g.Expect(pods).To(HaveLen(n))
