@@ -133,6 +133,12 @@ type Options struct {
 	// besides its defaults (--enable-admission-plugins), such as
 	// PodNodeSelector, which acts only in namespaces that ask for it.
 	AdmissionPlugins []string
+	// FeatureGates (Name=true, or several joined by commas) are every
+	// control-plane component's --feature-gates
+	// (controlplane.Options.FeatureGates): kube-apiserver's,
+	// kube-scheduler's and kube-controller-manager's, also one started
+	// later with StartComponent.
+	FeatureGates []string
 }
 
 // Cluster is a running cluster: the control plane (its Kubeconfig, admin
@@ -273,6 +279,7 @@ func controlPlaneOptions(opts Options, progress io.Writer) controlplane.Options 
 		Progress:       progress,
 		APIServerFlags: []string{"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
 		WorkloadAPI:    opts.WorkloadAPI,
+		FeatureGates:   opts.FeatureGates,
 		CRDPaths:       []string{filepath.Join(opts.Root, "config", "crd", "bases")},
 	}
 	if len(opts.AdmissionPlugins) > 0 {
