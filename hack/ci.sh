@@ -12,17 +12,18 @@
 #                     and the next minor.
 #
 # After make verify, every binary is built once, side by side (`make
-# ci-binaries`). Then two lanes run side by side: `make lint test`, the e2e
-# suite (all but its tenant, bad-node and admission-chain specs) and the
-# kwok demos in one; the node, MultiKueue, image and release suites and
-# their demos, whose time goes mostly to waiting on kubelets, timeouts and
-# backoffs, then the bad-node and admission-chain e2e specs, in the other. Last,
-# the tenant specs run alone, since they hold a canary job's time under
-# attack to its time alone on the same machine.
+# ci-binaries`). Then three lanes run side by side: `make lint test`, the
+# e2e suite's general, gang, scheduling, Kueue and differential specs and the
+# kwok demos in one; the node, MultiKueue, image and release suites and their
+# demos, whose time goes mostly to waiting on kubelets, timeouts and
+# backoffs, in the second; the e2e suite's fleet, chaos, bad-node and
+# admission-chain specs, a second e2e process, in the third. Last, the tenant
+# specs run alone, since they hold a canary job's time under attack to its
+# time alone on the same machine.
 #
 # Each step's wall time goes to the table printed at the end and to
 # $CI_LOGS/times.tsv; a lane's output goes to $CI_LOGS/<lane>.log and is
-# printed whole when the lane ends, so the two lanes' lines do not mix.
+# printed whole when the lane ends, so the lanes' lines do not mix.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -115,19 +116,19 @@ trap 'summary $?' EXIT
 quarantine=
 [ "$tier" = ci ] && quarantine=' && !quarantine'
 
-# The lanes are balanced by their last measured times (docs/bench/ci.md):
-# the checks, make test, most of the e2e suite and the three kwok demos in
-# one; the node, MultiKueue, image and release suites and their demos in the
-# other, which mostly wait on kubelets, timeouts and backoffs while the first
-# computes, and then the e2e suite's bad-node and admission-chain specs (a
-# second e2e process: its clusters take their own ports and directories).
+# The lanes are balanced by their last measured times (docs/bench/ci.md).
+# Each e2e process starts its own kwok clusters, on ports and in directories
+# of their own, so two run side by side; both find their binaries built.
+e2e_main='!tenant && !fleet && !chaos && !bad-node && !admission-chain'
+e2e_heavy='fleet || chaos || bad-node || admission-chain'
+
 main_lane() {
   # golangci-lint v2 with .golangci.yml, then the README's test command;
   # either failing stops the lane: the e2e suite would only repeat it.
   step "make lint" make lint && step "make test" make test || return
   run_steps \
-    "make test-e2e (all but tenant, bad-node, admission-chain)" \
-    "make test-e2e E2E_LABELS='!tenant && !bad-node && !admission-chain$quarantine'" \
+    "make test-e2e (all but tenant, fleet, chaos, bad-node, admission-chain)" \
+    "make test-e2e E2E_LABELS='$e2e_main$quarantine'" \
     "make demo" "make demo" \
     "make demo-kueue" "make demo-kueue" \
     "make demo GANG=1" "make demo GANG=1"
@@ -140,9 +141,15 @@ cluster_lane() {
     "make test-multikueue" "make test-multikueue" \
     "make demo-multikueue" "make demo-multikueue" \
     "make test-image" "make test-image" \
-    "make test-release" "make test-release" \
-    "make test-e2e (bad-node, admission-chain)" \
-    "make test-e2e E2E_LABELS='(bad-node || admission-chain)$quarantine'"
+    "make test-release" "make test-release"
+}
+
+# The specs that hold the most jobs, indexes and kills, beside make test:
+# they wait on pod run times, backoffs and restarts while it compiles.
+e2e_lane() {
+  run_steps \
+    "make test-e2e (fleet, chaos, bad-node, admission-chain)" \
+    "make test-e2e E2E_LABELS='($e2e_heavy)$quarantine'"
 }
 
 step "make node-prereqs" make node-prereqs
@@ -154,6 +161,7 @@ step "make ci-binaries" make ci-binaries
 
 lane main main_lane
 lane clusters cluster_lane
+lane e2e e2e_lane
 wait_lanes
 
 step "make test-e2e (tenant)" make test-e2e E2E_LABELS="tenant$quarantine"
