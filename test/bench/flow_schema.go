@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/manifests"
 )
 
 // flowControlFile holds the operator's PriorityLevelConfiguration and the
@@ -24,21 +23,19 @@ var flowControlFile = filepath.Join("config", "flowcontrol", "flowcontrol.yaml")
 
 // flowControlObjects are the objects of a multi-document YAML file.
 func flowControlObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
+	docs, err := manifests.Documents(data)
+	if err != nil {
+		return nil, err
+	}
+	objs := make([]*unstructured.Unstructured, 0, len(docs))
+	for _, doc := range docs {
 		u := &unstructured.Unstructured{}
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
+		if err := utilyaml.Unmarshal(doc, &u.Object); err != nil {
 			return nil, err
 		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
+		objs = append(objs, u)
 	}
+	return objs, nil
 }
 
 // installFlowSchema creates the shipped objects of flowControlFile (with

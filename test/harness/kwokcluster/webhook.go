@@ -1,10 +1,7 @@
 package kwokcluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/manifests"
 )
 
 // The names config/default gives the webhook's objects; the operator's
@@ -53,7 +52,7 @@ func (c *Cluster) installWebhook(ctx context.Context, root string) error {
 		return fmt.Errorf("creating the webhook's Secret: %w", err)
 	}
 
-	manifests, err := os.ReadFile(filepath.Join(root, "config", "webhook", "manifests.yaml"))
+	raw, err := os.ReadFile(filepath.Join(root, "config", "webhook", "manifests.yaml"))
 	if err != nil {
 		return err
 	}
@@ -67,14 +66,11 @@ func (c *Cluster) installWebhook(ctx context.Context, root string) error {
 		path := ptr.Deref(cc.Service.Path, "/")
 		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + path)}
 	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("reading config/webhook/manifests.yaml: %w", err)
-		}
+	docs, err := manifests.Documents(raw)
+	if err != nil {
+		return fmt.Errorf("reading config/webhook/manifests.yaml: %w", err)
+	}
+	for _, doc := range docs {
 		var meta metav1.TypeMeta
 		if err := utilyaml.Unmarshal(doc, &meta); err != nil {
 			return err
@@ -106,12 +102,11 @@ func (c *Cluster) installWebhook(ctx context.Context, root string) error {
 			if _, err := clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 				return err
 			}
-		case "":
-			// an empty document
 		default:
 			return fmt.Errorf("config/webhook/manifests.yaml: unexpected kind %q", meta.Kind)
 		}
 	}
+	return nil
 }
 
 // WebhookArgs are the flags an operator run on this host needs to serve the

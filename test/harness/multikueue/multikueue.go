@@ -10,8 +10,6 @@
 package multikueue
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,6 +39,7 @@ import (
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kueuecluster"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/kwokcluster"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/manifests"
 )
 
 // Names of the MultiKueue objects on the manager.
@@ -324,15 +322,11 @@ func applyManifest(ctx context.Context, c client.Client, path string, edit func(
 	if err != nil {
 		return err
 	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
+	docs, err := manifests.Documents(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, doc := range docs {
 		var kind metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &kind); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
@@ -343,8 +337,6 @@ func applyManifest(ctx context.Context, c client.Client, path string, edit func(
 			obj = &rbacv1.ClusterRole{}
 		case "ClusterRoleBinding":
 			obj = &rbacv1.ClusterRoleBinding{}
-		case "":
-			continue
 		default:
 			return fmt.Errorf("%s: unexpected kind %q", path, kind.Kind)
 		}
@@ -356,6 +348,7 @@ func applyManifest(ctx context.Context, c client.Client, path string, edit func(
 			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
+	return nil
 }
 
 // waitActive waits up to two minutes for every MultiKueueCluster and the

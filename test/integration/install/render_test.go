@@ -1,9 +1,7 @@
 package install_test
 
 import (
-	"bufio"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/manifests"
 )
 
 // object is one rendered manifest, as generic JSON.
@@ -21,24 +21,18 @@ type object = map[string]any
 
 // parseManifests splits a multi-document YAML stream into objects keyed by
 // kind/namespace/name.
-func parseManifests(manifests string) map[string]object {
+func parseManifests(rendered string) map[string]object {
 	objects := map[string]object{}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifests)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return objects
-		}
-		Expect(err).NotTo(HaveOccurred())
+	docs, err := manifests.Documents([]byte(rendered))
+	Expect(err).NotTo(HaveOccurred())
+	for _, doc := range docs {
 		var o object
 		Expect(utilyaml.Unmarshal(doc, &o)).To(Succeed())
-		if len(o) == 0 {
-			continue
-		}
 		key := objectKey(o)
 		Expect(objects).NotTo(HaveKey(key), "rendered twice")
 		objects[key] = o
 	}
+	return objects
 }
 
 func objectKey(o object) string {
