@@ -114,9 +114,13 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 				g.Expect(p.Spec.SchedulingGroup.PodGroupName).To(Equal(ptr.To(podGroup)), p.Name)
 			}
 		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
-		var j ibjv1.IndexedBatchJob
-		Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), &j)).To(Succeed())
-		Expect(meta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionPodGroupReady)).To(BeTrue(), "condition PodGroupReady: %v", j.Status.Conditions)
+		// The status write that says so follows the creates: a busy
+		// operator's pods can show before it.
+		Eventually(func(g Gomega) {
+			var j ibjv1.IndexedBatchJob
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(gang), &j)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(j.Status.Conditions, ibjv1.ConditionPodGroupReady)).To(BeTrue(), "condition PodGroupReady: %v", j.Status.Conditions)
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 		Consistently(func() int { n, _ := bound(ctx, ns); return n }, 15*time.Second, 100*time.Millisecond).
 			Should(BeZero(), "a pod of the gang bound while the whole gang cannot fit")
 
