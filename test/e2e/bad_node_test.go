@@ -50,23 +50,8 @@ func badNodeIndexes() int {
 // stops when the spec, or the Ordered container, ends.
 func startBadNodeCluster(ctx context.Context, nodes, faulty int, operatorFlags ...string) (*kwokcluster.Cluster, client.Client) {
 	GinkgoHelper()
-	dir, err := os.MkdirTemp("", "ibj-e2e-bad-node-")
-	Expect(err).NotTo(HaveOccurred())
-	By(fmt.Sprintf("starting etcd, kube-apiserver, kube-scheduler and %d kwok nodes (%d faulty) in %s", nodes, faulty, dir))
-	bc, err := kwokcluster.Start(ctx, kwokcluster.Options{
-		Root: root, Dir: dir, Nodes: nodes, FaultyNodes: faulty, KubeScheduler: true, Progress: GinkgoWriter,
-		NodeAllocatable: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110"),
-		},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		Expect(bc.Stop()).To(Succeed())
-		if CurrentSpecReport().Failed() || suiteFailed || os.Getenv("IBJ_E2E_KEEP_LOGS") != "" {
-			fmt.Printf("e2e: the bad-node cluster's logs are kept in %s\n", dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
+	bc := startSpecCluster(ctx, "bad-node", fmt.Sprintf("etcd, kube-apiserver, kube-scheduler and %d kwok nodes (%d faulty)", nodes, faulty), kwokcluster.Options{
+		Nodes: nodes, FaultyNodes: faulty, KubeScheduler: true, NodeAllocatable: nodeCapacity("8", "64Gi"),
 	})
 	c, err := client.New(bc.Config, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())

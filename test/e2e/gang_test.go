@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -40,23 +39,8 @@ var _ = Describe("Gang scheduling", Label("gang"), Ordered, func() {
 		if minor < harness.WorkloadAPIMinor {
 			Skip(fmt.Sprintf("kube-apiserver 1.%d cannot serve the Workload API (1.%d or later)", minor, harness.WorkloadAPIMinor))
 		}
-		dir, err := os.MkdirTemp("", "ibj-e2e-gang-")
-		Expect(err).NotTo(HaveOccurred())
-		By("starting etcd, kube-apiserver (Workload API on), kube-scheduler (GenericWorkload) and one kwok node of 2 CPUs in " + dir)
-		gc, err = kwokcluster.Start(ctx, kwokcluster.Options{
-			Root: root, Dir: dir, Nodes: 1, KubeScheduler: true, WorkloadAPI: true, Progress: GinkgoWriter,
-			NodeAllocatable: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
-			},
-		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() {
-			Expect(gc.Stop()).To(Succeed())
-			if CurrentSpecReport().Failed() || suiteFailed || os.Getenv("IBJ_E2E_KEEP_LOGS") != "" {
-				fmt.Printf("e2e: the gang cluster's logs are kept in %s\n", dir)
-			} else {
-				_ = os.RemoveAll(dir)
-			}
+		gc = startSpecCluster(ctx, "gang", "etcd, kube-apiserver (Workload API on), kube-scheduler (GenericWorkload) and one kwok node of 2 CPUs", kwokcluster.Options{
+			Nodes: 1, KubeScheduler: true, WorkloadAPI: true, NodeAllocatable: nodeCapacity("2", "8Gi"),
 		})
 		c, err = client.New(gc.Config, client.Options{Scheme: scheme})
 		Expect(err).NotTo(HaveOccurred())

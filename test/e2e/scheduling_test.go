@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -211,24 +210,10 @@ const (
 // operator.
 func startSchedulingCluster(ctx context.Context) (*kwokcluster.Cluster, client.Client) {
 	GinkgoHelper()
-	dir, err := os.MkdirTemp("", "ibj-e2e-scheduling-")
-	Expect(err).NotTo(HaveOccurred())
-	By("starting etcd, kube-apiserver, kube-scheduler and four kwok nodes of 2 CPUs in " + dir)
-	sc, err := kwokcluster.Start(ctx, kwokcluster.Options{
-		Root: root, Dir: dir, Nodes: 4, KubeScheduler: true, WorkloadAPI: true, Progress: GinkgoWriter,
-		FeatureGates: []string{controlplane.WorkloadSchedulingFeatureGates, "WorkloadWithJob=true"},
-		NodeAllocatable: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
-		},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		Expect(sc.Stop()).To(Succeed())
-		if CurrentSpecReport().Failed() || suiteFailed || os.Getenv("IBJ_E2E_KEEP_LOGS") != "" {
-			fmt.Printf("e2e: the scheduling cluster's logs are kept in %s\n", dir)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
+	sc := startSpecCluster(ctx, "scheduling", "etcd, kube-apiserver, kube-scheduler and four kwok nodes of 2 CPUs", kwokcluster.Options{
+		Nodes: 4, KubeScheduler: true, WorkloadAPI: true,
+		FeatureGates:    []string{controlplane.WorkloadSchedulingFeatureGates, "WorkloadWithJob=true"},
+		NodeAllocatable: nodeCapacity("2", "8Gi"),
 	})
 	By("starting kube-controller-manager with the Job and ResourceClaim controllers")
 	kcm, err := sc.StartComponent(controlplane.ControllerManager, controlplane.Component{Flags: []string{"--controllers=job-controller,resourceclaim-controller"}})
