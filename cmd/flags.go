@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/jobpod"
 	"github.com/indexed-batch-job/indexed-batch-job/internal/serverload"
 )
@@ -28,6 +31,7 @@ type options struct {
 	maxConcurrent           int
 	namespaces              string
 	backoffBase, backoffMax time.Duration
+	finalizerHold           time.Duration
 
 	kueue   kueueFlags
 	webhook webhookFlags
@@ -68,15 +72,31 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 		"Delay before the first replacement of a failed pod; it doubles with each further failure.")
 	fs.DurationVar(&o.backoffMax, "pod-failure-backoff-max", jobpod.DefaultBackoff.Max,
 		"Cap of the replacement delay.")
+	fs.DurationVar(&o.finalizerHold, "counted-finalizer-hold", controller.DefaultReleaseBound,
+		"How long the tracking finalizer of a pod whose result is counted may wait for the client's spare budget "+
+			"before its removal goes ahead of new work (0 to 1h). A pod being deleted is let go at once.")
 	o.kueue.bind(fs)
 	o.webhook.bind(fs)
 	o.zap.BindFlags(fs)
 }
 
-// clientLimitsValid reports whether the client's rate limit flags make a
-// token bucket that ever lets a request through.
-func (o *options) clientLimitsValid() bool {
-	return o.qps > 0 && o.burst >= 1 && o.throttleTick >= 0 && o.busyLatency >= 0
+// maxFinalizerHold is the longest --counted-finalizer-hold.
+const maxFinalizerHold = time.Hour
+
+// validate says which flags hold a value the manager cannot run with: a
+// client rate limit that never lets a request through, or a finalizer
+// hold out of its range.
+func (o *options) validate() error {
+	var errs []error
+	if o.qps <= 0 || o.burst < 1 || o.throttleTick < 0 || o.busyLatency < 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must be above 0, --kube-api-burst at least 1, "+
+			"--kube-api-throttle-tick and --api-busy-latency not negative (got %v, %d, %v, %v)",
+			o.qps, o.burst, o.throttleTick, o.busyLatency))
+	}
+	if o.finalizerHold < 0 || o.finalizerHold > maxFinalizerHold {
+		errs = append(errs, fmt.Errorf("--counted-finalizer-hold must be between 0s and %v (got %v)", maxFinalizerHold, o.finalizerHold))
+	}
+	return errors.Join(errs...)
 }
 
 // watchedNamespaces are the namespaces of --namespaces, nil for all.

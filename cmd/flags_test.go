@@ -44,6 +44,7 @@ func defaultOptions() options {
 		maxConcurrent: 5,
 		backoffBase:   10 * time.Second,
 		backoffMax:    10 * time.Minute,
+		finalizerHold: 5 * time.Minute,
 		kueue: kueueFlags{
 			mode:                         "auto",
 			managedJobsNamespaceSelector: "kubernetes.io/metadata.name notin (kube-system,kueue-system)",
@@ -92,6 +93,7 @@ func TestFlagDefaults(t *testing.T) {
 		"namespaces":                            "",
 		"pod-failure-backoff":                   "10s",
 		"pod-failure-backoff-max":               "10m0s",
+		"counted-finalizer-hold":                "5m0s",
 		"kueue":                                 "auto",
 		"kueue-manage-jobs-without-queue-name":  "false",
 		"kueue-managed-jobs-namespace-selector": "kubernetes.io/metadata.name notin (kube-system,kueue-system)",
@@ -164,10 +166,11 @@ func TestFlagsSetOptions(t *testing.T) {
 		{
 			name: "controller",
 			args: []string{"--max-concurrent-reconciles=12", "--namespaces=a, b,", "--pod-failure-backoff=1s",
-				"--pod-failure-backoff-max=1m"},
+				"--pod-failure-backoff-max=1m", "--counted-finalizer-hold=30s"},
 			want: func(o *options) {
 				o.maxConcurrent, o.namespaces = 12, "a, b,"
 				o.backoffBase, o.backoffMax = time.Second, time.Minute
+				o.finalizerHold = 30 * time.Second
 			},
 		},
 		{
@@ -273,5 +276,34 @@ func TestFlagsAreDocumented(t *testing.T) {
 	}
 	if len(documented) < 30 {
 		t.Errorf("found %d flags in docs/operations.md's Operator flags section: is the pattern still right?", len(documented))
+	}
+}
+
+// validate refuses, naming the flag, every value the manager cannot run
+// with, and accepts the defaults and the ends of each range.
+func TestValidateRefusesFlagsOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--counted-finalizer-hold=0s"}, ""},
+		{[]string{"--counted-finalizer-hold=1h"}, ""},
+		{[]string{"--counted-finalizer-hold=-1s"}, "--counted-finalizer-hold must be between 0s and 1h0m0s (got -1s)"},
+		{[]string{"--counted-finalizer-hold=2h"}, "--counted-finalizer-hold must be between 0s and 1h0m0s (got 2h0m0s)"},
+		{[]string{"--kube-api-qps=0"}, "--kube-api-qps must be above 0"},
+		{[]string{"--kube-api-burst=0"}, "--kube-api-qps must be above 0"},
+		{[]string{"--api-busy-latency=-1s"}, "--api-busy-latency not negative"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, o := boundFlags(t, tc.args...)
+			err := o.validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -44,9 +44,8 @@ func main() {
 	o.bindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	if !o.clientLimitsValid() {
-		fatal(nil, "--kube-api-qps must be above 0, --kube-api-burst at least 1 and --kube-api-throttle-tick not negative",
-			"qps", o.qps, "burst", o.burst, "throttleTick", o.throttleTick)
+	if err := o.validate(); err != nil {
+		fatal(err, "Invalid flags")
 	}
 	if _, err := o.kueue.settings(); err != nil {
 		fatal(err, "Invalid Kueue setting")

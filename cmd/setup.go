@@ -29,6 +29,7 @@ func setupControllers(mgr ctrl.Manager, cfgs restConfigs, o *options) func() {
 	if cfgs.load != nil {
 		r.SetServerLoad(cfgs.load)
 	}
+	r.SetReleaseBound(o.finalizerHold)
 	if err := r.SetupWithManager(mgr, o.watchedNamespaces(), o.maxConcurrent); err != nil {
 		fatal(err, "Unable to create controller", "controller", "IndexedBatchJob")
 	}

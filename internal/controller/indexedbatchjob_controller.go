@@ -131,6 +131,11 @@ func (r *Reconciler) SetServerLoad(m *serverload.Monitor) {
 	registerServerLoadMetrics(m)
 }
 
+// SetReleaseBound sets how long a counted pod's finalizer removal waits
+// for the client's spare budget before it goes ahead of the foreground
+// (DefaultReleaseBound without a call). Call it before the manager starts.
+func (r *Reconciler) SetReleaseBound(d time.Duration) { r.later.bound = d }
+
 // writeWindow is how many writes a sync sends at once now.
 func (r *Reconciler) writeWindow() int {
 	if r.load == nil {

@@ -50,8 +50,13 @@ var (
 	})
 	finalizerHold = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "indexedbatchjob_counted_finalizer_hold_seconds",
-		Help:    "How long a counted pod kept its tracking finalizer after it ended, for the finalizers removed in the background (bounded: releaseBound after it was counted, plus one turn of the client's queue).",
-		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 35, 45, 60, 120, 300},
+		Help:    "How long a counted pod kept its tracking finalizer after it ended, for the finalizers removed in the background (the wait for the status write that counts it, then indexedbatchjob_counted_finalizer_release_wait_seconds).",
+		Buckets: holdBuckets,
+	})
+	finalizerHoldCounted = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "indexedbatchjob_counted_finalizer_release_wait_seconds",
+		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (bounded by --counted-finalizer-hold, plus the overdue removals ahead of it and a turn of the client's queue).",
+		Buckets: holdBuckets,
 	})
 	restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "indexedbatchjob_restarts_total",
@@ -61,8 +66,12 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts, nodesAvoided,
-		finalizerHold)
+		finalizerHold, finalizerHoldCounted)
 }
+
+// holdBuckets are the buckets of the finalizer hold histograms: fine
+// below a minute, and around the default bound (DefaultReleaseBound).
+var holdBuckets = []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 120, 180, 240, 300, 305, 315, 330, 360, 600, 1200}
 
 // recordMetrics counts what a sync recorded: finished pods, finished
 // indexes, a restart and the job's end.

@@ -18,14 +18,23 @@ import (
 // flight at once.
 const laterReleaseWorkers = 16
 
-// releaseBound bounds how long a counted pod's finalizer removal waits as
-// background work: once queued that long, it waits in line for the next
-// token as the foreground's writes do (throttle.BackgroundUntil), whatever
-// the foreground's use of the budget or the API server's business. A
-// counted pod so keeps its finalizer at most releaseBound plus one turn
-// of the client's queue (about writeQueueSeconds) and the patch's own
-// time, unless the patch fails and is retried.
-const releaseBound = 30 * time.Second
+// DefaultReleaseBound is how long a counted pod's finalizer removal waits
+// as background work by default (SetReleaseBound): once queued that long,
+// it goes ahead of the foreground's writes (throttle.BackgroundUntil),
+// whatever the foreground's use of the budget or the API server's
+// business. A counted pod so keeps its finalizer at most the bound after
+// it was counted, plus one turn of the client's queue (about
+// writeQueueSeconds), the overdue removals ahead of it at the full QPS
+// and the patch's own time, unless the patch fails and is retried.
+//
+// A counted pod that nobody deletes costs nothing while it keeps its
+// finalizer (a finished pod holds no quota and no node), and one that is
+// deleted is let go by its sync at once (releaseFinalizers): five minutes
+// let a job's removals wait until the client has time for them on every
+// fleet that the client's QPS can start within them, where a short bound
+// would force them ahead of other jobs' creates. docs/bench/apf.md has
+// the arithmetic.
+const DefaultReleaseBound = 5 * time.Minute
 
 // laterReleases removes, off the critical path, the tracking finalizer of
 // pods whose result is counted already (a succeeded pod whose index is in
@@ -33,13 +42,16 @@ const releaseBound = 30 * time.Second
 // are marked as background requests (throttle.BackgroundUntil): they use
 // only the client budget that pod creates, deletes, status writes and the
 // removals that count failures leave over, and wait while those use it all
-// or while the API server is busy, for at most releaseBound.
+// or while the API server is busy, for at most the bound (SetReleaseBound).
 //
 // Nothing is lost when the queue is: a sync plans the removal again for
 // every such pod that still has its finalizer, after a restart too. A
 // removal that fails is retried with the queue's rate limit.
 type laterReleases struct {
-	r     *Reconciler
+	r *Reconciler
+	// bound is how long a removal waits as background work
+	// (DefaultReleaseBound).
+	bound time.Duration
 	queue workqueue.TypedRateLimitingInterface[types.UID]
 	mu    sync.Mutex
 	// pending are the pods queued, being patched, or let go but not yet
@@ -64,7 +76,8 @@ type laterRelease struct {
 
 func newLaterReleases(r *Reconciler) *laterReleases {
 	return &laterReleases{
-		r: r,
+		r:     r,
+		bound: DefaultReleaseBound,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "finalizer-releases"}),
 		pending: map[types.UID]*laterRelease{},
@@ -168,7 +181,7 @@ func (l *laterReleases) drain(ctx context.Context) {
 func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterRelease) {
 	pod := &jobpod.Pod{}
 	pod.Namespace, pod.Name, pod.UID = item.namespace, item.name, uid
-	if err := l.r.removeFinalizer(throttle.BackgroundUntil(ctx, item.queued.Add(releaseBound)), pod); err != nil {
+	if err := l.r.removeFinalizer(throttle.BackgroundUntil(ctx, item.queued.Add(l.bound)), pod); err != nil {
 		if ctx.Err() == nil {
 			log.FromContext(ctx).V(2).Info("Retrying a finalizer removal", "pod", klog.KObj(pod), "error", err)
 			l.queue.AddRateLimited(uid)
@@ -177,6 +190,7 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 	}
 	l.queue.Forget(uid)
 	finalizerHold.Observe(l.r.clock.Since(item.finished).Seconds())
+	finalizerHoldCounted.Observe(l.r.clock.Since(item.queued).Seconds())
 	// A sync that read its pods before the cache showed this release
 	// would queue the pod again once observed has forgotten it; the
 	// expectation stops that until a sync reads the pod let go. A job

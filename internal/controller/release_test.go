@@ -88,26 +88,41 @@ func TestLaterReleasesPatchOnceAndForget(t *testing.T) {
 	}
 }
 
-// A counted pod's finalizer removal is background work for at most
-// releaseBound from when it was queued: its request carries that deadline.
+// A counted pod's finalizer removal is background work for at most the
+// bound from when it was queued (DefaultReleaseBound, or what
+// SetReleaseBound set): its request carries that deadline.
 func TestLaterReleasesAreBackgroundUntilTheBound(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done", Finalizers: []string{ibjv1.TrackingFinalizer}}}
-	var deadline time.Time
-	var background bool
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod).Build(), interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			background, deadline = throttle.IsBackground(ctx), throttle.BackgroundDeadline(ctx)
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-	})
-	clk := clocktesting.NewFakeClock(testNow)
-	r := NewReconciler(c, nil, clk, jobpod.DefaultBackoff)
-	p := &jobpod.Pod{Tracked: true}
-	p.Name, p.Namespace, p.UID = pod.Name, pod.Namespace, pod.UID
-	r.later.add("job", []*jobpod.Pod{p})
-	clk.Step(5 * time.Second)
-	r.later.drain(context.Background())
-	if !background || !deadline.Equal(testNow.Add(releaseBound)) {
-		t.Errorf("the removal went as background %v until %v, want background until %v", background, deadline, testNow.Add(releaseBound))
+	for _, tc := range []struct {
+		name  string
+		set   time.Duration
+		bound time.Duration
+	}{
+		{"default", 0, DefaultReleaseBound},
+		{"set", 45 * time.Second, 45 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done", Finalizers: []string{ibjv1.TrackingFinalizer}}}
+			var deadline time.Time
+			var background bool
+			c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod).Build(), interceptor.Funcs{
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					background, deadline = throttle.IsBackground(ctx), throttle.BackgroundDeadline(ctx)
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			})
+			clk := clocktesting.NewFakeClock(testNow)
+			r := NewReconciler(c, nil, clk, jobpod.DefaultBackoff)
+			if tc.set > 0 {
+				r.SetReleaseBound(tc.set)
+			}
+			p := &jobpod.Pod{Tracked: true}
+			p.Name, p.Namespace, p.UID = pod.Name, pod.Namespace, pod.UID
+			r.later.add("job", []*jobpod.Pod{p})
+			clk.Step(5 * time.Second)
+			r.later.drain(context.Background())
+			if !background || !deadline.Equal(testNow.Add(tc.bound)) {
+				t.Errorf("the removal went as background %v until %v, want background until %v", background, deadline, testNow.Add(tc.bound))
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 // The API server's load as the operator sees it (internal/serverload),
 // served beside the controller's metrics: a busy server is why creates go
 // in smaller batches, counters wait and counted pods keep their finalizer
-// a little longer (up to releaseBound).
+// a little longer (up to laterReleases' bound).
 var serverLoad atomic.Pointer[serverload.Monitor]
 
 // busyStatusInterval is how long a status that only moved counters waits

@@ -71,7 +71,7 @@ func (s *syncState) decideEnd() {
 
 // releaseFinishedJob handles a job that is Complete or Failed: it lets go of
 // any pod still held by a tracking finalizer (a finished one whenever the
-// client has time: every result is counted; a terminating one at once),
+// client has time: every result is counted; a deleted one at once),
 // removes pods still running, and deletes the job once
 // ttlSecondsAfterFinished passed (the pods' finalizers go first).
 func (s *syncState) releaseFinishedJob() {
@@ -80,9 +80,9 @@ func (s *syncState) releaseFinishedJob() {
 		case pod.Active():
 			s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "job finished"})
 		case !pod.Finalized():
-		case pod.Finished():
+		case pod.Finished() && pod.DeletionTimestamp == nil:
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
-		default: // terminating: its finalizer is all that keeps it
+		default: // deleted: its finalizer is all that keeps it
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}
 	}

@@ -117,14 +117,17 @@ func TestFinishedJobReleasesStrayPods(t *testing.T) {
 	stuck := makePod(job, 2).failedAt(testNow, 1).obj()
 	terminating := makePod(job, 1).running().deletedAt(testNow).obj()
 	released := makePod(job, 0).succeededAt(testNow).withoutFinalizer().obj()
+	// Counted, finished and deleted (pod garbage collection): let go at
+	// once, as its deletion waits for it.
+	deleted := makePod(job, 0).succeededAt(testNow).deletedAt(testNow).obj()
 
 	before := job.Status.DeepCopy()
-	p := syncOnce(job, running, stuck, terminating, released)
+	p := syncOnce(job, running, stuck, terminating, released, deleted)
 	if got := deletions(p); len(got) != 1 || !got[running.Name] {
 		t.Errorf("deletions = %v, want the running pod deleted with its finalizer stripped", got)
 	}
-	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*jobpod.Pod{terminating})) {
-		t.Errorf("removeFinalizer = %v, want the terminating pod let go at once", got)
+	if got := names(p.removeFinalizer); !slices.Equal(got, names([]*jobpod.Pod{terminating, deleted})) {
+		t.Errorf("removeFinalizer = %v, want the terminating and the deleted pods let go at once", got)
 	}
 	if got := names(p.releaseLater); !slices.Equal(got, names([]*jobpod.Pod{stuck})) {
 		t.Errorf("releaseLater = %v, want the finished pod let go when the client has time", got)

@@ -259,7 +259,8 @@ func (s *syncState) failStuckPods() {
 // end: its UID stays in the status until it is released. A failed pod is
 // counted only once its tracking finalizer is gone, so that removal is on the job's way to its end; a
 // succeeded pod is counted by its index already, so its finalizer goes
-// later (plan.releaseLater), when the client has time. A succeeded pod of
+// later (plan.releaseLater), when the client has time, unless the pod is
+// being deleted. A succeeded pod of
 // an index that had failed before is let go uncounted. A pod heldForRetry
 // loses only its tracking finalizer (plan.countHeld): it is counted now,
 // whatever becomes of the creates of its replacement, and its index-retry
@@ -285,6 +286,10 @@ func (s *syncState) releaseFinalizers() {
 			// Recorded, or counted already and no longer held.
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
+		case s.completed.Has(pod.Index) && pod.DeletionTimestamp != nil:
+			// Someone waits for it to go (a kubectl delete, pod garbage
+			// collection): its finalizer goes now, not in the background.
+			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case s.completed.Has(pod.Index):
 			s.plan.releaseLater = append(s.plan.releaseLater, pod)
 			if s.settles(pod) {

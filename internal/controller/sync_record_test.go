@@ -54,6 +54,26 @@ func TestSucceededPodIsCountedByItsIndexAndReleasedLater(t *testing.T) {
 	}
 }
 
+// A counted pod that someone deletes (kubectl delete, pod garbage
+// collection) has its finalizer removed by the sync, not left to the
+// background queue: its deletion waits for it.
+func TestDeletedCountedPodIsReleasedAtOnce(t *testing.T) {
+	job := harness.MakeIndexedBatchJob("a", "ns").Completions(2).Parallelism(2).Obj()
+	done := makePod(job, 1).succeededAt(testNow).obj()
+	p := syncOnce(job, makePod(job, 0).running().obj(), done)
+	job.Status = p.status
+
+	deleted := makePod(job, 1).succeededAt(testNow).deletedAt(testNow).obj()
+	deleted.UID, deleted.Name = done.UID, done.Name
+	p = syncOnce(job, makePod(job, 0).running().obj(), deleted)
+	if !slices.Equal(names(p.removeFinalizer), []string{deleted.Name}) || len(p.releaseLater) != 0 {
+		t.Errorf("removeFinalizer = %v, releaseLater = %v; want the deleted pod let go at once", names(p.removeFinalizer), names(p.releaseLater))
+	}
+	if p.status.Succeeded != 1 || p.status.CompletedIndexes != "1" || p.holdStatus != 0 {
+		t.Errorf("succeeded = %d, completedIndexes = %q, holdStatus = %v; want the pod counted once and nothing held", p.status.Succeeded, p.status.CompletedIndexes, p.holdStatus)
+	}
+}
+
 // A succeeded UID in the status (an earlier version's, or a pod's that had
 // failures in place) stays until its pod is released, and its pod is
 // counted once, by its index.

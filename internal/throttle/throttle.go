@@ -37,6 +37,10 @@ type Limiter struct {
 	// busy, when set, says the API server is the limit now
 	// (SetServerBusy).
 	busy atomic.Pointer[func() bool]
+	// overdue counts the background requests past their deadline that
+	// wait for a token (waitOverdue): while there are any, foreground
+	// requests wait for them to go first.
+	overdue atomic.Int32
 }
 
 // SetServerBusy makes background requests wait while busy says the API
@@ -83,12 +87,66 @@ func (l *Limiter) Wait(ctx context.Context) error {
 		if err := l.waitSpare(ctx); err != errDeadline {
 			return err
 		}
-		// Past its deadline: it waits in line as the foreground does.
-		return l.reserve(ctx, time.Now())
+		// Past its deadline: it goes before the foreground.
+		return l.waitOverdue(ctx)
 	}
-	now := time.Now()
-	l.lastForeground.Store(now.UnixNano())
-	return l.reserve(ctx, now)
+	l.lastForeground.Store(time.Now().UnixNano())
+	if err := l.yieldToOverdue(ctx); err != nil {
+		return err
+	}
+	return l.reserve(ctx, time.Now())
+}
+
+// waitOverdue takes the next token for a background request past its
+// deadline, ahead of the foreground: foreground requests that come while
+// it waits wait for it (yieldToOverdue), so that it waits only for the
+// tokens the foreground reserved before it came (at most the client's
+// queue, a turn) and for the overdue requests ahead of it. Neither the
+// reserve kept for the foreground nor the server's business holds it.
+func (l *Limiter) waitOverdue(ctx context.Context) error {
+	l.overdue.Add(1)
+	defer l.overdue.Add(-1)
+	var t *time.Timer
+	for {
+		now := time.Now()
+		if l.bucket.AllowN(now, 1) {
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(l.nextLook(now))
+			defer t.Stop()
+		} else {
+			t.Reset(l.nextLook(now))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// yieldToOverdue holds a foreground request while overdue background
+// requests wait (waitOverdue), looking again on every tick. Overdue
+// requests come at most as fast as the work that made them (a finalizer
+// removal per pod the foreground created), so the foreground waits for a
+// share of the budget, not indefinitely.
+func (l *Limiter) yieldToOverdue(ctx context.Context) error {
+	var t *time.Timer
+	for l.overdue.Load() > 0 {
+		if t == nil {
+			t = time.NewTimer(l.nextLook(time.Now()))
+			defer t.Stop()
+		} else {
+			t.Reset(l.nextLook(time.Now()))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // reserve takes the next token and waits until it is due and the tick
@@ -136,9 +194,10 @@ func Background(ctx context.Context) context.Context {
 
 // BackgroundUntil is Background until deadline: a request still waiting
 // for a spare token then, or for the server to be no longer busy
-// (SetServerBusy), waits in line for the next token as a foreground
-// request does. It bounds how long work that may wait (the finalizer of a
-// counted pod) waits.
+// (SetServerBusy), takes the next token ahead of the foreground's
+// requests, which wait while it does (waitOverdue). It bounds how long
+// work that may wait (the finalizer of a counted pod) waits, whatever the
+// foreground's load.
 func BackgroundUntil(ctx context.Context, deadline time.Time) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, deadline)
 }

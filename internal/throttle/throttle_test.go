@@ -237,3 +237,48 @@ func TestBackgroundWaitsWhileTheServerIsBusyUntilItsDeadline(t *testing.T) {
 		t.Errorf("a foreground request waited %v (err %v) while the server was busy", time.Since(start), err)
 	}
 }
+
+// Background requests past their deadline go ahead of a foreground that
+// keeps the bucket reserved: the foreground's new requests wait for them,
+// so that they are not each queued behind a turn of the foreground's.
+func TestOverdueBackgroundRequestsGoBeforeTheForeground(t *testing.T) {
+	const qps, foreground, overdue = 100, 8, 20
+	l := New(qps, 1, 0)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var foregroundWent atomic.Int64
+	done := make(chan struct{})
+	for range foreground {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for l.Wait(ctx) == nil {
+				foregroundWent.Add(1)
+			}
+		}()
+	}
+	// Let the foreground fill the queue: each of its requests waits a turn
+	// of eight tokens.
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	for i := range overdue {
+		if err := l.Wait(BackgroundUntil(ctx, time.Now())); err != nil {
+			t.Fatalf("overdue request %d: %v", i, err)
+		}
+	}
+	// Behind the foreground, each would wait its turn of nine tokens: 20
+	// requests, 1.8 s. Ahead of it, the eight tokens reserved before the
+	// first came and then one token each: 0.28 s.
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("%d overdue requests took %v: they waited in line behind the foreground", overdue, took)
+	}
+	// Once none is overdue, the foreground goes again.
+	before := foregroundWent.Load()
+	time.Sleep(200 * time.Millisecond)
+	if foregroundWent.Load() == before {
+		t.Error("the foreground did not go again once no background request was overdue")
+	}
+	stop()
+	for range foreground {
+		<-done
+	}
+}

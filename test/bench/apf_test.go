@@ -35,10 +35,10 @@ func TestAuditCountsAUsersRequestsAnd429s(t *testing.T) {
 	}
 }
 
-// The hold bound is the lowest bucket holding every observation.
+// The hold bound is the lowest bucket holding every observation, read
+// from the histogram named.
 func TestFinalizerHoldBound(t *testing.T) {
-	const name = "indexedbatchjob_counted_finalizer_hold_seconds"
-	text := func(counts ...string) string {
+	text := func(name string, counts ...string) string {
 		les := []string{"1", "30", "35", "+Inf"}
 		var b strings.Builder
 		for i, le := range les {
@@ -51,12 +51,17 @@ func TestFinalizerHoldBound(t *testing.T) {
 		text string
 		want string
 	}{
-		{text("0", "0", "0", "0"), "—"},
-		{text("5", "9", "9", "9"), "30"},
-		{text("5", "8", "9", "9"), "35"},
-		{text("5", "8", "8", "9"), "> 300"},
+		{text(holdMetric, "0", "0", "0", "0"), "—"},
+		{text(holdMetric, "5", "9", "9", "9"), "30"},
+		{text(holdMetric, "5", "8", "9", "9"), "35"},
+		{text(holdMetric, "5", "8", "8", "9"), "> 1200"},
+		{text(holdMetric, "5", "8", "8", "9") + text(waitMetric, "9", "9", "9", "9"), "> 1200 / 1"},
 	} {
-		if got := holdBound(result{FinalizerHoldBound: finalizerHoldBound(tc.text)}); got != tc.want {
+		got := holdBound(finalizerHoldBound(tc.text, holdMetric))
+		if strings.Contains(tc.want, " / ") {
+			got += " / " + holdBound(finalizerHoldBound(tc.text, waitMetric))
+		}
+		if got != tc.want {
 			t.Errorf("bound of\n%s= %s, want %s", tc.text, got, tc.want)
 		}
 	}

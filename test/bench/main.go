@@ -302,8 +302,12 @@ type result struct {
 	Server serverLoad `json:",omitzero"`
 	// FinalizerHoldBound is, for the operator, the upper bound of the
 	// lowest bucket of indexedbatchjob_counted_finalizer_hold_seconds that
-	// holds every counted pod's hold (finalizerHoldBound).
+	// holds every counted pod's hold from its end (finalizerHoldBound);
+	// FinalizerWaitBound the same of
+	// indexedbatchjob_counted_finalizer_release_wait_seconds, from the
+	// status write that counted it.
 	FinalizerHoldBound float64 `json:",omitempty"`
+	FinalizerWaitBound float64 `json:",omitempty"`
 	ClientReqs         float64 // rest_client_requests_total, where the controller exposes it
 	Verbs              map[string]int
 	OK                 bool
@@ -920,7 +924,8 @@ func (b *bench) measureEnd(ctx context.Context, st *runState, r *result) {
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if st.ctrl == ours {
-			r.FinalizerHoldBound = finalizerHoldBound(string(data))
+			r.FinalizerHoldBound = finalizerHoldBound(string(data), holdMetric)
+			r.FinalizerWaitBound = finalizerHoldBound(string(data), waitMetric)
 		}
 		_ = os.WriteFile(filepath.Join(b.work, fmt.Sprintf("run%02d.metrics", st.n)), data, 0o644)
 	}

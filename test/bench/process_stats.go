@@ -83,13 +83,19 @@ func restRequests(url string) (float64, error) {
 	return harness.SumSeries(resp.Body, "rest_client_requests_total")
 }
 
+// The operator's histograms of how long counted pods kept their
+// finalizers: from the pod's end, and from the status write that counted it.
+const (
+	holdMetric = "indexedbatchjob_counted_finalizer_hold_seconds"
+	waitMetric = "indexedbatchjob_counted_finalizer_release_wait_seconds"
+)
+
 // finalizerHoldBound reads, from the operator's metrics text, the upper
-// bound of the lowest bucket of indexedbatchjob_counted_finalizer_hold_seconds
-// that holds every observation: no counted pod kept its finalizer longer
-// in the background. 0 without observations, +Inf when some went past the
-// highest bucket.
-func finalizerHoldBound(metricsText string) float64 {
-	const name = "indexedbatchjob_counted_finalizer_hold_seconds"
+// bound of the lowest bucket of the histogram name (holdMetric,
+// waitMetric) that holds every observation: no counted pod kept its
+// finalizer longer in the background. 0 without observations, +Inf when
+// some went past the highest bucket.
+func finalizerHoldBound(metricsText, name string) float64 {
 	var total float64
 	type bucket struct{ le, n float64 }
 	var buckets []bucket

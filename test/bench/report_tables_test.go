@@ -247,13 +247,14 @@ func TestWriteServerPutsTheServersCostAndTheCanaryBesideItsTimeAlone(t *testing.
 func TestWriteRunsShowsEachRunsCanaryAndServer(t *testing.T) {
 	r := run(quickWorkload, ours, 3, 1, 40, 1000)
 	r.APF, r.CanarySeconds, r.Server = true, 4.25, serverLoad{APIServerCPU: 5.5, Requests: 2400}
+	r.FinalizerHoldBound, r.FinalizerWaitBound = 330, 305
 	late := run(quickWorkload, upstream, 10, 1, 90, 1000)
 	late.CanaryError = "canary: 50 replicas not ready within 10m0s"
 	rs := []result{{Workload: canaryAloneWorkload, Controller: noController, OK: true, CanarySeconds: 2}, late, r}
 	out := render(func(p printer) { writeRuns(p, []workload{{Name: quickWorkload}}, rs) })
 	want := []string{
-		"| 1k/p100 | built-in Job (kcm) | exempt | 1 | 10.0 | 0.0 | 100 | 0.0 / 0.0 | 1.0 | 90 | — | 0 | 0 | 0 | — | not ready: canary: 50 replicas not ready within 10m0s | — | OK |",
-		"| 1k/p100 | indexed-batch-job | default FlowSchemas | 1 | 3.0 | 0.0 | 333 | 0.0 / 0.0 | 1.0 | 40 | — | 0 | 0 | 0 | — | 4.2 | 5.5 / 2400 | OK |",
+		"| 1k/p100 | built-in Job (kcm) | exempt | 1 | 10.0 | 0.0 | 100 | 0.0 / 0.0 | 1.0 | 90 | — | 0 | 0 | 0 | — / — | not ready: canary: 50 replicas not ready within 10m0s | — | OK |",
+		"| 1k/p100 | indexed-batch-job | default FlowSchemas | 1 | 3.0 | 0.0 | 333 | 0.0 / 0.0 | 1.0 | 40 | — | 0 | 0 | 0 | 330 / 305 | 4.2 | 5.5 / 2400 | OK |",
 	}
 	if diff := cmp.Diff(want, tableRows(out, "| workload | controller | APF |")); diff != "" {
 		t.Errorf("run rows (-want +got):\n%s\nin:\n%s", diff, out)

@@ -201,6 +201,7 @@ var _ = Describe("The Helm chart", func() {
 			{"logLevel=loud", "at '/logLevel'"},
 			{"podFailureBackoff.base=10", "at '/podFailureBackoff/base': got number, want string"},
 			{"podFailureBackoff.max=ten", "at '/podFailureBackoff/max'"},
+			{"countedFinalizerHold=5", "at '/countedFinalizerHold': got number, want string"},
 			{"kueue.manageJobsWithoutQueueName=yes", "at '/kueue/manageJobsWithoutQueueName'"},
 			{"resources.limits.memory=lots", "at '/resources/limits/memory'"},
 			{"watchNamespaces=team-a", "at '/watchNamespaces': got string, want array"},
@@ -329,6 +330,7 @@ watchNamespaces: [team-a, team-b]
 podFailureBackoff:
   base: 1s
   max: 1m
+countedFinalizerHold: 90s
 kueue:
   manageJobsWithoutQueueName: true
   managedJobsNamespaceSelector: kueue.x-k8s.io/managed in (true)
@@ -351,7 +353,7 @@ webhook:
 			"--webhook-mutating-configuration=tuned-indexed-batch-job-mutating-webhook-configuration",
 			"--zap-log-level=debug", "--kube-api-qps=20.5", "--kube-api-burst=1000000",
 			"--max-concurrent-reconciles=10", "--namespaces=team-a,team-b",
-			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m",
+			"--pod-failure-backoff=1s", "--pod-failure-backoff-max=1m", "--counted-finalizer-hold=90s",
 			"--kueue-manage-jobs-without-queue-name", "--kueue-managed-jobs-namespace-selector=kueue.x-k8s.io/managed in (true)",
 			"--enable-http2",
 		}))
