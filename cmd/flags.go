@@ -74,7 +74,7 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 		"Cap of the replacement delay.")
 	fs.DurationVar(&o.finalizerHold, "counted-finalizer-hold", controller.DefaultReleaseBound,
 		"How long the tracking finalizer of a pod whose result is counted may wait for the client's spare budget "+
-			"before its removal goes ahead of new work (0 to 1h). A pod being deleted is let go at once.")
+			"before its removal shares the budget with new work, a token each in turn (0 to 1h). A pod being deleted is let go at once.")
 	o.kueue.bind(fs)
 	o.webhook.bind(fs)
 	o.zap.BindFlags(fs)

@@ -132,7 +132,7 @@ func (r *Reconciler) SetServerLoad(m *serverload.Monitor) {
 }
 
 // SetReleaseBound sets how long a counted pod's finalizer removal waits
-// for the client's spare budget before it goes ahead of the foreground
+// for the client's spare budget before it shares the budget with the foreground
 // (DefaultReleaseBound without a call). Call it before the manager starts.
 func (r *Reconciler) SetReleaseBound(d time.Duration) { r.later.bound = d }
 

@@ -55,7 +55,7 @@ var (
 	})
 	finalizerHoldCounted = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "indexedbatchjob_counted_finalizer_release_wait_seconds",
-		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (bounded by --counted-finalizer-hold, plus the overdue removals ahead of it and a turn of the client's queue).",
+		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (at most --counted-finalizer-hold and a turn of the client's queue, twice that bound when the client was at its QPS limit throughout).",
 		Buckets: holdBuckets,
 	})
 	restarts = prometheus.NewCounter(prometheus.CounterOpts{

@@ -20,12 +20,15 @@ const laterReleaseWorkers = 16
 
 // DefaultReleaseBound is how long a counted pod's finalizer removal waits
 // as background work by default (SetReleaseBound): once queued that long,
-// it goes ahead of the foreground's writes (throttle.BackgroundUntil),
-// whatever the foreground's use of the budget or the API server's
-// business. A counted pod so keeps its finalizer at most the bound after
-// it was counted, plus one turn of the client's queue (about
-// writeQueueSeconds), the overdue removals ahead of it at the full QPS
-// and the patch's own time, unless the patch fails and is retried.
+// it shares the client's tokens with the foreground's writes, a token each
+// in turn (throttle.BackgroundUntil), whatever the foreground's use of the
+// budget or the API server's business. A counted pod so keeps its
+// finalizer at most the bound after it was counted and one turn of the
+// client's queue (about writeQueueSeconds) while overdue removals come
+// slower than half the QPS, and at most twice the bound when the client
+// was at its QPS throughout (they come no faster than pods were counted a
+// bound earlier, and go at half the QPS at least), plus the patch's own
+// time, unless the patch fails and is retried.
 //
 // A counted pod that nobody deletes costs nothing while it keeps its
 // finalizer (a finished pod holds no quota and no node), and one that is

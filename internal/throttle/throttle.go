@@ -38,9 +38,10 @@ type Limiter struct {
 	// (SetServerBusy).
 	busy atomic.Pointer[func() bool]
 	// overdue counts the background requests past their deadline that
-	// wait for a token (waitOverdue): while there are any, foreground
-	// requests wait for them to go first.
-	overdue atomic.Int32
+	// wait for a token (waitOverdue); lead is how many more tokens the
+	// foreground took than they did while any waited (not below 0). The
+	// foreground waits while both are above 0 (shareWithOverdue).
+	overdue, lead atomic.Int64
 }
 
 // SetServerBusy makes background requests wait while busy says the API
@@ -87,66 +88,14 @@ func (l *Limiter) Wait(ctx context.Context) error {
 		if err := l.waitSpare(ctx); err != errDeadline {
 			return err
 		}
-		// Past its deadline: it goes before the foreground.
+		// Past its deadline: it shares the rate with the foreground.
 		return l.waitOverdue(ctx)
 	}
 	l.lastForeground.Store(time.Now().UnixNano())
-	if err := l.yieldToOverdue(ctx); err != nil {
+	if err := l.shareWithOverdue(ctx); err != nil {
 		return err
 	}
 	return l.reserve(ctx, time.Now())
-}
-
-// waitOverdue takes the next token for a background request past its
-// deadline, ahead of the foreground: foreground requests that come while
-// it waits wait for it (yieldToOverdue), so that it waits only for the
-// tokens the foreground reserved before it came (at most the client's
-// queue, a turn) and for the overdue requests ahead of it. Neither the
-// reserve kept for the foreground nor the server's business holds it.
-func (l *Limiter) waitOverdue(ctx context.Context) error {
-	l.overdue.Add(1)
-	defer l.overdue.Add(-1)
-	var t *time.Timer
-	for {
-		now := time.Now()
-		if l.bucket.AllowN(now, 1) {
-			return nil
-		}
-		if t == nil {
-			t = time.NewTimer(l.nextLook(now))
-			defer t.Stop()
-		} else {
-			t.Reset(l.nextLook(now))
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// yieldToOverdue holds a foreground request while overdue background
-// requests wait (waitOverdue), looking again on every tick. Overdue
-// requests come at most as fast as the work that made them (a finalizer
-// removal per pod the foreground created), so the foreground waits for a
-// share of the budget, not indefinitely.
-func (l *Limiter) yieldToOverdue(ctx context.Context) error {
-	var t *time.Timer
-	for l.overdue.Load() > 0 {
-		if t == nil {
-			t = time.NewTimer(l.nextLook(time.Now()))
-			defer t.Stop()
-		} else {
-			t.Reset(l.nextLook(time.Now()))
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
 }
 
 // reserve takes the next token and waits until it is due and the tick
@@ -175,6 +124,67 @@ func (l *Limiter) reserve(ctx context.Context, now time.Time) error {
 	}
 }
 
+// waitOverdue takes a token for a background request past its deadline,
+// as soon as the bucket holds one: neither the reserve kept for the
+// foreground nor the server's business holds it, and while it waits the
+// foreground takes no more tokens than the overdue requests do
+// (shareWithOverdue). It so waits for the tokens the foreground reserved
+// before it came (at most the client's queue, a turn) and then for at
+// most every other token, never behind a turn of the foreground's per
+// request.
+func (l *Limiter) waitOverdue(ctx context.Context) error {
+	l.overdue.Add(1)
+	defer l.overdue.Add(-1)
+	var t *time.Timer
+	for {
+		now := time.Now()
+		if l.bucket.AllowN(now, 1) {
+			for v := l.lead.Load(); v > 0 && !l.lead.CompareAndSwap(v, v-1); v = l.lead.Load() {
+			}
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(l.nextLook(now))
+			defer t.Stop()
+		} else {
+			t.Reset(l.nextLook(now))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// shareWithOverdue holds a foreground request, looking again on every
+// tick, while overdue background requests wait (waitOverdue) and the
+// foreground has taken more tokens than they since they began to: past
+// their deadline, they and the foreground take every other token, so that
+// they get at least half the rate and the foreground keeps half.
+func (l *Limiter) shareWithOverdue(ctx context.Context) error {
+	var t *time.Timer
+	for {
+		if l.overdue.Load() == 0 {
+			return nil
+		}
+		if v := l.lead.Load(); v <= 0 && l.lead.CompareAndSwap(v, v+1) {
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(l.nextLook(time.Now()))
+			defer t.Stop()
+		} else {
+			t.Reset(l.nextLook(time.Now()))
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 type backgroundKey struct{}
 
 // errDeadline ends a background wait whose deadline passed.
@@ -194,10 +204,10 @@ func Background(ctx context.Context) context.Context {
 
 // BackgroundUntil is Background until deadline: a request still waiting
 // for a spare token then, or for the server to be no longer busy
-// (SetServerBusy), takes the next token ahead of the foreground's
-// requests, which wait while it does (waitOverdue). It bounds how long
+// (SetServerBusy), takes every other token with the other overdue ones,
+// ahead of the foreground's requests (waitOverdue). It bounds how long
 // work that may wait (the finalizer of a counted pod) waits, whatever the
-// foreground's load.
+// foreground's load, and the foreground keeps half the rate.
 func BackgroundUntil(ctx context.Context, deadline time.Time) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, deadline)
 }
