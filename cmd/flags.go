@@ -74,7 +74,8 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 		"Cap of the replacement delay.")
 	fs.DurationVar(&o.finalizerHold, "counted-finalizer-hold", controller.DefaultReleaseBound,
 		"How long the tracking finalizer of a pod whose result is counted may wait for the client's spare budget "+
-			"before its removal shares the budget with new work, a token each in turn (0 to 1h). A pod being deleted is let go at once.")
+			"before its removal shares the budget with new work, a token each in turn (0 to 1h). "+
+			"A pod being deleted is let go at once.")
 	o.kueue.bind(fs)
 	o.webhook.bind(fs)
 	o.zap.BindFlags(fs)
@@ -94,7 +95,8 @@ func (o *options) validate() error {
 			o.qps, o.burst, o.throttleTick, o.busyLatency))
 	}
 	if o.finalizerHold < 0 || o.finalizerHold > maxFinalizerHold {
-		errs = append(errs, fmt.Errorf("--counted-finalizer-hold must be between 0s and %v (got %v)", maxFinalizerHold, o.finalizerHold))
+		errs = append(errs, fmt.Errorf("--counted-finalizer-hold must be between 0s and %v (got %v)",
+			maxFinalizerHold, o.finalizerHold))
 	}
 	return errors.Join(errs...)
 }
