@@ -53,7 +53,7 @@ var (
 		Help:    "How long a counted pod kept its tracking finalizer after it ended, for the finalizers removed in the background (the wait for the status write that counts it, then indexedbatchjob_counted_finalizer_release_wait_seconds).",
 		Buckets: holdBuckets,
 	})
-	finalizerHoldCounted = prometheus.NewHistogram(prometheus.HistogramOpts{
+	finalizerReleaseWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "indexedbatchjob_counted_finalizer_release_wait_seconds",
 		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (at most --counted-finalizer-hold and a turn of the client's queue, twice that bound when the client was at its QPS limit throughout).",
 		Buckets: holdBuckets,
@@ -66,7 +66,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts, nodesAvoided,
-		finalizerHold, finalizerHoldCounted)
+		finalizerHold, finalizerReleaseWait)
 }
 
 // holdBuckets are the buckets of the finalizer hold histograms: fine

@@ -193,7 +193,7 @@ func (l *laterReleases) release(ctx context.Context, uid types.UID, item *laterR
 	}
 	l.queue.Forget(uid)
 	finalizerHold.Observe(l.r.clock.Since(item.finished).Seconds())
-	finalizerHoldCounted.Observe(l.r.clock.Since(item.queued).Seconds())
+	finalizerReleaseWait.Observe(l.r.clock.Since(item.queued).Seconds())
 	// A sync that read its pods before the cache showed this release
 	// would queue the pod again once observed has forgotten it; the
 	// expectation stops that until a sync reads the pod let go. A job

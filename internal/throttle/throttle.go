@@ -135,7 +135,8 @@ func (l *Limiter) reserve(ctx context.Context, now time.Time) error {
 func (l *Limiter) waitOverdue(ctx context.Context) error {
 	l.overdue.Add(1)
 	defer l.overdue.Add(-1)
-	var t *time.Timer
+	var p pauser
+	defer p.stop()
 	for {
 		now := time.Now()
 		if l.bucket.AllowN(now, 1) {
@@ -143,16 +144,8 @@ func (l *Limiter) waitOverdue(ctx context.Context) error {
 			}
 			return nil
 		}
-		if t == nil {
-			t = time.NewTimer(l.nextLook(now))
-			defer t.Stop()
-		} else {
-			t.Reset(l.nextLook(now))
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := p.pause(ctx, l.nextLook(now)); err != nil {
+			return err
 		}
 	}
 }
@@ -163,7 +156,8 @@ func (l *Limiter) waitOverdue(ctx context.Context) error {
 // their deadline, they and the foreground take every other token, so that
 // they get at least half the rate and the foreground keeps half.
 func (l *Limiter) shareWithOverdue(ctx context.Context) error {
-	var t *time.Timer
+	var p pauser
+	defer p.stop()
 	for {
 		if l.overdue.Load() == 0 {
 			return nil
@@ -171,17 +165,35 @@ func (l *Limiter) shareWithOverdue(ctx context.Context) error {
 		if v := l.lead.Load(); v <= 0 && l.lead.CompareAndSwap(v, v+1) {
 			return nil
 		}
-		if t == nil {
-			t = time.NewTimer(l.nextLook(time.Now()))
-			defer t.Stop()
-		} else {
-			t.Reset(l.nextLook(time.Now()))
+		if err := p.pause(ctx, l.nextLook(time.Now())); err != nil {
+			return err
 		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	}
+}
+
+// pauser sleeps a waiter that polls the bucket between its looks, on one
+// timer made at the first pause.
+type pauser struct{ t *time.Timer }
+
+// pause sleeps for d, or until ctx ends (its error).
+func (p *pauser) pause(ctx context.Context, d time.Duration) error {
+	if p.t == nil {
+		p.t = time.NewTimer(d)
+	} else {
+		p.t.Reset(d)
+	}
+	select {
+	case <-p.t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop stops the timer, if a pause made one.
+func (p *pauser) stop() {
+	if p.t != nil {
+		p.t.Stop()
 	}
 }
 
@@ -230,7 +242,8 @@ func BackgroundDeadline(ctx context.Context) time.Time {
 // timer of their own would take the tokens one at a time as they come.
 func (l *Limiter) waitSpare(ctx context.Context) error {
 	deadline := BackgroundDeadline(ctx)
-	var t *time.Timer
+	var p pauser
+	defer p.stop()
 	for {
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
@@ -247,16 +260,8 @@ func (l *Limiter) waitSpare(ctx context.Context) error {
 		if !deadline.IsZero() {
 			poll = min(poll, deadline.Sub(now))
 		}
-		if t == nil {
-			t = time.NewTimer(poll)
-			defer t.Stop()
-		} else {
-			t.Reset(poll)
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := p.pause(ctx, poll); err != nil {
+			return err
 		}
 	}
 }
