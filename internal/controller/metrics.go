@@ -55,8 +55,12 @@ var (
 	})
 	finalizerReleaseWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "indexedbatchjob_counted_finalizer_release_wait_seconds",
-		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (at most --counted-finalizer-hold and a turn of the client's queue, twice that bound when the client was at its QPS limit throughout).",
+		Help:    "How long a counted pod kept its tracking finalizer after the status write that counted it, for the finalizers removed in the background (at most --counted-finalizer-hold, then the time half the client's QPS takes for the overdue removals queued before it, and a turn of the client's queue).",
 		Buckets: holdBuckets,
+	})
+	finalizerReleaseRetries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "indexedbatchjob_counted_finalizer_release_retries_total",
+		Help: "Finalizer removals of counted pods sent in the background that failed and were queued again, after the controller's rate limiter's delay.",
 	})
 	restarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "indexedbatchjob_restarts_total",
@@ -66,7 +70,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(syncDuration, podsCreated, podsFinished, jobsFinished, finishedIndexes, podsDeleted, restarts, nodesAvoided,
-		finalizerHold, finalizerReleaseWait)
+		finalizerHold, finalizerReleaseWait, finalizerReleaseRetries)
 }
 
 // holdBuckets are the buckets of the finalizer hold histograms: fine

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,4 +127,35 @@ func TestLaterReleasesAreBackgroundUntilTheBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkLaterReleasesQueued is the heap a queued removal costs: a
+// job of 100,000 indexes at the client's QPS ends with tens of thousands
+// of counted pods still queued (DefaultReleaseBound), on top of the pod
+// cache, so this is part of the operator's peak memory there.
+func BenchmarkLaterReleasesQueued(b *testing.B) {
+	const queued = 35000
+	pods := make([]*jobpod.Pod, queued)
+	for i := range pods {
+		p := &jobpod.Pod{Tracked: true}
+		p.Namespace = "bench"
+		p.Name = fmt.Sprintf("train-%d-abcde", i)
+		p.UID = k8stypes.UID(fmt.Sprintf("0b5c7a3e-1f2d-4c6b-9a8e-%012d", i))
+		pods[i] = p
+	}
+	var perPod float64
+	for b.Loop() {
+		r := NewReconciler(nil, nil, clock.RealClock{}, jobpod.DefaultBackoff)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := 0; i < queued; i += 100 {
+			r.later.add("job", pods[i:i+100])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perPod = float64(after.HeapAlloc-before.HeapAlloc) / queued
+		runtime.KeepAlive(r)
+	}
+	b.ReportMetric(perPod, "heap-B/queued-pod")
 }

@@ -23,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/controller"
+	"github.com/indexed-batch-job/indexed-batch-job/internal/throttle"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness/testutil"
 )
@@ -90,6 +91,27 @@ type operator struct {
 // same reconciler) and returns a handle to stop it, as a crash would. With
 // namespaces it watches only those, as --namespaces does.
 func startOperator(namespaces ...string) *operator {
+	return startOperatorWith(operatorOptions{namespaces: namespaces})
+}
+
+// operatorOptions are what a spec sets of the operator's flags:
+// --namespaces, --kube-api-qps and --kube-api-burst (the operator's rate
+// limiter, none where qps is 0) and --counted-finalizer-hold (where not 0).
+type operatorOptions struct {
+	namespaces    []string
+	qps           float32
+	burst         int
+	finalizerHold time.Duration
+}
+
+func startOperatorWith(o operatorOptions) *operator {
+	namespaces := o.namespaces
+	cfg := rest.CopyConfig(cfg)
+	if o.qps > 0 {
+		// As cmd does: one bucket for every client, on the default tick.
+		cfg.QPS, cfg.Burst = o.qps, o.burst
+		cfg.RateLimiter = throttle.New(o.qps, o.burst, 250*time.Millisecond)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -102,6 +124,9 @@ func startOperator(namespaces ...string) *operator {
 	Expect(err).NotTo(HaveOccurred())
 	recorder, stopRecorder := controller.NewEventRecorder(clientset, scheme, "indexedbatchjob-controller")
 	r := controller.NewReconciler(mgr.GetClient(), recorder, clock.RealClock{}, testBackoff)
+	if o.finalizerHold > 0 {
+		r.SetReleaseBound(o.finalizerHold)
+	}
 	Expect(r.SetupWithManager(mgr, namespaces, 4)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, done: make(chan struct{})}
