@@ -80,9 +80,9 @@ func (s *syncState) releaseFinishedJob() {
 		case pod.Active():
 			s.plan.delete = append(s.plan.delete, podDeletion{pod: pod, stripFinalizer: true, reason: "job finished"})
 		case !pod.Finalized():
-		case pod.Finished() && pod.DeletionTimestamp == nil:
-			s.plan.releaseLater = append(s.plan.releaseLater, pod)
-		default: // deleted: its finalizer is all that keeps it
+		case pod.Finished():
+			s.releaseCounted(pod)
+		default: // being deleted: its finalizer is all that keeps it
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		}
 	}

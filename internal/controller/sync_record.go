@@ -257,14 +257,14 @@ func (s *syncState) failStuckPods() {
 // reconciler removes the finalizers only once the status holding their
 // result is written. A pod recorded by its UID goes at once, whatever its
 // end: its UID stays in the status until it is released. A failed pod is
-// counted only once its tracking finalizer is gone, so that removal is on the job's way to its end; a
-// succeeded pod is counted by its index already, so its finalizer goes
-// later (plan.releaseLater), when the client has time, unless the pod is
-// being deleted. A succeeded pod of
-// an index that had failed before is let go uncounted. A pod heldForRetry
-// loses only its tracking finalizer (plan.countHeld): it is counted now,
-// whatever becomes of the creates of its replacement, and its index-retry
-// finalizer keeps it until it is no longer held.
+// counted only once its tracking finalizer is gone, so that removal is on
+// the job's way to its end; a succeeded pod is counted by its index
+// already, so its finalizer goes later, when the client has time
+// (releaseCounted). A succeeded pod of an index that had failed before is
+// let go uncounted. A pod heldForRetry loses only its tracking finalizer
+// (plan.countHeld): it is counted now, whatever becomes of the creates of
+// its replacement, and its index-retry finalizer keeps it until it is no
+// longer held.
 func (s *syncState) releaseFinalizers() {
 	held := s.heldForRetry()
 	for _, pod := range s.pods {
@@ -286,13 +286,8 @@ func (s *syncState) releaseFinalizers() {
 			// Recorded, or counted already and no longer held.
 			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case pod.Phase != corev1.PodSucceeded || !pod.IndexOK || !s.wanted.Has(pod.Index):
-		case s.completed.Has(pod.Index) && pod.DeletionTimestamp != nil:
-			// Someone waits for it to go (a kubectl delete, pod garbage
-			// collection): its finalizer goes now, not in the background.
-			s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
 		case s.completed.Has(pod.Index):
-			s.plan.releaseLater = append(s.plan.releaseLater, pod)
-			if s.settles(pod) {
+			if s.releaseCounted(pod) && s.settles(pod) {
 				s.plan.settleReleased = append(s.plan.settleReleased, pod)
 			}
 		case s.failedIndexes.Has(pod.Index):
@@ -306,6 +301,19 @@ func (s *syncState) releaseFinalizers() {
 			s.countHeld(pod)
 		}
 	}
+}
+
+// releaseCounted lets go of a pod whose result is counted: in the
+// background (plan.releaseLater, and true), unless someone waits for it to
+// go (a kubectl delete, pod garbage collection), when its finalizer goes
+// now, once the status is written.
+func (s *syncState) releaseCounted(pod *jobpod.Pod) (later bool) {
+	if pod.DeletionTimestamp != nil {
+		s.plan.removeFinalizer = append(s.plan.removeFinalizer, pod)
+		return false
+	}
+	s.plan.releaseLater = append(s.plan.releaseLater, pod)
+	return true
 }
 
 // countHeld lets a held pod's tracking finalizer go and keeps its

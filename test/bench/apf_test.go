@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,8 +55,8 @@ func TestFinalizerHoldBound(t *testing.T) {
 		{text(holdMetric, "0", "0", "0", "0"), "—"},
 		{text(holdMetric, "5", "9", "9", "9"), "30"},
 		{text(holdMetric, "5", "8", "9", "9"), "35"},
-		{text(holdMetric, "5", "8", "8", "9"), "> 1200"},
-		{text(holdMetric, "5", "8", "8", "9") + text(waitMetric, "9", "9", "9", "9"), "> 1200 / 1"},
+		{text(holdMetric, "5", "8", "8", "9"), "> 35"},
+		{text(holdMetric, "5", "8", "8", "9") + text(waitMetric, "9", "9", "9", "9"), "> 35 / 1"},
 	} {
 		got := holdBound(finalizerHoldBound(tc.text, holdMetric))
 		if strings.Contains(tc.want, " / ") {
@@ -63,6 +64,16 @@ func TestFinalizerHoldBound(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("bound of\n%s= %s, want %s", tc.text, got, tc.want)
+		}
+		// results.json keeps it, past the highest bucket too.
+		r := result{FinalizerHoldBound: finalizerHoldBound(tc.text, holdMetric)}
+		data, err := json.Marshal(r)
+		var back result
+		if err == nil {
+			err = json.Unmarshal(data, &back)
+		}
+		if err != nil || back.FinalizerHoldBound != r.FinalizerHoldBound {
+			t.Errorf("through JSON, %v became %v (%v)", r.FinalizerHoldBound, back.FinalizerHoldBound, err)
 		}
 	}
 }

@@ -93,8 +93,9 @@ const (
 // finalizerHoldBound reads, from the operator's metrics text, the upper
 // bound of the lowest bucket of the histogram name (holdMetric,
 // waitMetric) that holds every observation: no counted pod kept its
-// finalizer longer in the background. 0 without observations, +Inf when
-// some went past the highest bucket.
+// finalizer longer in the background. 0 without observations; when some
+// went past the highest finite bucket, that bucket's bound negated ("more
+// than it": a number JSON can hold, where +Inf is none).
 func finalizerHoldBound(metricsText, name string) float64 {
 	var total float64
 	type bucket struct{ le, n float64 }
@@ -119,12 +120,17 @@ func finalizerHoldBound(metricsText, name string) float64 {
 	if total == 0 {
 		return 0
 	}
+	highest := 0.0
 	for _, b := range buckets { // the text lists them by le, increasing
+		if math.IsInf(b.le, 1) {
+			break
+		}
 		if b.n >= total {
 			return b.le
 		}
+		highest = b.le
 	}
-	return math.Inf(1)
+	return -highest
 }
 
 // serverLoad is what kube-apiserver and etcd did: their CPU seconds, the

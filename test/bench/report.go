@@ -335,13 +335,13 @@ func writeServer(p printer, ws []workload, rs []result) {
 
 // holdBound writes a finalizer hold bound (finalizerHoldBound): — where
 // not measured (the built-in controller removes a pod's finalizer before
-// it counts it done), and past the histograms' highest bucket, so.
+// it counts it done), and "> b" past the histogram's highest bucket b.
 func holdBound(bound float64) string {
 	switch {
 	case bound == 0:
 		return "—"
-	case math.IsInf(bound, 1):
-		return "> 1200"
+	case bound < 0:
+		return "> " + strconv.FormatFloat(-bound, 'g', -1, 64)
 	}
 	return strconv.FormatFloat(bound, 'g', -1, 64)
 }
