@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -104,14 +107,56 @@ func (p *Process) signalGroup(sig syscall.Signal) error {
 	return nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+// FreePort returns a TCP port that nothing binds now, on any address, for
+// a process started later to listen on. It draws the port below the
+// kernel's ephemeral range (ip_local_port_range): a port from that range,
+// as a listen on port 0 gives, may become the local port of any outgoing
+// connection before the process binds it (every lane of CI dials its API
+// servers), and the process then fails with "address already in use".
+// Below the range only another caller of FreePort can take it, and the
+// draw is random among thousands of ports.
 func FreePort() (int, error) {
+	lo, hi := freePortFloor, ephemeralLow()
+	for range 200 {
+		if hi <= lo {
+			break
+		}
+		port := lo + rand.IntN(hi-lo)
+		if l, err := net.Listen("tcp", fmt.Sprintf(":%d", port)); err == nil {
+			_ = l.Close()
+			return port, nil
+		}
+	}
+	// A host whose ephemeral range leaves no room below it.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortFloor is the lowest port FreePort draws: above the ports that
+// Kubernetes' components listen on by default (10250 to 10259) and the
+// registered ports that local services commonly take.
+const freePortFloor = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 32768
+// where it cannot be read.
+func ephemeralLow() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return low
 }
 
 // WaitHealthy polls the process's health endpoint at url every 200 ms

@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,5 +68,32 @@ func TestStopAndKillEndTheChildren(t *testing.T) {
 				t.Errorf("after %s the shell's child %d still runs", how, child)
 			}
 		})
+	}
+}
+
+// FreePort draws from below the kernel's ephemeral range, where no
+// outgoing connection takes the port before the process binds it, and
+// the port is free on every address.
+func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	below := low > freePortFloor // else FreePort falls back to port 0
+	seen := map[int]bool{}
+	for range 20 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if below && (port < freePortFloor || port >= low) {
+			t.Fatalf("port %d, want one in [%d, %d)", port, freePortFloor, low)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			t.Fatalf("port %d is not free on every address: %v", port, err)
+		}
+		_ = l.Close()
+		seen[port] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("20 draws gave %d ports: the draw is not random", len(seen))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/indexed-batch-job/indexed-batch-job/internal/webhook"
+	"github.com/indexed-batch-job/indexed-batch-job/test/harness/controlplane"
 )
 
 // managers are every process started, killed at the end of the suite.
@@ -101,16 +103,16 @@ var (
 	givenAddresses = map[string]bool{}
 )
 
-// freeAddress is a loopback address with a port nobody listens on now and
-// that it has not handed out before.
+// freeAddress is a loopback address with a port nobody binds now
+// (controlplane.FreePort: below the ephemeral range, which outgoing
+// connections draw from) and that it has not handed out before.
 func freeAddress() string {
 	processMu.Lock()
 	defer processMu.Unlock()
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := controlplane.FreePort()
 		Expect(err).NotTo(HaveOccurred())
-		addr := l.Addr().String()
-		Expect(l.Close()).To(Succeed())
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if !givenAddresses[addr] {
 			givenAddresses[addr] = true
 			return addr
