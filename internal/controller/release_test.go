@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -158,4 +160,56 @@ func BenchmarkLaterReleasesQueued(b *testing.B) {
 		runtime.KeepAlive(r)
 	}
 	b.ReportMetric(perPod, "heap-B/queued-pod")
+}
+
+// A removal the API server refuses is tried again after the rate
+// limiter's delay, by the workers, and counted as a retry; the pod is
+// patched once it goes through.
+func TestLaterReleasesRetryARefusedRemoval(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done", Finalizers: []string{ibjv1.TrackingFinalizer}}}
+	var attempts atomic.Int32
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(simScheme()).WithObjects(pod).Build(), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if attempts.Add(1) <= 2 {
+				return errors.New("the server refused it")
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := NewReconciler(c, nil, clock.RealClock{}, jobpod.DefaultBackoff)
+	retriesBefore := testutil.ToFloat64(finalizerReleaseRetries)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.later.Start(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	p := &jobpod.Pod{Tracked: true}
+	p.Name, p.Namespace, p.UID = pod.Name, pod.Namespace, pod.UID
+	r.later.add("job", []*jobpod.Pod{p})
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := &corev1.Pod{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Finalizers) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d attempts the pod still has finalizers %v", attempts.Load(), got.Finalizers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := attempts.Load(); got != 3 {
+		t.Errorf("%d patches, want 3 (two refused, then the one that went through)", got)
+	}
+	if got := testutil.ToFloat64(finalizerReleaseRetries) - retriesBefore; got != 2 {
+		t.Errorf("%v retries counted, want 2", got)
+	}
 }
