@@ -142,21 +142,15 @@ func FreePort() (int, error) {
 const freePortFloor = 20000
 
 // ephemeralLow is the first port of the kernel's ephemeral range, 32768
-// where it cannot be read.
+// (Linux's default) where it cannot be read.
 func ephemeralLow() int {
-	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
+	data, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if fields := strings.Fields(string(data)); len(fields) > 0 {
+		if low, err := strconv.Atoi(fields[0]); err == nil {
+			return low
+		}
 	}
-	fields := strings.Fields(string(data))
-	if len(fields) == 0 {
-		return 32768
-	}
-	low, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return 32768
-	}
-	return low
+	return 32768
 }
 
 // WaitHealthy polls the process's health endpoint at url every 200 ms

@@ -274,20 +274,26 @@ func releasePod(ctx context.Context, ns, name string) {
 
 // metricValue sums the counter samples of a metric whose labels include want.
 func metricValue(name string, want map[string]string) float64 {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
 	var sum float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if hasLabels(m, want) {
-				sum += m.GetCounter().GetValue()
-			}
+	for _, m := range samples(name) {
+		if hasLabels(m, want) {
+			sum += m.GetCounter().GetValue()
 		}
 	}
 	return sum
+}
+
+// samples are the samples of the metric name that the operator's registry
+// (controller-runtime's) serves now, one per label set.
+func samples(name string) []*dto.Metric {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()
+		}
+	}
+	return nil
 }
 
 func hasLabels(m *dto.Metric, want map[string]string) bool {

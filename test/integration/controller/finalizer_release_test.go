@@ -7,7 +7,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ibjv1 "github.com/indexed-batch-job/indexed-batch-job/api/v1alpha1"
 	"github.com/indexed-batch-job/indexed-batch-job/test/harness"
@@ -58,45 +57,34 @@ var _ = Describe("Counted pods' finalizers at the client's QPS", func() {
 	})
 })
 
-// releaseWaits reads indexedbatchjob_counted_finalizer_release_wait_seconds:
-// how many removals it observed, and how many of them within le seconds
-// (a bucket's bound).
+// releaseWait is indexedbatchjob_counted_finalizer_release_wait_seconds.
+const releaseWait = "indexedbatchjob_counted_finalizer_release_wait_seconds"
+
+// releaseWaits reads releaseWait: how many removals it observed, and how
+// many of them within le seconds (a bucket's bound).
 func releaseWaits(le float64) (count, within uint64) {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != "indexedbatchjob_counted_finalizer_release_wait_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			h := m.GetHistogram()
-			count += h.GetSampleCount()
-			found := false
-			for _, b := range h.GetBucket() {
-				if b.GetUpperBound() == le {
-					within += b.GetCumulativeCount()
-					found = true
-				}
+	for _, m := range samples(releaseWait) {
+		h := m.GetHistogram()
+		count += h.GetSampleCount()
+		found := false
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == le {
+				within += b.GetCumulativeCount()
+				found = true
 			}
-			Expect(found).To(BeTrue(), "the histogram has a bucket of %v s", le)
 		}
+		Expect(found).To(BeTrue(), "the histogram has a bucket of %v s", le)
 	}
 	return count, within
 }
 
-// waitBuckets lists the histogram's cumulative bucket counts, for a
+// waitBuckets lists releaseWait's cumulative bucket counts, for a
 // failure's message.
 func waitBuckets() string {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
 	out := ""
-	for _, f := range families {
-		if f.GetName() == "indexedbatchjob_counted_finalizer_release_wait_seconds" {
-			for _, m := range f.GetMetric() {
-				for _, b := range m.GetHistogram().GetBucket() {
-					out += fmt.Sprintf("le %v: %d; ", b.GetUpperBound(), b.GetCumulativeCount())
-				}
-			}
+	for _, m := range samples(releaseWait) {
+		for _, b := range m.GetHistogram().GetBucket() {
+			out += fmt.Sprintf("le %v: %d; ", b.GetUpperBound(), b.GetCumulativeCount())
 		}
 	}
 	return out
